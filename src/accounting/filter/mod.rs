@@ -1,0 +1,45 @@
+//! Privacy filters: stopping rules for fully adaptive composition.
+//!
+//! A filter is asked, before each next mechanism runs, whether it may run given every
+//! realised privacy parameter so far plus the next one (Rogers et al. 2016, Def. 3.1;
+//! 001 Def. 4.1). It answers [`Decision::Continue`] or [`Decision::Halt`]; a refused
+//! mechanism is not run and changes no state, and the analyst may then ask again with a
+//! cheaper one (001 §4, after Lemma 4.2).
+//!
+//! | filter | guarantee | source |
+//! |---|---|---|
+//! | [`RenyiFilter`] | (α, B)-RDP | 001 Thm 4.3 |
+//! | [`ZcdpFilter`] | κ-zCDP | 001 Remark 4.4 |
+//! | [`MultiOrderRdpFilter`] | (αⱼ, Bⱼ)-RDP at every listed order | 001 Remark 4.4 |
+//! | [`IndividualFilter`] | (α, B)-RDP via per-example budgets | 001 Alg. 2, Thm 4.5 |
+
+mod individual;
+mod renyi;
+
+pub use individual::{IndividualCharge, IndividualFilter, LedgerSlot};
+pub use renyi::{MultiOrderRdpFilter, RenyiFilter, ZcdpFilter};
+
+use super::error::Result;
+
+/// A filter's answer for the next mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Decision {
+    /// The composition stays within budget if the mechanism runs (CONT).
+    Continue,
+    /// Running the mechanism could exceed the budget: do not run it (HALT).
+    Halt,
+}
+
+/// A privacy filter over mechanisms whose privacy parameter is a `Self::Cost`.
+pub trait PrivacyFilter {
+    /// The realised privacy parameter of one mechanism (ρ, ε, a per-example charge, ...).
+    type Cost;
+
+    /// Whether a mechanism with cost `next` may run now. Changes nothing.
+    fn decide(&self, next: &Self::Cost) -> Decision;
+
+    /// Records `next` as spent if [`decide`](Self::decide) says CONT; otherwise returns
+    /// [`AccountingError::BudgetExceeded`](super::AccountingError::BudgetExceeded) and
+    /// changes nothing. Call it *before* the mechanism's output is released.
+    fn try_charge(&mut self, next: Self::Cost) -> Result<()>;
+}
