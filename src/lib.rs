@@ -24,3 +24,8 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
+pub mod error;
+pub mod model;
+pub mod per_example;
+
+pub use error::{Error, Result};

@@ -1,0 +1,216 @@
+//! The burn form of a model: parameters as burn modules (`Conv2d`, `Linear`, ...), for
+//! records (burnpack files), evaluation on any burn device, and autodiff reference
+//! gradients. Training itself runs on the flat θ of [`crate::per_example::Network`].
+
+use std::path::Path;
+
+use burn::module::{Module, Param};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu, Tanh};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::error::{Error, Result};
+use crate::per_example::{Network, Op};
+
+/// A sequential burn model built from a [`Network`] and its flat parameters θ.
+#[derive(Module, Debug)]
+pub struct BurnModel {
+    layers: Vec<BurnLayer>,
+}
+
+/// One burn layer.
+#[derive(Module, Debug)]
+pub enum BurnLayer {
+    /// Convolution.
+    Conv2d(Conv2d),
+    /// Fully connected.
+    Linear(Linear),
+    /// ReLU.
+    Relu(Relu),
+    /// Tanh.
+    Tanh(Tanh),
+    /// Max pooling.
+    MaxPool2d(MaxPool2d),
+    /// Flatten to `[batch, features]`.
+    Flatten(Flatten),
+}
+
+/// Flattens `[batch, c, h, w]` to `[batch, c·h·w]`.
+#[derive(Module, Debug, Default)]
+pub struct Flatten;
+
+enum Activation {
+    Spatial(Tensor<4>),
+    Flat(Tensor<2>),
+}
+
+impl BurnModel {
+    /// Builds the burn modules of `net` on `device` holding the parameters `theta`.
+    #[must_use]
+    pub fn from_params(net: &Network, theta: &[f32], device: &Device) -> Self {
+        assert_eq!(theta.len(), net.num_params());
+        let tensor1 =
+            |off: usize, n: usize| Tensor::<1>::from_data(TensorData::new(theta[off..off + n].to_vec(), [n]), device);
+        let layers = net
+            .ops()
+            .iter()
+            .map(|op| match *op {
+                Op::Conv { cin, cout, k, stride, pad, w, b, .. } => {
+                    let mut conv = Conv2dConfig::new([cin, cout], [k, k])
+                        .with_stride([stride, stride])
+                        .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+                        .with_bias(b.is_some())
+                        .init(device);
+                    let wt = TensorData::new(theta[w..w + cout * cin * k * k].to_vec(), [cout, cin, k, k]);
+                    conv.weight = Param::from_tensor(Tensor::from_data(wt, device));
+                    conv.bias = b.map(|b| Param::from_tensor(tensor1(b, cout)));
+                    BurnLayer::Conv2d(conv)
+                }
+                Op::Linear { din, dout, w, b } => {
+                    let mut lin = LinearConfig::new(din, dout).with_bias(b.is_some()).init(device);
+                    // burn stores [in, out]; θ holds [out, in].
+                    let mut wt = vec![0.0f32; din * dout];
+                    for o in 0..dout {
+                        for i in 0..din {
+                            wt[i * dout + o] = theta[w + o * din + i];
+                        }
+                    }
+                    lin.weight = Param::from_tensor(Tensor::from_data(TensorData::new(wt, [din, dout]), device));
+                    lin.bias = b.map(|b| Param::from_tensor(tensor1(b, dout)));
+                    BurnLayer::Linear(lin)
+                }
+                Op::Relu { .. } => BurnLayer::Relu(Relu),
+                Op::Tanh { .. } => BurnLayer::Tanh(Tanh),
+                Op::MaxPool { k, stride, .. } => {
+                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([k, k]).with_strides([stride, stride]).init())
+                }
+                Op::Flatten { .. } => BurnLayer::Flatten(Flatten),
+            })
+            .collect();
+        Self { layers }
+    }
+
+    /// The flat parameters θ of this model, in `net`'s layout.
+    pub fn to_params(&self, net: &Network) -> Result<Vec<f32>> {
+        self.flatten_params(net, Read::Value)
+    }
+
+    /// Exact per-example gradients through burn's autodiff, one backward pass per example:
+    /// the slow, generic reference the fast engine is tested against. The model must live
+    /// on an autodiff device. Returns `n × P` values in `net`'s parameter layout.
+    pub fn per_example_gradients_autodiff(&self, net: &Network, x: &[f32], labels: &[u8]) -> Result<Vec<f32>> {
+        let [c, h, w] = net.spec().input;
+        let device =
+            self.devices().into_iter().next().ok_or_else(|| Error::Record("model has no parameters".into()))?;
+        let mut out = Vec::with_capacity(labels.len() * net.num_params());
+        for (i, &y) in labels.iter().enumerate() {
+            let xi = Tensor::<4>::from_data(
+                TensorData::new(x[i * c * h * w..(i + 1) * c * h * w].to_vec(), [1, c, h, w]),
+                &device,
+            );
+            let yi = Tensor::<1, Int>::from_data(TensorData::new(vec![i64::from(y)], [1]), &device);
+            let grads = self.loss(xi, yi).backward();
+            out.extend(self.flatten_params(net, Read::Grad(&grads))?);
+        }
+        Ok(out)
+    }
+
+    /// Reads every parameter (through `read`, e.g. its value or its gradient) into θ's layout.
+    fn flatten_params(&self, net: &Network, read: Read<'_>) -> Result<Vec<f32>> {
+        let mut theta = vec![0.0f32; net.num_params()];
+        for (op, layer) in net.ops().iter().zip(&self.layers) {
+            match (*op, layer) {
+                (Op::Conv { cout, w, b, .. }, BurnLayer::Conv2d(conv)) => {
+                    let wt = read.flat(&conv.weight)?;
+                    theta[w..w + wt.len()].copy_from_slice(&wt);
+                    if let (Some(b), Some(bias)) = (b, &conv.bias) {
+                        theta[b..b + cout].copy_from_slice(&read.flat(bias)?);
+                    }
+                }
+                (Op::Linear { din, dout, w, b }, BurnLayer::Linear(lin)) => {
+                    let wt = read.flat(&lin.weight)?;
+                    for o in 0..dout {
+                        for i in 0..din {
+                            theta[w + o * din + i] = wt[i * dout + o];
+                        }
+                    }
+                    if let (Some(b), Some(bias)) = (b, &lin.bias) {
+                        theta[b..b + dout].copy_from_slice(&read.flat(bias)?);
+                    }
+                }
+                (Op::Conv { .. } | Op::Linear { .. }, _) => {
+                    return Err(Error::Record("the record's layers do not match the model architecture".into()));
+                }
+                _ => {}
+            }
+        }
+        Ok(theta)
+    }
+
+    /// Logits `[batch, classes]` for inputs `[batch, c, h, w]`.
+    #[must_use]
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let mut act = Activation::Spatial(x);
+        for layer in &self.layers {
+            act = match (layer, act) {
+                (BurnLayer::Conv2d(c), Activation::Spatial(x)) => Activation::Spatial(c.forward(x)),
+                (BurnLayer::MaxPool2d(p), Activation::Spatial(x)) => Activation::Spatial(p.forward(x)),
+                (BurnLayer::Relu(r), Activation::Spatial(x)) => Activation::Spatial(r.forward(x)),
+                (BurnLayer::Relu(r), Activation::Flat(x)) => Activation::Flat(r.forward(x)),
+                (BurnLayer::Tanh(t), Activation::Spatial(x)) => Activation::Spatial(t.forward(x)),
+                (BurnLayer::Tanh(t), Activation::Flat(x)) => Activation::Flat(t.forward(x)),
+                (BurnLayer::Flatten(_), Activation::Spatial(x)) => Activation::Flat(x.flatten(1, 3)),
+                (BurnLayer::Flatten(_), a @ Activation::Flat(_)) => a,
+                (BurnLayer::Linear(l), Activation::Flat(x)) => Activation::Flat(l.forward(x)),
+                _ => unreachable!("Network::new validated the layer shapes"),
+            };
+        }
+        match act {
+            Activation::Flat(x) => x,
+            Activation::Spatial(_) => unreachable!("Network::new requires flat logits"),
+        }
+    }
+
+    /// Summed cross-entropy of `labels` under this model's logits for `x`.
+    #[must_use]
+    pub fn loss(&self, x: Tensor<4>, labels: Tensor<1, Int>) -> Tensor<1> {
+        let logp = burn::tensor::activation::log_softmax(self.forward(x), 1);
+        let n = labels.dims()[0];
+        -logp.gather(1, labels.reshape([n, 1])).sum()
+    }
+
+    /// Writes the model as a burnpack record to `path`.
+    pub fn save(self, path: &Path) -> Result<()> {
+        self.save_file(path).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+    }
+
+    /// Reads a burnpack record written by [`save`](Self::save) into a model of `net`'s shape.
+    pub fn load(net: &Network, path: &Path, device: &Device) -> Result<Self> {
+        let record =
+            burn::store::ModuleRecord::load(path).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+        let zeros = vec![0.0; net.num_params()];
+        Self::from_params(net, &zeros, device)
+            .try_load_record(record)
+            .map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+    }
+}
+
+/// What to read from each parameter.
+enum Read<'g> {
+    Value,
+    Grad(&'g burn::tensor::Gradients),
+}
+
+impl Read<'_> {
+    /// The parameter's value or gradient, flattened row-major.
+    fn flat<const D: usize>(&self, p: &Param<Tensor<D>>) -> Result<Vec<f32>> {
+        let t = match self {
+            Read::Value => p.val(),
+            Read::Grad(g) => p.val().grad(g).ok_or_else(|| {
+                Error::Record("a parameter has no gradient (is the model on an autodiff device?)".into())
+            })?,
+        };
+        t.into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")))
+    }
+}

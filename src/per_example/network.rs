@@ -1,0 +1,310 @@
+//! A [`ModelSpec`] compiled for the per-example engine: shapes, and each layer's offset into
+//! one flat parameter vector θ (conv weights `[out, in, k, k]` then bias; linear weights
+//! `[out, in]` then bias).
+
+use crate::error::{Error, Result};
+use rand::RngExt;
+
+use crate::model::{LayerSpec, ModelSpec};
+
+/// A compiled layer. Spatial activations are stored channels-last (`[h, w, c]`) inside the
+/// engine; [`Op::Flatten`] reorders to the channel-major order PyTorch and burn use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    /// Convolution via im2col + GEMM.
+    Conv {
+        /// Input channels, output channels, kernel, stride, padding.
+        cin: usize,
+        /// Output channels.
+        cout: usize,
+        /// Kernel size.
+        k: usize,
+        /// Stride.
+        stride: usize,
+        /// Zero padding.
+        pad: usize,
+        /// Input height and width.
+        hin: usize,
+        /// Input width.
+        win: usize,
+        /// Output height.
+        hout: usize,
+        /// Output width.
+        wout: usize,
+        /// Offset of the weights in θ.
+        w: usize,
+        /// Offset of the bias in θ, if any.
+        b: Option<usize>,
+    },
+    /// Fully connected layer.
+    Linear {
+        /// Input features.
+        din: usize,
+        /// Output features.
+        dout: usize,
+        /// Offset of the `[dout, din]` weights in θ.
+        w: usize,
+        /// Offset of the bias in θ, if any.
+        b: Option<usize>,
+    },
+    /// max(x, 0) over `len` values.
+    Relu {
+        /// Activation length.
+        len: usize,
+    },
+    /// tanh over `len` values.
+    Tanh {
+        /// Activation length.
+        len: usize,
+    },
+    /// Max pooling, channels-last.
+    MaxPool {
+        /// Channels.
+        c: usize,
+        /// Window.
+        k: usize,
+        /// Stride.
+        stride: usize,
+        /// Input height.
+        hin: usize,
+        /// Input width.
+        win: usize,
+        /// Output height.
+        hout: usize,
+        /// Output width.
+        wout: usize,
+    },
+    /// `[h, w, c]` → `[c·h·w]` (channel-major).
+    Flatten {
+        /// Channels.
+        c: usize,
+        /// Height.
+        h: usize,
+        /// Width.
+        w: usize,
+    },
+}
+
+impl Op {
+    /// Values per example at this layer's output.
+    #[must_use]
+    pub fn out_len(&self) -> usize {
+        match *self {
+            Op::Conv { cout, hout, wout, .. } => cout * hout * wout,
+            Op::Linear { dout, .. } => dout,
+            Op::Relu { len } | Op::Tanh { len } => len,
+            Op::MaxPool { c, hout, wout, .. } => c * hout * wout,
+            Op::Flatten { c, h, w } => c * h * w,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Shape {
+    Spatial { c: usize, h: usize, w: usize },
+    Flat(usize),
+}
+
+impl Shape {
+    fn len(self) -> usize {
+        match self {
+            Shape::Spatial { c, h, w } => c * h * w,
+            Shape::Flat(n) => n,
+        }
+    }
+}
+
+/// A compiled sequential model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    spec: ModelSpec,
+    ops: Vec<Op>,
+    num_params: usize,
+}
+
+impl Network {
+    /// Compiles `spec`, checking that every layer fits the shape it receives.
+    pub fn new(spec: &ModelSpec) -> Result<Self> {
+        let [c, h, w] = spec.input;
+        if c == 0 || h == 0 || w == 0 {
+            return Err(cfg("model.input", "every input dimension must be > 0".into()));
+        }
+        let mut shape = Shape::Spatial { c, h, w };
+        let mut ops = Vec::with_capacity(spec.layers.len());
+        let mut p = 0usize;
+        for (i, layer) in spec.layers.iter().enumerate() {
+            let field = || format!("model.layers[{i}]");
+            let op = match (*layer, shape) {
+                (LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias }, Shape::Spatial { c, h, w }) => {
+                    if out_channels == 0 || kernel == 0 || stride == 0 {
+                        return Err(cfg(&field(), "conv2d needs out_channels, kernel and stride > 0".into()));
+                    }
+                    if h + 2 * padding < kernel || w + 2 * padding < kernel {
+                        return Err(cfg(&field(), format!("kernel {kernel} is larger than the padded {h}x{w} input")));
+                    }
+                    let (hout, wout) =
+                        ((h + 2 * padding - kernel) / stride + 1, (w + 2 * padding - kernel) / stride + 1);
+                    let wo = p;
+                    p += out_channels * c * kernel * kernel;
+                    let b = bias.then(|| {
+                        p += out_channels;
+                        p - out_channels
+                    });
+                    shape = Shape::Spatial { c: out_channels, h: hout, w: wout };
+                    Op::Conv {
+                        cin: c,
+                        cout: out_channels,
+                        k: kernel,
+                        stride,
+                        pad: padding,
+                        hin: h,
+                        win: w,
+                        hout,
+                        wout,
+                        w: wo,
+                        b,
+                    }
+                }
+                (LayerSpec::Conv2d { .. }, Shape::Flat(_)) => {
+                    return Err(cfg(&field(), "conv2d needs a spatial input, but it follows a flatten/linear".into()));
+                }
+                (LayerSpec::Linear { out_features, bias }, Shape::Flat(din)) => {
+                    if out_features == 0 {
+                        return Err(cfg(&field(), "linear needs out_features > 0".into()));
+                    }
+                    let wo = p;
+                    p += out_features * din;
+                    let b = bias.then(|| {
+                        p += out_features;
+                        p - out_features
+                    });
+                    shape = Shape::Flat(out_features);
+                    Op::Linear { din, dout: out_features, w: wo, b }
+                }
+                (LayerSpec::Linear { .. }, Shape::Spatial { .. }) => {
+                    return Err(cfg(
+                        &field(),
+                        "linear needs a flat input: insert { kind = \"flatten\" } before it".into(),
+                    ));
+                }
+                (LayerSpec::Relu, s) => Op::Relu { len: s.len() },
+                (LayerSpec::Tanh, s) => Op::Tanh { len: s.len() },
+                (LayerSpec::MaxPool2d { kernel, stride }, Shape::Spatial { c, h, w }) => {
+                    if kernel == 0 || stride == 0 || kernel > h || kernel > w {
+                        return Err(cfg(
+                            &field(),
+                            format!("max_pool2d kernel {kernel} / stride {stride} do not fit {h}x{w}"),
+                        ));
+                    }
+                    let (hout, wout) = ((h - kernel) / stride + 1, (w - kernel) / stride + 1);
+                    shape = Shape::Spatial { c, h: hout, w: wout };
+                    Op::MaxPool { c, k: kernel, stride, hin: h, win: w, hout, wout }
+                }
+                (LayerSpec::MaxPool2d { .. }, Shape::Flat(_)) => {
+                    return Err(cfg(&field(), "max_pool2d needs a spatial input".into()));
+                }
+                (LayerSpec::Flatten, Shape::Spatial { c, h, w }) => {
+                    shape = Shape::Flat(c * h * w);
+                    Op::Flatten { c, h, w }
+                }
+                (LayerSpec::Flatten, Shape::Flat(n)) => Op::Flatten { c: n, h: 1, w: 1 },
+            };
+            ops.push(op);
+        }
+        match shape {
+            Shape::Flat(n) if n == spec.classes && n > 1 => {}
+            _ => {
+                return Err(cfg(
+                    "model.layers",
+                    format!(
+                        "the last layer must output {} logits (a flat vector), got {} values",
+                        spec.classes,
+                        shape.len()
+                    ),
+                ));
+            }
+        }
+        if p == 0 {
+            return Err(cfg("model.layers", "the model has no trainable parameters".into()));
+        }
+        Ok(Self { spec: spec.clone(), ops, num_params: p })
+    }
+
+    /// The architecture this network was compiled from.
+    #[must_use]
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+    /// The compiled layers.
+    #[must_use]
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+    /// The number of trainable parameters P (the length of θ and of a per-example gradient).
+    #[must_use]
+    pub fn num_params(&self) -> usize {
+        self.num_params
+    }
+    /// Values per input example (`c·h·w`).
+    #[must_use]
+    pub fn input_len(&self) -> usize {
+        self.spec.input.iter().product()
+    }
+    /// Number of classes.
+    #[must_use]
+    pub fn classes(&self) -> usize {
+        self.spec.classes
+    }
+
+    /// PyTorch's default initialisation (U(−1/√fan_in, 1/√fan_in) for weights and biases),
+    /// from a seeded generator.
+    #[must_use]
+    pub fn init_params(&self, rng: &mut impl rand::Rng) -> Vec<f32> {
+        let mut theta = vec![0.0f32; self.num_params];
+        for op in &self.ops {
+            let (fan_in, ranges) = match *op {
+                Op::Conv { cin, cout, k, w, b, .. } => {
+                    (cin * k * k, [Some((w, cout * cin * k * k)), b.map(|b| (b, cout))])
+                }
+                Op::Linear { din, dout, w, b } => (din, [Some((w, dout * din)), b.map(|b| (b, dout))]),
+                _ => continue,
+            };
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            for (start, len) in ranges.into_iter().flatten() {
+                for t in &mut theta[start..start + len] {
+                    *t = rng.random_range(-bound..bound);
+                }
+            }
+        }
+        theta
+    }
+}
+
+fn cfg(field: &str, message: String) -> Error {
+    Error::Config { field: field.to_string(), message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opacus_cnn_has_26010_parameters() {
+        let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
+        assert_eq!(net.num_params(), 26_010);
+        assert_eq!(net.ops()[0].out_len(), 16 * 14 * 14);
+        assert_eq!(net.ops()[6].out_len(), 512);
+        assert_eq!(Network::new(&ModelSpec::logistic()).unwrap().num_params(), 7850);
+    }
+
+    #[test]
+    fn shape_errors_name_the_layer() {
+        let mut spec = ModelSpec::logistic();
+        spec.layers.remove(0);
+        let e = Network::new(&spec).unwrap_err().to_string();
+        assert!(e.contains("model.layers[0]") && e.contains("flatten"), "{e}");
+        let mut spec = ModelSpec::logistic();
+        spec.classes = 7;
+        assert!(Network::new(&spec).unwrap_err().to_string().contains("7 logits"));
+    }
+}
