@@ -24,8 +24,14 @@
 #![warn(missing_docs)]
 
 pub mod accounting;
+pub mod clip;
+pub mod data;
+pub mod device;
 pub mod error;
 pub mod model;
+pub mod noise;
 pub mod per_example;
+pub mod plot;
+pub mod train;
 
 pub use error::{Error, Result};

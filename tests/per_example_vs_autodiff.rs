@@ -1,7 +1,7 @@
 //! The fast per-example engine against burn's autodiff, one backward pass per example:
 //! every supported layer and the Opacus CNN agree to ≤ 1e-4 relative error.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use dpgd::model::{BurnModel, LayerSpec, ModelSpec};
 use dpgd::per_example::Network;
 use rand::{RngExt, SeedableRng};
@@ -21,7 +21,7 @@ fn check(spec: ModelSpec, n: usize) {
     let mut losses = vec![0.0; n];
     net.backward(&theta, &mut ws, &labels, &mut fast, &mut losses);
 
-    let device = Device::ndarray().autodiff();
+    let device = dpgd::device::parse("ndarray").unwrap().autodiff();
     let model = BurnModel::from_params(&net, &theta, &device);
     let reference = model.per_example_gradients_autodiff(&net, &x, &labels).unwrap();
 

@@ -1,6 +1,8 @@
 //! Command-line parsing and dispatch. Every subcommand calls library functions only.
 
 mod account;
+mod data;
+mod train;
 
 use std::process::ExitCode;
 
@@ -19,6 +21,11 @@ enum Command {
     /// Privacy accounting without training: conversions, calibration, budgets.
     #[command(subcommand)]
     Account(account::AccountCommand),
+    /// Datasets: fetch and verify.
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// Train a model privately from a TOML config.
+    Train(train::TrainArgs),
 }
 
 /// Parses the command line and runs it. Usage errors and failures print one line on
@@ -46,6 +53,8 @@ pub fn run() -> ExitCode {
     };
     let result = match cli.command {
         Command::Account(cmd) => account::run(cmd),
+        Command::Data(cmd) => data::run(cmd),
+        Command::Train(args) => train::run_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -136,7 +136,12 @@ impl IndividualFilter {
     /// negative request is treated as a request for everything that remains.
     /// Panics if `i` is out of range.
     pub fn grant(&mut self, i: usize, requested: f64) -> f64 {
-        LedgerSlot { budget: self.budget, spent: &mut self.spent[i] }.grant(requested)
+        self.slot_mut(i).grant(requested)
+    }
+
+    /// Example `i`'s ledger entry. Panics if `i` is out of range.
+    pub fn slot_mut(&mut self, i: usize) -> LedgerSlot<'_> {
+        LedgerSlot { budget: self.budget, spent: &mut self.spent[i] }
     }
 
     /// The ledger entries of the examples in `range`, as a parallel iterator of slots the

@@ -1,0 +1,175 @@
+//! The dataset step: fill `datasets/<name>/` from a local copy or, for users with internet,
+//! the public mirrors, and verify every file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use super::{Dataset, FILES, idx, locate};
+use crate::error::{Error, Result};
+
+/// SHA-256 of the *uncompressed* official MNIST files (as published with the dataset and in
+/// `../shared/datasets/mnist/SHA256SUMS.uncompressed`).
+pub const MNIST_SHA256: [(&str, &str); 4] = [
+    ("train-images-idx3-ubyte", "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db"),
+    ("train-labels-idx1-ubyte", "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5"),
+    ("t10k-images-idx3-ubyte", "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7"),
+    ("t10k-labels-idx1-ubyte", "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
+];
+
+/// A dataset the fetch step knows: where to look locally and which mirrors to try.
+#[derive(Debug, Clone, Copy)]
+pub struct Known {
+    /// Name used on the command line and as the folder under `datasets/`.
+    pub name: &'static str,
+    /// Local folders tried in order (relative paths are relative to the working directory).
+    pub local: &'static [&'static str],
+    /// Public mirrors (base URLs of the `.gz` files).
+    pub mirrors: &'static [&'static str],
+    /// Expected SHA-256 of the uncompressed files, when published.
+    pub sha256: Option<&'static [(&'static str, &'static str); 4]>,
+}
+
+/// The datasets `dpgd data fetch` knows by name.
+pub const KNOWN: [Known; 2] = [
+    Known {
+        name: "mnist",
+        local: &["../shared/datasets/mnist", "/usr/share/datasets/mnist"],
+        mirrors: &[
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+        ],
+        sha256: Some(&MNIST_SHA256),
+    },
+    Known {
+        name: "fashion-mnist",
+        local: &["/usr/share/datasets/fashion-mnist"],
+        mirrors: &["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],
+        sha256: None,
+    },
+];
+
+/// What the fetch step did with one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The file in the destination folder.
+    pub path: PathBuf,
+    /// Where it came from (`already present`, a local path, or a URL).
+    pub source: String,
+    /// Whether its SHA-256 was checked against a published value.
+    pub verified: bool,
+}
+
+/// Fills `dest` with the four files of dataset `name`, taken from `from` if given, else from
+/// the first local folder that has them, else from the public mirrors (needs `curl`). Every
+/// file is checked (SHA-256 where published, and a full IDX parse) before it is kept.
+pub fn fetch(name: &str, dest: &Path, from: Option<&Path>) -> Result<Vec<Fetched>> {
+    let known = KNOWN.iter().find(|k| k.name == name).ok_or_else(|| Error::Config {
+        field: "dataset".into(),
+        message: format!("unknown dataset `{name}`; known: mnist, fashion-mnist (or pass --from DIR with IDX files)"),
+    })?;
+    std::fs::create_dir_all(dest).map_err(Error::io(dest))?;
+    let mut out = Vec::new();
+    for stem in FILES {
+        let expected = known.sha256.and_then(|h| h.iter().find(|(f, _)| *f == stem).map(|(_, h)| *h));
+        if let Ok(existing) = locate(dest, stem)
+            && check(&existing, stem, expected).is_ok()
+        {
+            out.push(Fetched { path: existing, source: "already present".into(), verified: expected.is_some() });
+            continue;
+        }
+        let target = dest.join(format!("{stem}.gz"));
+        let source = copy_local(known, from, stem, &target, expected).or_else(|local_err| {
+            download(known, stem, &target, expected).map_err(|net_err| Error::Data {
+                path: target.clone(),
+                message: format!("no usable copy: {local_err}; and no mirror worked: {net_err}"),
+            })
+        })?;
+        out.push(Fetched { path: target, source, verified: expected.is_some() });
+    }
+    Dataset::load(dest, 10)?;
+    Ok(out)
+}
+
+/// Checks one file: its uncompressed SHA-256 (if `expected`) and that it parses as IDX.
+fn check(path: &Path, stem: &str, expected: Option<&str>) -> Result<()> {
+    let bytes = idx::read_bytes(path)?;
+    if let Some(want) = expected {
+        let got = hex(&Sha256::digest(&bytes));
+        if got != want {
+            return Err(Error::Data {
+                path: path.into(),
+                message: format!("SHA-256 {got} does not match the published {want}"),
+            });
+        }
+    }
+    idx::parse(path, &bytes, if stem.contains("idx3") { 3 } else { 1 }).map(|_| ())
+}
+
+fn copy_local(known: &Known, from: Option<&Path>, stem: &str, target: &Path, expected: Option<&str>) -> Result<String> {
+    let dirs: Vec<PathBuf> = match from {
+        Some(d) => vec![d.to_path_buf()],
+        None => known.local.iter().map(PathBuf::from).collect(),
+    };
+    let mut last = String::from("no local folder given or found");
+    for dir in dirs {
+        let Ok(src) = locate(&dir, stem) else {
+            last = format!("{stem} not in {}", dir.display());
+            continue;
+        };
+        match check(&src, stem, expected) {
+            Ok(()) => {
+                let tmp = target.with_extension("part");
+                if src.extension().is_some_and(|e| e == "gz") {
+                    std::fs::copy(&src, &tmp).map_err(Error::io(&src))?;
+                } else {
+                    gzip_file(&src, &tmp)?;
+                }
+                std::fs::rename(&tmp, target).map_err(Error::io(target))?;
+                return Ok(src.display().to_string());
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(Error::Data { path: target.into(), message: last })
+}
+
+fn gzip_file(src: &Path, dst: &Path) -> Result<()> {
+    let bytes = std::fs::read(src).map_err(Error::io(src))?;
+    let file = std::fs::File::create(dst).map_err(Error::io(dst))?;
+    let mut enc = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    std::io::Write::write_all(&mut enc, &bytes).map_err(Error::io(dst))?;
+    enc.finish().map_err(Error::io(dst))?;
+    Ok(())
+}
+
+fn download(known: &Known, stem: &str, target: &Path, expected: Option<&str>) -> Result<String> {
+    let tmp = target.with_extension("download");
+    let mut errors = Vec::new();
+    for base in known.mirrors {
+        let url = format!("{base}{stem}.gz");
+        let status = Command::new("curl")
+            .args(["-fsSL", "--retry", "2", "--max-time", "300", "-o"])
+            .arg(&tmp)
+            .arg(&url)
+            .status();
+        match status {
+            Ok(s) if s.success() => match check(&tmp, stem, expected) {
+                Ok(()) => {
+                    std::fs::rename(&tmp, target).map_err(Error::io(target))?;
+                    return Ok(url);
+                }
+                Err(e) => errors.push(format!("{url}: {e}")),
+            },
+            Ok(s) => errors.push(format!("{url}: curl exited with {s}")),
+            Err(e) => errors.push(format!("curl could not run ({e}); install curl or pass --from DIR")),
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    Err(Error::Data { path: target.into(), message: errors.join("; ") })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
