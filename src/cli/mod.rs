@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Every subcommand calls library functions only.
 
 mod account;
+mod bench;
 mod data;
 mod train;
 
@@ -26,6 +27,8 @@ enum Command {
     Data(data::DataCommand),
     /// Train a model privately from a TOML config.
     Train(train::TrainArgs),
+    /// Time full private steps and report peak memory (see experiments/speed).
+    BenchStep(bench::BenchArgs),
 }
 
 /// Parses the command line and runs it. Usage errors and failures print one line on
@@ -55,6 +58,7 @@ pub fn run() -> ExitCode {
         Command::Account(cmd) => account::run(cmd),
         Command::Data(cmd) => data::run(cmd),
         Command::Train(args) => train::run_cmd(args),
+        Command::BenchStep(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

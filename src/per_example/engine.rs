@@ -22,6 +22,8 @@ pub struct Workspace {
     acts: Vec<Vec<f32>>,
     /// im2col matrices of conv layers (empty for other ops).
     cols: Vec<Vec<f32>>,
+    /// Channels-last staging for conv GEMM outputs and output gradients.
+    hwc: Vec<f32>,
     /// Arg-max input index of every max-pool output (empty for other ops).
     argmax: Vec<Vec<u32>>,
     grad_a: Vec<f32>,
@@ -38,12 +40,14 @@ impl Network {
         let mut argmax = Vec::new();
         let mut widest = self.input_len();
         let mut dcols = 0;
+        let mut hwc = 0;
         for op in self.ops() {
             acts.push(vec![0.0; batch * op.out_len()]);
             widest = widest.max(op.out_len());
             let (c, a) = match *op {
                 Op::Conv { cin, k, hout, wout, .. } => {
                     dcols = dcols.max(hout * wout * cin * k * k);
+                    hwc = hwc.max(op.out_len());
                     (hout * wout * cin * k * k, 0)
                 }
                 Op::MaxPool { .. } => (0, op.out_len()),
@@ -56,6 +60,7 @@ impl Network {
             batch,
             acts,
             cols,
+            hwc: vec![0.0; batch * hwc],
             argmax,
             grad_a: vec![0.0; batch * widest],
             grad_b: vec![0.0; batch * widest],
@@ -67,8 +72,7 @@ impl Network {
     /// Returns the logits, `b × classes`.
     pub fn forward<'w>(&self, theta: &[f32], ws: &'w mut Workspace, x: &[f32], b: usize) -> &'w [f32] {
         assert!(b <= ws.batch && x.len() == b * self.input_len() && theta.len() == self.num_params());
-        let [c, h, w] = self.spec().input;
-        chw_to_hwc(&x[..b * c * h * w], &mut ws.acts[0][..b * c * h * w], c, h * w);
+        ws.acts[0][..x.len()].copy_from_slice(x);
         for (l, op) in self.ops().iter().enumerate() {
             let (inputs, outputs) = ws.acts.split_at_mut(l + 1);
             let input = &inputs[l];
@@ -85,12 +89,13 @@ impl Network {
                             (k, stride, pad, hout, wout),
                         );
                     }
-                    // out[b·T × cout] = cols[b·T × K] · Wᵀ (W is [cout × K] row-major)
+                    // hwc[b·T × cout] = cols[b·T × K] · Wᵀ (W is [cout × K] row-major), then to [cout, T]
+                    let hwc = &mut ws.hwc[..b * t * cout];
                     sgemm(
                         b * t,
                         cout,
                         kk,
-                        out,
+                        hwc,
                         row_major(cout),
                         false,
                         cols,
@@ -98,8 +103,11 @@ impl Network {
                         &theta[w..],
                         transposed(kk),
                     );
+                    hwc_to_chw(hwc, out, cout, t);
                     if let Some(bo) = bias {
-                        add_bias(out, &theta[bo..bo + cout]);
+                        for (plane, bv) in out.chunks_exact_mut(t).zip(theta[bo..bo + cout].iter().cycle()) {
+                            plane.iter_mut().for_each(|v| *v += bv);
+                        }
                     }
                 }
                 Op::Linear { din, dout, w, b: bias } => {
@@ -137,10 +145,10 @@ impl Network {
                             &mut out[e * op.out_len()..(e + 1) * op.out_len()],
                             &mut am[e * op.out_len()..(e + 1) * op.out_len()],
                         );
-                        max_pool(inp, o, a, (c, win), (k, stride, hout, wout));
+                        max_pool(inp, o, a, (c, hin, win), (k, stride, hout, wout));
                     }
                 }
-                Op::Flatten { c, h, w } => hwc_to_chw(&input[..b * c * h * w], out, c, h * w),
+                Op::Flatten { .. } => out.copy_from_slice(&input[..out.len()]),
             }
         }
         &ws.acts[self.ops().len()][..b * self.classes()]
@@ -181,7 +189,7 @@ impl Network {
                     for e in 0..b {
                         let g = &mut grads[e * p..(e + 1) * p];
                         let dye = &dy[e * t * cout..(e + 1) * t * cout];
-                        // ∂W[cout × K] = Δᵀ[cout × T] · cols[T × K]
+                        // ∂W[cout × K] = Δ[cout × T] · cols[T × K]
                         sgemm(
                             cout,
                             kk,
@@ -190,23 +198,21 @@ impl Network {
                             row_major(kk),
                             false,
                             dye,
-                            transposed(cout),
+                            row_major(t),
                             &cols[e * t * kk..],
                             row_major(kk),
                         );
                         if let Some(bo) = bias {
-                            let gb = &mut g[bo..bo + cout];
-                            gb.iter_mut().for_each(|v| *v = 0.0);
-                            for row in dye.chunks_exact(cout) {
-                                for (gbo, d) in gb.iter_mut().zip(row) {
-                                    *gbo += d;
-                                }
+                            for (gb, plane) in g[bo..bo + cout].iter_mut().zip(dye.chunks_exact(t)) {
+                                *gb = plane.iter().sum();
                             }
                         }
                     }
                     if need_input_grad {
+                        // dcols[b·T × K] = Δᵀ[b·T × cout] · W[cout × K], then scatter back
+                        let hwc = &mut ws.hwc[..b * t * cout];
+                        chw_to_hwc(dy, hwc, cout, t);
                         let dcols = &mut ws.dcols[..b * t * kk];
-                        // dcols[b·T × K] = Δ[b·T × cout] · W[cout × K]
                         sgemm(
                             b * t,
                             kk,
@@ -214,7 +220,7 @@ impl Network {
                             dcols,
                             row_major(kk),
                             false,
-                            dy,
+                            hwc,
                             row_major(cout),
                             &theta[w..],
                             row_major(kk),
@@ -278,7 +284,7 @@ impl Network {
                         }
                     }
                 }
-                Op::Flatten { c, h, w } => chw_to_hwc(dy, dx, c, h * w),
+                Op::Flatten { .. } => dx.copy_from_slice(dy),
             }
             if l == first_param {
                 break;
@@ -343,7 +349,9 @@ fn hwc_to_chw(src: &[f32], dst: &mut [f32], c: usize, hw: usize) {
     }
 }
 
-/// One example's im2col: row t = (oh, ow), column (ch, i, j) — the weight layout's order.
+/// One example's im2col from a channel-major `[cin, hin, win]` input: row t = (oh, ow),
+/// column (ch, i, j) — the weight layout's order. Each (ch, i) row segment is a contiguous
+/// copy of k input values (zero outside the padded border).
 fn im2col(
     x: &[f32],
     cols: &mut [f32],
@@ -354,22 +362,30 @@ fn im2col(
     for oh in 0..hout {
         for ow in 0..wout {
             let row = &mut cols[(oh * wout + ow) * kk..(oh * wout + ow + 1) * kk];
-            for i in 0..k {
-                let ih = (oh * s + i) as isize - pad as isize;
-                for j in 0..k {
-                    let iw = (ow * s + j) as isize - pad as isize;
-                    let inside = ih >= 0 && (ih as usize) < hin && iw >= 0 && (iw as usize) < win;
-                    let base = if inside { (ih as usize * win + iw as usize) * cin } else { 0 };
-                    for ch in 0..cin {
-                        row[ch * k * k + i * k + j] = if inside { x[base + ch] } else { 0.0 };
+            let w0 = (ow * s) as isize - pad as isize;
+            // columns j in [j_lo, j_hi) fall inside the input
+            let j_lo = (-w0).clamp(0, k as isize) as usize;
+            let j_hi = (win as isize - w0).clamp(0, k as isize) as usize;
+            for ch in 0..cin {
+                for i in 0..k {
+                    let seg = &mut row[(ch * k + i) * k..(ch * k + i + 1) * k];
+                    let ih = (oh * s + i) as isize - pad as isize;
+                    if ih < 0 || ih as usize >= hin || j_lo >= j_hi {
+                        seg.fill(0.0);
+                        continue;
                     }
+                    let src = (ch * hin + ih as usize) * win;
+                    seg[..j_lo].fill(0.0);
+                    let a = (w0 + j_lo as isize) as usize;
+                    seg[j_lo..j_hi].copy_from_slice(&x[src + a..src + a + (j_hi - j_lo)]);
+                    seg[j_hi..].fill(0.0);
                 }
             }
         }
     }
 }
 
-/// Adjoint of [`im2col`]: scatter-adds column gradients back onto the input gradient.
+/// Adjoint of [`im2col`]: scatter-adds column gradients back onto the channel-major input gradient.
 fn col2im(
     dcols: &[f32],
     dx: &mut [f32],
@@ -380,19 +396,22 @@ fn col2im(
     for oh in 0..hout {
         for ow in 0..wout {
             let row = &dcols[(oh * wout + ow) * kk..(oh * wout + ow + 1) * kk];
-            for i in 0..k {
-                let ih = (oh * s + i) as isize - pad as isize;
-                if ih < 0 || ih as usize >= hin {
-                    continue;
-                }
-                for j in 0..k {
-                    let iw = (ow * s + j) as isize - pad as isize;
-                    if iw < 0 || iw as usize >= win {
+            let w0 = (ow * s) as isize - pad as isize;
+            let j_lo = (-w0).clamp(0, k as isize) as usize;
+            let j_hi = (win as isize - w0).clamp(0, k as isize) as usize;
+            if j_lo >= j_hi {
+                continue;
+            }
+            for ch in 0..cin {
+                for i in 0..k {
+                    let ih = (oh * s + i) as isize - pad as isize;
+                    if ih < 0 || ih as usize >= hin {
                         continue;
                     }
-                    let base = (ih as usize * win + iw as usize) * cin;
-                    for ch in 0..cin {
-                        dx[base + ch] += row[ch * k * k + i * k + j];
+                    let seg = &row[(ch * k + i) * k + j_lo..(ch * k + i) * k + j_hi];
+                    let dst = (ch * hin + ih as usize) * win + (w0 + j_lo as isize) as usize;
+                    for (d, v) in dx[dst..dst + seg.len()].iter_mut().zip(seg) {
+                        *d += v;
                     }
                 }
             }
@@ -400,32 +419,31 @@ fn col2im(
     }
 }
 
-/// One example's channels-last max pool, recording the arg-max input index of each output.
+/// One example's channel-major max pool, recording the arg-max input index of each output.
 fn max_pool(
     x: &[f32],
     out: &mut [f32],
     argmax: &mut [u32],
-    (c, win): (usize, usize),
+    (c, hin, win): (usize, usize, usize),
     (k, s, hout, wout): (usize, usize, usize, usize),
 ) {
-    for oh in 0..hout {
-        for ow in 0..wout {
-            let o = (oh * wout + ow) * c;
-            let first = (oh * s * win + ow * s) * c;
-            out[o..o + c].copy_from_slice(&x[first..first + c]);
-            for (ch, a) in argmax[o..o + c].iter_mut().enumerate() {
-                *a = (first + ch) as u32;
-            }
-            for i in 0..k {
-                for j in 0..k {
-                    let base = ((oh * s + i) * win + ow * s + j) * c;
-                    for ch in 0..c {
-                        if x[base + ch] > out[o + ch] {
-                            out[o + ch] = x[base + ch];
-                            argmax[o + ch] = (base + ch) as u32;
+    for ch in 0..c {
+        let plane = &x[ch * hin * win..(ch + 1) * hin * win];
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let o = (ch * hout + oh) * wout + ow;
+                let first = (oh * s) * win + ow * s;
+                let (mut best, mut best_v) = (first, plane[first]);
+                for i in 0..k {
+                    let r = (oh * s + i) * win + ow * s;
+                    for (j, &v) in plane[r..r + k].iter().enumerate() {
+                        if v > best_v {
+                            (best, best_v) = (r + j, v);
                         }
                     }
                 }
+                out[o] = best_v;
+                argmax[o] = (ch * hin * win + best) as u32;
             }
         }
     }

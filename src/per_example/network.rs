@@ -7,8 +7,8 @@ use rand::RngExt;
 
 use crate::model::{LayerSpec, ModelSpec};
 
-/// A compiled layer. Spatial activations are stored channels-last (`[h, w, c]`) inside the
-/// engine; [`Op::Flatten`] reorders to the channel-major order PyTorch and burn use.
+/// A compiled layer. Spatial activations are channel-major (`[c, h, w]`, as in PyTorch and
+/// burn), so [`Op::Flatten`] is a plain copy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Op {
     /// Convolution via im2col + GEMM.
@@ -57,7 +57,7 @@ pub enum Op {
         /// Activation length.
         len: usize,
     },
-    /// Max pooling, channels-last.
+    /// Max pooling.
     MaxPool {
         /// Channels.
         c: usize,
@@ -74,7 +74,7 @@ pub enum Op {
         /// Output width.
         wout: usize,
     },
-    /// `[h, w, c]` → `[c·h·w]` (channel-major).
+    /// `[c, h, w]` → `[c·h·w]`.
     Flatten {
         /// Channels.
         c: usize,

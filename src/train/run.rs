@@ -110,7 +110,7 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
     let end = opts.stop_after.map_or(cfg.max_steps, |s| (start + s).min(cfg.max_steps));
     let mut last_acc = f64::NAN;
     let norm = c.data.normalize;
-    let plan = GradientPlan { net: &net, data: &train, norm, combine, chunk: c.train.chunk };
+    let plan = GradientPlan::new(&net, &train, norm, combine, c.train.chunk);
 
     for step in start + 1..=end {
         let t0 = Instant::now();

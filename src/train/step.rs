@@ -2,6 +2,8 @@
 //! per-example gradients of every active example, the clipping kernel with its ledger
 //! charge, the clipped sum; then noise and the update.
 
+use std::sync::{Mutex, OnceLock};
+
 use rayon::prelude::*;
 
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
@@ -29,6 +31,7 @@ pub enum Combine {
 const BLOCKS: usize = 64;
 
 /// Per-thread buffers for one micro-batch.
+#[derive(Debug)]
 struct Scratch {
     ws: Workspace,
     x: Vec<f32>,
@@ -55,8 +58,9 @@ impl Scratch {
     }
 }
 
-/// What one step computes over: the model, the training data and how gradients combine.
-#[derive(Debug, Clone, Copy)]
+/// What one step computes over: the model, the training data and how gradients combine;
+/// plus one set of scratch buffers per worker thread, reused across steps.
+#[derive(Debug)]
 pub struct GradientPlan<'a> {
     /// The compiled model.
     pub net: &'a Network,
@@ -68,9 +72,16 @@ pub struct GradientPlan<'a> {
     pub combine: Combine,
     /// Examples per micro-batch.
     pub chunk: usize,
+    scratch: OnceLock<Vec<Mutex<Scratch>>>,
 }
 
-impl GradientPlan<'_> {
+impl<'a> GradientPlan<'a> {
+    /// A plan; its scratch buffers are allocated on first use, one per worker thread.
+    #[must_use]
+    pub fn new(net: &'a Network, data: &'a Split, norm: Normalize, combine: Combine, chunk: usize) -> Self {
+        Self { net, data, norm, combine, chunk, scratch: OnceLock::new() }
+    }
+
     /// Σᵢ ḡ(xᵢ) over the training split at θ: per-example gradients in micro-batches of
     /// `chunk` examples (parallel over micro-batches on the current rayon pool), combined per
     /// `combine`. Examples whose budget is spent are skipped (they would contribute zero). The
@@ -84,24 +95,27 @@ impl GradientPlan<'_> {
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
         let block = n.div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
+        let threads = rayon::current_num_threads();
+        let scratch =
+            self.scratch.get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(self.net, self.chunk))).collect());
         let partials: Vec<(Vec<f32>, Option<usize>)> = ledger
             .slots_mut(0..n)
             .chunks(block)
             .enumerate()
-            .map_init(
-                || Scratch::new(self.net, self.chunk),
-                |s, (bi, mut slots)| {
-                    s.acc.iter_mut().for_each(|v| *v = 0.0);
-                    s.failed = None;
-                    for (mb, mb_slots) in slots.chunks_mut(self.chunk).enumerate() {
-                        self.micro_batch(theta, bi * block + mb * self.chunk, mb_slots, s);
-                        if s.failed.is_some() {
-                            break;
-                        }
+            .map(|(bi, mut slots)| {
+                let worker = rayon::current_thread_index().unwrap_or(0) % scratch.len();
+                let mut guard = scratch[worker].lock().expect("scratch lock");
+                let s = &mut *guard;
+                s.acc.iter_mut().for_each(|v| *v = 0.0);
+                s.failed = None;
+                for (mb, mb_slots) in slots.chunks_mut(self.chunk).enumerate() {
+                    self.micro_batch(theta, bi * block + mb * self.chunk, mb_slots, s);
+                    if s.failed.is_some() {
+                        break;
                     }
-                    (s.acc.clone(), s.failed)
-                },
-            )
+                }
+                (s.acc.clone(), s.failed)
+            })
             .collect();
         let mut sum = vec![0.0f32; self.net.num_params()];
         for (acc, failed) in partials {
