@@ -14,6 +14,7 @@ use dpgd::per_example::Network;
 use dpgd::train::step::{Combine, GradientPlan};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 fn mnist() -> Dataset {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist");
@@ -59,6 +60,11 @@ fn clip_kernel(c: &mut Criterion) {
         g.throughput(Throughput::Bytes((n * p * 4 + 2 * p * 4) as u64));
         g.bench_function(format!("norms_factors_ledger_sum_{n}x26010"), |bch| {
             bch.iter(|| black_box(clip_sum(&grads, p, ledger.slots_mut(0..n), 1.0, NonFinitePolicy::Error).unwrap()))
+        });
+        // The machine's bound for the same bytes, measured in the same run: a parallel
+        // read-and-sum of the buffer (what any kernel must at least do).
+        g.bench_function(format!("bandwidth_baseline_read_sum_{n}x26010"), |bch| {
+            bch.iter(|| black_box(grads.par_chunks(p).map(|r| r.iter().sum::<f32>()).sum::<f32>()))
         });
     }
     g.finish();
