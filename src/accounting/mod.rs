@@ -13,6 +13,8 @@
 //! | [`PrivateGd`], [`calibrate_sigma`] | the guarantee and the noise calibration of private GD with filtering | 001 Algorithm 3, Prop. 5.1 |
 //! | [`filter::RenyiFilter`], [`filter::ZcdpFilter`], [`filter::MultiOrderRdpFilter`] | fully adaptive RDP composition | 001 Thm 4.3, Remark 4.4 |
 //! | [`filter::IndividualFilter`] | the per-example ledger of individual privacy filtering | 001 Algorithm 2, Thm 4.5 |
+//! | [`filter::RogersFilter`], [`filter::FzFilter`], [`filter::WhitehouseFilter`], [`filter::BasicFilter`] | (ε, δ)-DP filters for adaptively chosen parameters | 003 Thm 5.1; 001 Thm 4.8; 000 Thm 2 |
+//! | [`odometer::FilterOdometer`], [`odometer::MixtureOdometer`], [`odometer::StitchedOdometer`], [`odometer::RogersOdometer`] | time-uniform bounds on privacy loss | 000 Thm 3, Lemma 3; 003 Thm 6.2 |
 //!
 //! ```
 //! use dpgd::accounting::{calibrate_sigma, Conversion, PrivateGd, ToApproxDp, Zcdp};
@@ -47,6 +49,7 @@ mod error;
 pub mod filter;
 mod measure;
 pub mod numeric;
+pub mod odometer;
 
 pub use calibrate::{PrivateGd, calibrate_sigma};
 pub use convert::{Conversion, ToApproxDp};

@@ -12,10 +12,20 @@
 //! | [`ZcdpFilter`] | κ-zCDP | 001 Remark 4.4 |
 //! | [`MultiOrderRdpFilter`] | (αⱼ, Bⱼ)-RDP at every listed order | 001 Remark 4.4 |
 //! | [`IndividualFilter`] | (α, B)-RDP via per-example budgets | 001 Alg. 2, Thm 4.5 |
+//! | [`BasicFilter`] | (Σε, Σδ) basic composition | Dwork et al. 2006 |
+//! | [`RogersFilter`] | (ε_g, δ_g)-DP | 003 Thm 5.1 |
+//! | [`FzFilter`] | (ε_g, δ_g)-DP for pure mechanisms via zCDP | 001 Thm 4.8 |
+//! | [`WhitehouseFilter`] | (ε, δ′ + δ″)-DP | 000 Thm 2 |
+//! | [`ApproxZcdpFilter`] | δ-approximate ρ-zCDP | 000 Thm 1 |
 
+mod dp;
 mod individual;
 mod renyi;
 
+pub use dp::{
+    ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, EpsDelta, FzFilter, RogersFilter, SumsFilter,
+    WhitehouseFilter, rounds_allowed,
+};
 pub use individual::{IndividualCharge, IndividualFilter, LedgerSlot};
 pub use renyi::{MultiOrderRdpFilter, RenyiFilter, ZcdpFilter};
 

@@ -1,0 +1,396 @@
+//! Filters for (ε, δ)-DP mechanisms with adaptively chosen parameters: basic composition,
+//! Rogers et al. 2016 (003 Thm 5.1), Feldman–Zrnic (001 Thm 4.8) and Whitehouse et al.
+//! (000 Thm 2). Each decides from sufficient statistics of the realised parameters
+//! ([`DpSums`]), so the number of rounds a filter allows for a fixed ε₀ is found by
+//! bisection ([`rounds_allowed`]) rather than by charging one round at a time.
+
+use super::super::convert::{Conversion, bun_steinke_max_rho};
+use super::super::error::{AccountingError, Result, non_negative, positive, probability};
+use super::super::numeric::add_up;
+use super::{Decision, PrivacyFilter};
+
+/// The privacy parameters (εₜ, δₜ) of one mechanism; δₜ = 0 for pure DP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpsDelta {
+    epsilon: f64,
+    delta: f64,
+}
+
+impl EpsDelta {
+    /// (ε, δ) with finite ε ≥ 0 and δ ∈ [0, 1).
+    pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
+        non_negative("epsilon", epsilon)?;
+        if !(0.0..1.0).contains(&delta) {
+            return Err(AccountingError::InvalidParameter {
+                name: "delta",
+                value: delta,
+                expected: "must lie in [0, 1)",
+            });
+        }
+        Ok(Self { epsilon, delta })
+    }
+    /// Pure ε-DP.
+    pub fn pure(epsilon: f64) -> Result<Self> {
+        Self::new(epsilon, 0.0)
+    }
+    /// The ε.
+    #[must_use]
+    pub fn epsilon(self) -> f64 {
+        self.epsilon
+    }
+    /// The δ.
+    #[must_use]
+    pub fn delta(self) -> f64 {
+        self.delta
+    }
+}
+
+/// Sufficient statistics of a sequence of (εₜ, δₜ): Σε, Σε², Σε(e^ε − 1)/2, Σδ (all
+/// rounded up).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DpSums {
+    /// Σεₜ.
+    pub eps: f64,
+    /// Σεₜ².
+    pub eps2: f64,
+    /// Σεₜ(e^εₜ − 1)/2, the mean privacy loss term of Rogers et al.
+    pub eps_expm1: f64,
+    /// Σδₜ.
+    pub delta: f64,
+    /// Number of mechanisms.
+    pub rounds: u64,
+}
+
+impl DpSums {
+    /// The sums after one more mechanism.
+    #[must_use]
+    pub fn with(self, c: EpsDelta) -> Self {
+        self.repeated(c, 1)
+    }
+    /// The sums after `r` more mechanisms with parameters `c`.
+    #[must_use]
+    pub fn repeated(self, c: EpsDelta, r: u64) -> Self {
+        let r_f = r as f64;
+        Self {
+            eps: add_up(self.eps, r_f * c.epsilon),
+            eps2: add_up(self.eps2, r_f * c.epsilon * c.epsilon),
+            eps_expm1: add_up(self.eps_expm1, r_f * c.epsilon * c.epsilon.exp_m1() / 2.0),
+            delta: add_up(self.delta, r_f * c.delta),
+            rounds: self.rounds + r,
+        }
+    }
+}
+
+/// A filter that decides from [`DpSums`]; every such filter is a [`PrivacyFilter`] over
+/// [`EpsDelta`] costs, and monotone (smaller parameters never turn CONT into HALT).
+pub trait SumsFilter {
+    /// Whether a composition whose realised parameters have these sums stays in budget.
+    fn admits(&self, sums: &DpSums) -> bool;
+}
+
+/// A [`SumsFilter`] with its running sums.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpFilter<F> {
+    rule: F,
+    sums: DpSums,
+}
+
+impl<F: SumsFilter> DpFilter<F> {
+    /// A fresh filter with stopping rule `rule`.
+    pub fn new(rule: F) -> Self {
+        Self { rule, sums: DpSums::default() }
+    }
+    /// The rule.
+    pub fn rule(&self) -> &F {
+        &self.rule
+    }
+    /// The sums of what ran so far.
+    pub fn sums(&self) -> DpSums {
+        self.sums
+    }
+}
+
+impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
+    type Cost = EpsDelta;
+    fn decide(&self, next: &EpsDelta) -> Decision {
+        if self.rule.admits(&self.sums.with(*next)) { Decision::Continue } else { Decision::Halt }
+    }
+    fn try_charge(&mut self, next: EpsDelta) -> Result<()> {
+        let after = self.sums.with(next);
+        if !self.rule.admits(&after) {
+            return Err(AccountingError::BudgetExceeded {
+                amount: next.epsilon,
+                remaining: f64::NAN,
+                budget: f64::NAN,
+            });
+        }
+        self.sums = after;
+        Ok(())
+    }
+}
+
+/// The number of ε₀-DP (pure) mechanisms `rule` lets run, by bisection on the round count;
+/// `None` if it allows more than 2⁵³ (effectively unbounded).
+pub fn rounds_allowed(rule: &impl SumsFilter, eps0: f64) -> Result<Option<u64>> {
+    let c = EpsDelta::pure(positive("per-round epsilon", eps0)?)?;
+    let ok = |r: u64| rule.admits(&DpSums::default().repeated(c, r));
+    if !ok(1) {
+        return Ok(Some(0));
+    }
+    let (mut lo, mut hi) = (1u64, 2u64);
+    while ok(hi) {
+        lo = hi;
+        hi *= 2;
+        if hi > 1 << 53 {
+            return Ok(None);
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) { lo = mid } else { hi = mid }
+    }
+    Ok(Some(lo))
+}
+
+/// Basic composition (Dwork et al. 2006): CONT while Σεₜ ≤ ε_g and Σδₜ ≤ δ_g.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BasicFilter {
+    epsilon: f64,
+    delta: f64,
+}
+
+impl BasicFilter {
+    /// Target (ε_g, δ_g), δ_g ∈ [0, 1).
+    pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
+        let t = EpsDelta::new(positive("epsilon", epsilon)?, delta)?;
+        Ok(Self { epsilon: t.epsilon, delta: t.delta })
+    }
+}
+
+impl SumsFilter for BasicFilter {
+    fn admits(&self, s: &DpSums) -> bool {
+        s.eps <= self.epsilon && s.delta <= self.delta
+    }
+}
+
+/// Rogers, Roth, Ullman & Vadhan 2016, Theorem 5.1 (paper 003; quoted in 001 §4.3): HALT if
+/// Σδₜ > δ_g/2, or if
+///
+/// Σεₜ(e^εₜ − 1)/2 + √(2 (Σεₜ² + H) (1 + ½ ln(Σεₜ²/H + 1)) ln(2/δ_g)) > ε_g,
+///
+/// with H = ε_g²/(28.04 ln(1/δ_g)); valid for δ_g ∈ (0, 1/e). 001 §4.3 quotes the rule with
+/// ln(1/δ_g) for pure mechanisms; we keep the original's ln(2/δ_g), which is the larger (safe)
+/// reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RogersFilter {
+    epsilon: f64,
+    delta: f64,
+}
+
+impl RogersFilter {
+    /// Target (ε_g, δ_g) with δ_g ∈ (0, 1/e).
+    pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
+        positive("epsilon", epsilon)?;
+        probability("delta", delta)?;
+        if delta >= (-1.0f64).exp() {
+            return Err(AccountingError::InvalidParameter {
+                name: "delta",
+                value: delta,
+                expected: "the Rogers et al. filter needs delta < 1/e",
+            });
+        }
+        Ok(Self { epsilon, delta })
+    }
+}
+
+impl SumsFilter for RogersFilter {
+    fn admits(&self, s: &DpSums) -> bool {
+        let h = self.epsilon * self.epsilon / (28.04 * (1.0 / self.delta).ln());
+        let bound =
+            s.eps_expm1 + (2.0 * (s.eps2 + h) * (1.0 + 0.5 * (s.eps2 / h).ln_1p()) * (2.0 / self.delta).ln()).sqrt();
+        s.delta <= self.delta / 2.0 && bound <= self.epsilon
+    }
+}
+
+/// Feldman & Zrnic 2021, Theorem 4.8 (001): for ε-DP mechanisms (pure, in the pDP sense), CONT
+/// while ½Σεₜ² ≤ B*, where B*-zCDP implies (ε_g, δ_g)-DP. The theorem allows any such B*:
+/// [`FzFilter::printed`] uses the B* printed there ((√(ln(1/δ)+ε) − √ln(1/δ))², the
+/// `bun-steinke` inverse); [`FzFilter::cks`] the larger B* of the `cks` conversion.
+/// Mechanisms with δₜ > 0 are not covered by the theorem and are refused.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FzFilter {
+    b_star: f64,
+}
+
+impl FzFilter {
+    /// B* from the formula printed in 001 Thm 4.8.
+    pub fn printed(epsilon: f64, delta: f64) -> Result<Self> {
+        Ok(Self { b_star: bun_steinke_max_rho(positive("epsilon", epsilon)?, probability("delta", delta)?) })
+    }
+    /// B* from the tighter `cks` conversion.
+    pub fn cks(epsilon: f64, delta: f64) -> Result<Self> {
+        Ok(Self { b_star: Conversion::Cks.max_rho(epsilon, delta)?.rho() })
+    }
+    /// The zCDP budget B*.
+    #[must_use]
+    pub fn b_star(&self) -> f64 {
+        self.b_star
+    }
+}
+
+impl SumsFilter for FzFilter {
+    fn admits(&self, s: &DpSums) -> bool {
+        s.delta == 0.0 && 0.5 * s.eps2 <= self.b_star
+    }
+}
+
+/// Whitehouse, Ramdas, Rogers & Wu 2023, Theorem 2 (000): with δ = δ′ + δ″, CONT while
+///
+/// √(2 ln(1/δ′) Σεₜ²) + ½Σεₜ² ≤ ε  and  Σδₜ ≤ δ″.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WhitehouseFilter {
+    epsilon: f64,
+    delta_prime: f64,
+    delta_second: f64,
+}
+
+impl WhitehouseFilter {
+    /// Target ε and the split δ = δ′ + δ″ (δ′ > 0 for the concentration bound, δ″ ≥ 0 for the
+    /// mechanisms' own δₜ).
+    pub fn new(epsilon: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        positive("epsilon", epsilon)?;
+        probability("delta'", delta_prime)?;
+        non_negative("delta''", delta_second)?;
+        Ok(Self { epsilon, delta_prime, delta_second })
+    }
+}
+
+impl SumsFilter for WhitehouseFilter {
+    fn admits(&self, s: &DpSums) -> bool {
+        let bound = (2.0 * (1.0 / self.delta_prime).ln() * s.eps2).sqrt() + 0.5 * s.eps2;
+        bound <= self.epsilon && s.delta <= self.delta_second
+    }
+}
+
+/// Whitehouse et al. 2023, Theorem 1 (000): the approximate-zCDP filter. For δₜ-approximate
+/// ρₜ-zCDP mechanisms, CONT while Σρₜ ≤ ρ and Σδₜ ≤ δ; the composition is δ-approximate ρ-zCDP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApproxZcdpFilter {
+    rho: f64,
+    delta: f64,
+    spent_rho: f64,
+    spent_delta: f64,
+}
+
+/// The cost of one δ-approximate ρ-zCDP mechanism.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApproxZcdp {
+    /// ρ ≥ 0.
+    pub rho: f64,
+    /// δ ∈ [0, 1).
+    pub delta: f64,
+}
+
+impl ApproxZcdpFilter {
+    /// Budget: δ-approximate ρ-zCDP.
+    pub fn new(rho: f64, delta: f64) -> Result<Self> {
+        Ok(Self {
+            rho: positive("rho", rho)?,
+            delta: EpsDelta::new(0.0, delta)?.delta,
+            spent_rho: 0.0,
+            spent_delta: 0.0,
+        })
+    }
+}
+
+impl PrivacyFilter for ApproxZcdpFilter {
+    type Cost = ApproxZcdp;
+    fn decide(&self, next: &ApproxZcdp) -> Decision {
+        let ok = next.rho >= 0.0
+            && next.delta >= 0.0
+            && add_up(self.spent_rho, next.rho) <= self.rho
+            && add_up(self.spent_delta, next.delta) <= self.delta;
+        if ok { Decision::Continue } else { Decision::Halt }
+    }
+    fn try_charge(&mut self, next: ApproxZcdp) -> Result<()> {
+        if self.decide(&next) == Decision::Halt {
+            return Err(AccountingError::BudgetExceeded {
+                amount: next.rho,
+                remaining: (self.rho - self.spent_rho).max(0.0),
+                budget: self.rho,
+            });
+        }
+        self.spent_rho = add_up(self.spent_rho, next.rho);
+        self.spent_delta = add_up(self.spent_delta, next.delta);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_filter_allows_floor_of_budget_over_epsilon() {
+        let f = BasicFilter::new(1.0, 1e-5).unwrap();
+        assert_eq!(rounds_allowed(&f, 0.25).unwrap(), Some(4));
+        assert_eq!(rounds_allowed(&f, 0.3).unwrap(), Some(3));
+        assert_eq!(rounds_allowed(&f, 2.0).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn fz_filter_matches_its_closed_form() {
+        // ½ k ε₀² ≤ B*  ⇔  k ≤ 2B*/ε₀²
+        let (eps, delta, e0) = (1.0, 1e-5, 0.01);
+        let f = FzFilter::printed(eps, delta).unwrap();
+        let l = (1.0f64 / delta).ln();
+        let b = ((l + eps).sqrt() - l.sqrt()).powi(2);
+        assert!((f.b_star() - b).abs() < 1e-12);
+        assert_eq!(rounds_allowed(&f, e0).unwrap(), Some((2.0 * b / (e0 * e0)).floor() as u64));
+        let tighter = FzFilter::cks(eps, delta).unwrap();
+        assert!(rounds_allowed(&tighter, e0).unwrap() > rounds_allowed(&f, e0).unwrap());
+    }
+
+    #[test]
+    fn whitehouse_filter_matches_its_closed_form_and_beats_rogers() {
+        // √(2L k ε₀²) + k ε₀²/2 ≤ ε  ⇔  k ε₀² ≤ y* = (√(2L+2ε) − √(2L))²
+        let (eps, delta, e0) = (1.0, 1e-6, 0.01);
+        let l = (1.0f64 / delta).ln();
+        let y = ((2.0 * l + 2.0 * eps).sqrt() - (2.0 * l).sqrt()).powi(2);
+        let w = WhitehouseFilter::new(eps, delta, 0.0).unwrap();
+        assert_eq!(rounds_allowed(&w, e0).unwrap(), Some((y / (e0 * e0) * (1.0 + 1e-12)).floor() as u64));
+        let r = RogersFilter::new(eps, delta).unwrap();
+        assert!(rounds_allowed(&w, e0).unwrap() > rounds_allowed(&r, e0).unwrap());
+    }
+
+    #[test]
+    fn rogers_filter_at_a_hand_computed_point() {
+        // One round of ε₀ = 0.1 at (1, 1e-6): 0.1(e^0.1−1)/2 + √(2(0.01 + H)(1 + ½ln(0.01/H + 1)) ln(2e6))
+        let (eps, delta) = (1.0f64, 1e-6f64);
+        let h = eps * eps / (28.04 * (1.0 / delta).ln());
+        let v = 0.01;
+        let bound = 0.1 * 0.1f64.exp_m1() / 2.0
+            + (2.0 * (v + h) * (1.0 + 0.5 * (v / h + 1.0).ln()) * (2.0 / delta).ln()).sqrt();
+        let f = RogersFilter::new(eps, delta).unwrap();
+        let s = DpSums::default().with(EpsDelta::pure(0.1).unwrap());
+        assert_eq!(f.admits(&s), bound <= eps);
+        assert!(RogersFilter::new(1.0, 0.5).is_err(), "delta must be below 1/e");
+    }
+
+    #[test]
+    fn approximate_mechanisms_spend_delta() {
+        let mut f = DpFilter::new(WhitehouseFilter::new(10.0, 1e-6, 1e-6).unwrap());
+        f.try_charge(EpsDelta::new(0.1, 6e-7).unwrap()).unwrap();
+        assert_eq!(f.decide(&EpsDelta::new(0.1, 6e-7).unwrap()), Decision::Halt, "delta'' exhausted");
+        assert_eq!(f.decide(&EpsDelta::pure(0.1).unwrap()), Decision::Continue, "a pure mechanism still fits");
+        let mut z = ApproxZcdpFilter::new(0.5, 1e-6).unwrap();
+        z.try_charge(ApproxZcdp { rho: 0.3, delta: 5e-7 }).unwrap();
+        assert!(z.try_charge(ApproxZcdp { rho: 0.3, delta: 0.0 }).is_err());
+        z.try_charge(ApproxZcdp { rho: 0.2, delta: 5e-7 }).unwrap();
+        let fz = FzFilter::printed(1.0, 1e-5).unwrap();
+        assert!(
+            !fz.admits(&DpSums::default().with(EpsDelta::new(0.01, 1e-9).unwrap())),
+            "FZ covers pure mechanisms only"
+        );
+    }
+}

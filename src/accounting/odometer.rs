@@ -1,0 +1,296 @@
+//! Privacy odometers: at every time, a bound on the privacy loss so far that holds
+//! simultaneously over all times with probability ≥ 1 − δ (Rogers et al. 2016, 003 §3;
+//! Whitehouse et al. 2023, 000 §4).
+//!
+//! All bounds are functions of the *intrinsic time* Vₙ = Σ_{m≤n} ε_m² (000 Thm 3) and are
+//! trivial (`None`, i.e. ∞) once the mechanisms' own δₘ exceed δ″: with δ = δ′ + δ″, the bound
+//! at time n is finite only while Σ_{m≤n} δₘ ≤ δ″ (this is n ≤ N in 000 Thm 3).
+//!
+//! | odometer | tight | source |
+//! |---|---|---|
+//! | [`FilterOdometer`] | at one preselected intrinsic time y* | 000 Thm 3.1 |
+//! | [`MixtureOdometer`] | overall, best near a chosen time (γ) | 000 Thm 3.2 |
+//! | [`StitchedOdometer`] | at all times up to log log factors, after V ≥ v₀ | 000 Thm 3.3 |
+//! | [`RogersOdometer`] | the original; depends on the dataset size | 003 Thm 6.2 / 000 Lemma 3 |
+
+use super::error::{AccountingError, Result, non_negative, positive, probability};
+use super::filter::{DpSums, EpsDelta};
+
+/// An odometer's bound as a function of the running sums of realised (εₘ, δₘ).
+pub trait PrivacyOdometer {
+    /// The bound on the privacy loss of everything run so far, or `None` while trivial (∞).
+    fn bound(&self, sums: &DpSums) -> Option<f64>;
+}
+
+/// An odometer with its running sums.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Odometer<O> {
+    rule: O,
+    sums: DpSums,
+}
+
+impl<O: PrivacyOdometer> Odometer<O> {
+    /// A fresh odometer.
+    pub fn new(rule: O) -> Self {
+        Self { rule, sums: DpSums::default() }
+    }
+    /// Records a mechanism that ran with parameters `c`.
+    pub fn record(&mut self, c: EpsDelta) {
+        self.sums = self.sums.with(c);
+    }
+    /// The current bound (`None` while trivial).
+    pub fn bound(&self) -> Option<f64> {
+        self.rule.bound(&self.sums)
+    }
+    /// The sums so far.
+    pub fn sums(&self) -> DpSums {
+        self.sums
+    }
+}
+
+/// The split δ = δ′ + δ″ every odometer of 000 Thm 3 uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    /// ln(1/δ′).
+    log_inv: f64,
+    delta_prime: f64,
+    delta_second: f64,
+}
+
+impl Split {
+    fn new(delta_prime: f64, delta_second: f64) -> Result<Self> {
+        probability("delta'", delta_prime)?;
+        non_negative("delta''", delta_second)?;
+        Ok(Self { log_inv: (1.0 / delta_prime).ln(), delta_prime, delta_second })
+    }
+    fn live(&self, s: &DpSums) -> bool {
+        s.delta <= self.delta_second
+    }
+}
+
+/// The filter odometer of 000 Thm 3.1: with L = ln(1/δ′),
+/// uₙ = √(y* L/2) + √(L/(2y*))·Vₙ + ½Vₙ — the line a + bV with ab = L/2 (the linear-boundary
+/// bound, 000 Thm 4) that touches the advanced-composition curve √(2LV) + V/2 at V = y*.
+///
+/// **Reading of y\*.** 000 prints y* = (−√(2L) + √(2L + ε))² and says it solves f(y) = ε for
+/// f(y) = √(2Ly) + y/2; but f of that value is ε/2. The root of f(y) = ε is
+/// y* = (√(2L + 2ε) − √(2L))², used here: the odometer then equals ε exactly at Vₙ = y*, the
+/// stopping point of the (ε, δ) filter of 000 Thm 2. Any y* > 0 gives a valid odometer (only
+/// ab = L/2 matters for validity), so both readings are valid; ours is tight where intended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FilterOdometer {
+    y_star: f64,
+    split: Split,
+}
+
+impl FilterOdometer {
+    /// Tight at the intrinsic time where the bound equals `target_epsilon`.
+    pub fn new(target_epsilon: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        positive("target epsilon", target_epsilon)?;
+        let split = Split::new(delta_prime, delta_second)?;
+        let l2 = 2.0 * split.log_inv;
+        let root = 2.0 * target_epsilon / ((l2 + 2.0 * target_epsilon).sqrt() + l2.sqrt()); // √y*, no cancellation
+        Ok(Self { y_star: root * root, split })
+    }
+    /// The intrinsic time y* where the odometer is tight.
+    #[must_use]
+    pub fn y_star(&self) -> f64 {
+        self.y_star
+    }
+}
+
+impl PrivacyOdometer for FilterOdometer {
+    fn bound(&self, s: &DpSums) -> Option<f64> {
+        let l = self.split.log_inv;
+        self.split
+            .live(s)
+            .then(|| (self.y_star * l / 2.0).sqrt() + (l / (2.0 * self.y_star)).sqrt() * s.eps2 + 0.5 * s.eps2)
+    }
+}
+
+/// The mixture odometer of 000 Thm 3.2 (method of mixtures, Howard et al. 2021):
+/// uₙ = √(2(γ + Vₙ) ln((1/δ′)·√((Vₙ + γ)/γ))) + ½Vₙ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixtureOdometer {
+    gamma: f64,
+    split: Split,
+}
+
+impl MixtureOdometer {
+    /// With mixture parameter γ > 0.
+    pub fn new(gamma: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        Ok(Self { gamma: positive("gamma", gamma)?, split: Split::new(delta_prime, delta_second)? })
+    }
+    /// With γ chosen to minimise the bound at intrinsic time `v_target` (golden-section search
+    /// over ln γ, which the bound is unimodal in).
+    pub fn tight_at(v_target: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        positive("target intrinsic time", v_target)?;
+        let split = Split::new(delta_prime, delta_second)?;
+        let at = |ln_g: f64| mixture(ln_g.exp(), v_target, split.log_inv);
+        let (mut a, mut b) = (v_target.ln() - 30.0, v_target.ln() + 30.0);
+        let g = (5f64.sqrt() - 1.0) / 2.0;
+        for _ in 0..200 {
+            let (c, d) = (b - g * (b - a), a + g * (b - a));
+            if at(c) < at(d) { b = d } else { a = c }
+        }
+        Ok(Self { gamma: (0.5 * (a + b)).exp(), split })
+    }
+    /// The mixture parameter γ.
+    #[must_use]
+    pub fn gamma(&self) -> f64 {
+        self.gamma
+    }
+}
+
+fn mixture(gamma: f64, v: f64, log_inv: f64) -> f64 {
+    (2.0 * (gamma + v) * (log_inv + 0.5 * ((v + gamma) / gamma).ln())).sqrt() + 0.5 * v
+}
+
+impl PrivacyOdometer for MixtureOdometer {
+    fn bound(&self, s: &DpSums) -> Option<f64> {
+        self.split.live(s).then(|| mixture(self.gamma, s.eps2, self.split.log_inv))
+    }
+}
+
+/// The stitched odometer of 000 Thm 3.3 (stitching, Howard et al. 2021): for Vₙ ≥ v₀,
+/// uₙ = 1.7·√(Vₙ (ln ln(2Vₙ/v₀) + 0.72 ln(5.2/δ′))) + ½Vₙ, and trivial before.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StitchedOdometer {
+    v0: f64,
+    split: Split,
+}
+
+impl StitchedOdometer {
+    /// Nontrivial from intrinsic time v₀ > 0 on.
+    pub fn new(v0: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        Ok(Self { v0: positive("v0", v0)?, split: Split::new(delta_prime, delta_second)? })
+    }
+}
+
+impl PrivacyOdometer for StitchedOdometer {
+    fn bound(&self, s: &DpSums) -> Option<f64> {
+        let v = s.eps2;
+        (self.split.live(s) && v >= self.v0).then(|| {
+            1.7 * (v * ((2.0 * v / self.v0).ln().ln() + 0.72 * (5.2 / self.split.delta_prime).ln())).sqrt() + 0.5 * v
+        })
+    }
+}
+
+/// The odometer of Rogers, Roth, Ullman & Vadhan 2016 (003 Thm 6.2; restated as 000 Lemma 3),
+/// for a dataset of n examples and δ′ ≤ 1/e. With M = Σεₘ(e^εₘ − 1)/2:
+///
+/// * for Vₙ ∈ [1/n², 1]: M + √(2Vₙ · K), K = max(ln(110e) + 2 ln(ln(n)/δ′), (1 + ln√3)·ln(4 log₂(n)/δ′));
+/// * otherwise: M + √(2(1/n² + Vₙ)(1 + ½ ln(1 + n²Vₙ)) ln(4 log₂(n)/δ′)).
+///
+/// **Reading.** The two extractions disagree in the constant K of the first case (000 Lemma 3
+/// prints ln(110e) + 2 ln(ln|x|/δ′), 003 Thm 6.2 (1 + ln√3) ln(4 log₂ n/δ′)) and in the mean
+/// term (000: ½Vₙ for pDP mechanisms; 003: M ≥ ½Vₙ). We take the larger of each, which is
+/// valid whichever printing is the correct one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RogersOdometer {
+    n: f64,
+    split: Split,
+}
+
+impl RogersOdometer {
+    /// For a dataset of `n ≥ 3` examples, δ′ ≤ 1/e.
+    pub fn new(dataset_size: u64, delta_prime: f64, delta_second: f64) -> Result<Self> {
+        if dataset_size < 3 {
+            return Err(AccountingError::InvalidParameter {
+                name: "dataset size",
+                value: dataset_size as f64,
+                expected: "the Rogers et al. odometer needs a dataset of at least 3 examples",
+            });
+        }
+        if delta_prime > (-1.0f64).exp() {
+            return Err(AccountingError::InvalidParameter {
+                name: "delta'",
+                value: delta_prime,
+                expected: "must be <= 1/e",
+            });
+        }
+        Ok(Self { n: dataset_size as f64, split: Split::new(delta_prime, delta_second)? })
+    }
+}
+
+impl PrivacyOdometer for RogersOdometer {
+    fn bound(&self, s: &DpSums) -> Option<f64> {
+        if !self.split.live(s) {
+            return None;
+        }
+        let (n, v, dp) = (self.n, s.eps2, self.split.delta_prime);
+        let tail = (4.0 * n.log2() / dp).ln();
+        let mean = s.eps_expm1.max(0.5 * v);
+        Some(if (1.0 / (n * n)..=1.0).contains(&v) {
+            let k =
+                ((110.0 * std::f64::consts::E).ln() + 2.0 * (n.ln() / dp).ln()).max((1.0 + 3f64.sqrt().ln()) * tail);
+            mean + (2.0 * v * k).sqrt()
+        } else {
+            mean + (2.0 * (1.0 / (n * n) + v) * (1.0 + 0.5 * (n * n * v).ln_1p()) * tail).sqrt()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(rounds: u64, eps0: f64) -> DpSums {
+        DpSums::default().repeated(EpsDelta::pure(eps0).unwrap(), rounds)
+    }
+
+    #[test]
+    fn filter_odometer_equals_target_at_y_star() {
+        let (eps, delta) = (1.0, 1e-6);
+        let o = FilterOdometer::new(eps, delta, 0.0).unwrap();
+        let l = (1.0f64 / delta).ln();
+        let y = ((2.0 * l + 2.0 * eps).sqrt() - (2.0 * l).sqrt()).powi(2);
+        assert!((o.y_star() - y).abs() < 1e-15);
+        let s = DpSums { eps2: y, ..DpSums::default() };
+        assert!((o.bound(&s).unwrap() - eps).abs() < 1e-12, "tight at y*: {}", o.bound(&s).unwrap());
+        // Elsewhere it is above the advanced-composition curve √(2LV) + V/2.
+        for v in [y / 10.0, y * 10.0] {
+            let s = DpSums { eps2: v, ..DpSums::default() };
+            assert!(o.bound(&s).unwrap() > (2.0 * l * v).sqrt() + v / 2.0);
+        }
+    }
+
+    #[test]
+    fn mixture_and_stitched_match_hand_values() {
+        let (v, d, g) = (0.25f64, 1e-5f64, 0.1f64);
+        let s = DpSums { eps2: v, ..DpSums::default() };
+        let want = (2.0 * (g + v) * ((1.0 / d).ln() + 0.5 * ((v + g) / g).ln())).sqrt() + v / 2.0;
+        assert!((MixtureOdometer::new(g, d, 0.0).unwrap().bound(&s).unwrap() - want).abs() < 1e-12);
+        let st = StitchedOdometer::new(0.1, d, 0.0).unwrap();
+        let want = 1.7 * (v * ((2.0 * v / 0.1).ln().ln() + 0.72 * (5.2 / d).ln())).sqrt() + v / 2.0;
+        assert!((st.bound(&s).unwrap() - want).abs() < 1e-12);
+        assert_eq!(st.bound(&DpSums { eps2: 0.05, ..DpSums::default() }), None, "trivial before v0");
+        // γ chosen for tightness at v beats γ far off.
+        let best = MixtureOdometer::tight_at(v, d, 0.0).unwrap();
+        for other in [best.gamma() / 50.0, best.gamma() * 50.0] {
+            assert!(best.bound(&s).unwrap() < MixtureOdometer::new(other, d, 0.0).unwrap().bound(&s).unwrap());
+        }
+    }
+
+    #[test]
+    fn odometers_become_trivial_when_mechanism_deltas_exceed_delta_second() {
+        let o = MixtureOdometer::new(0.1, 1e-6, 1e-6).unwrap();
+        let s = DpSums::default().repeated(EpsDelta::new(0.1, 4e-7).unwrap(), 2);
+        assert!(o.bound(&s).is_some());
+        assert!(o.bound(&s.with(EpsDelta::new(0.1, 4e-7).unwrap())).is_none());
+    }
+
+    #[test]
+    fn new_odometers_beat_rogers_on_the_papers_setting() {
+        // 000 Fig. 1b: ε₀ = 0.01 rounds, δ = 1e-6, n = 10⁶ examples.
+        let (d, eps0) = (1e-6, 0.01);
+        let r = RogersOdometer::new(1_000_000, d, 0.0).unwrap();
+        let m = MixtureOdometer::tight_at(1.0, d, 0.0).unwrap();
+        let s = StitchedOdometer::new(0.01, d, 0.0).unwrap();
+        for rounds in [1_000u64, 10_000, 100_000] {
+            let sums = after(rounds, eps0);
+            let rb = r.bound(&sums).unwrap();
+            assert!(m.bound(&sums).unwrap() < rb && s.bound(&sums).unwrap() < rb, "at {rounds} rounds");
+        }
+    }
+}
