@@ -94,3 +94,117 @@ fn invalid_input_fails_with_one_line_naming_the_argument() {
         assert!(out.stdout.is_empty());
     }
 }
+
+#[test]
+fn filter_reports_rounds_for_every_kind() {
+    let mut rounds = std::collections::HashMap::new();
+    for kind in ["basic", "rogers", "fz", "fz-cks", "whitehouse"] {
+        let v = json(&[
+            "account",
+            "filter",
+            "--kind",
+            kind,
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-6",
+            "--per-round",
+            "0.01",
+            "--json",
+        ]);
+        assert_eq!(v["kind"], kind);
+        assert_eq!(v["per_round"], 0.01);
+        rounds.insert(kind, v["rounds"].as_u64().unwrap());
+    }
+    assert_eq!(rounds["basic"], 100);
+    // Printed FZ and Whitehouse coincide for pure mechanisms: Σε² ≤ (√(2L+2ε) − √(2L))².
+    let l = (1e6f64).ln();
+    let y = ((2.0 * l + 2.0).sqrt() - (2.0 * l).sqrt()).powi(2);
+    assert_eq!(rounds["whitehouse"], (y / 1e-4).floor() as u64);
+    assert!(rounds["fz-cks"] > rounds["whitehouse"] && rounds["whitehouse"] > rounds["rogers"]);
+}
+
+#[test]
+fn odometer_reports_bounds_series_and_needs_its_options() {
+    let v = json(&[
+        "account",
+        "odometer",
+        "--kind",
+        "mixture",
+        "--per-round",
+        "0.01",
+        "--rounds",
+        "5000",
+        "--delta",
+        "1e-6",
+        "--gamma",
+        "0.1",
+        "--json",
+    ]);
+    let (vv, g, l) = (0.5f64, 0.1f64, (1e6f64).ln());
+    let want = (2.0 * (g + vv) * (l + 0.5 * ((vv + g) / g).ln())).sqrt() + vv / 2.0;
+    assert!((v["bound"].as_f64().unwrap() - want).abs() < 1e-9);
+    let s = json(&[
+        "account",
+        "odometer",
+        "--kind",
+        "stitched",
+        "--per-round",
+        "0.1",
+        "--rounds",
+        "5",
+        "--delta",
+        "1e-6",
+        "--v0",
+        "0.03",
+        "--json",
+    ]);
+    assert!(s["bound"].as_f64().is_some());
+    let trivial = json(&[
+        "account",
+        "odometer",
+        "--kind",
+        "stitched",
+        "--per-round",
+        "0.1",
+        "--rounds",
+        "1",
+        "--delta",
+        "1e-6",
+        "--v0",
+        "0.03",
+        "--json",
+    ]);
+    assert!(trivial["bound"].is_null(), "trivial before v0");
+    let out = dpgd(&[
+        "account",
+        "odometer",
+        "--kind",
+        "filter",
+        "--per-round",
+        "0.1",
+        "--rounds",
+        "3",
+        "--delta",
+        "1e-6",
+        "--target-epsilon",
+        "1",
+        "--series",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1 + 3);
+    let err =
+        dpgd(&["account", "odometer", "--kind", "rogers", "--per-round", "0.1", "--rounds", "3", "--delta", "1e-6"]);
+    assert!(!err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("--dataset-size"));
+}
+
+#[test]
+fn compare_writes_both_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = json(&["account", "compare", "--out", dir.path().to_str().unwrap(), "--json"]);
+    for key in ["filters_plot", "odometers_plot"] {
+        let p = std::path::PathBuf::from(v[key].as_str().unwrap());
+        assert!(std::fs::metadata(&p).unwrap().len() > 10_000, "{key} missing or empty");
+    }
+}

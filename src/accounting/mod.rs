@@ -14,6 +14,8 @@
 //! | [`filter::RenyiFilter`], [`filter::ZcdpFilter`], [`filter::MultiOrderRdpFilter`] | fully adaptive RDP composition | 001 Thm 4.3, Remark 4.4 |
 //! | [`filter::IndividualFilter`] | the per-example ledger of individual privacy filtering | 001 Algorithm 2, Thm 4.5 |
 //! | [`filter::RogersFilter`], [`filter::FzFilter`], [`filter::WhitehouseFilter`], [`filter::BasicFilter`] | (ε, δ)-DP filters for adaptively chosen parameters | 003 Thm 5.1; 001 Thm 4.8; 000 Thm 2 |
+//! | [`session::PrivacySession`] | concurrent composition of interactive mechanisms under one filter or odometer | 004 |
+//! | [`mechanism::GaussianMechanism`], [`mechanism::FilteredLinearQueries`] | Gaussian counts and sums; individually filtered linear queries | 001 §4.2, Cor. 4.7 |
 //! | [`odometer::FilterOdometer`], [`odometer::MixtureOdometer`], [`odometer::StitchedOdometer`], [`odometer::RogersOdometer`] | time-uniform bounds on privacy loss | 000 Thm 3, Lemma 3; 003 Thm 6.2 |
 //!
 //! ```
@@ -48,8 +50,10 @@ pub mod convert;
 mod error;
 pub mod filter;
 mod measure;
+pub mod mechanism;
 pub mod numeric;
 pub mod odometer;
+pub mod session;
 
 pub use calibrate::{PrivateGd, calibrate_sigma};
 pub use convert::{Conversion, ToApproxDp};

@@ -2,6 +2,10 @@
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use dpgd::accounting::filter::{
+    BasicFilter, DpSums, EpsDelta, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
+};
+use dpgd::accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
 use dpgd::accounting::{Conversion, GaussianDp, PrivateGd, PureDp, ToApproxDp, Zcdp, calibrate_sigma};
 use serde_json::{Value, json};
 
@@ -17,6 +21,118 @@ pub(crate) enum AccountCommand {
     Calibrate(CalibrateArgs),
     /// ε of private GD with filtering for a given σ and worst-case steps, under every conversion.
     Budget(BudgetArgs),
+    /// How many rounds of ε₀-DP mechanisms a privacy filter allows for a target (ε, δ).
+    Filter(FilterArgs),
+    /// An odometer's bound on the privacy loss after N rounds of ε₀-DP mechanisms.
+    Odometer(OdometerArgs),
+    /// Plot the filters (rounds allowed vs ε₀) and odometers (bound vs rounds) side by side.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct CompareArgs {
+    /// Folder for filters.png and odometers.png.
+    #[arg(long, default_value = "docs")]
+    out: std::path::PathBuf,
+    /// Target ε of the filters (and the filter odometer's tight point).
+    #[arg(long, value_parser = positive, default_value_t = 1.0)]
+    epsilon: f64,
+    /// δ of filters and odometers.
+    #[arg(long, value_parser = probability, default_value_t = 1e-6)]
+    delta: f64,
+    /// ε₀ per round for the odometer comparison.
+    #[arg(long, value_parser = positive, default_value_t = 0.01)]
+    per_round: f64,
+    /// Dataset size for the Rogers et al. odometer.
+    #[arg(long, default_value_t = 1_000_000)]
+    dataset_size: u64,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Filter kinds for `dpgd account filter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FilterKind {
+    /// Basic composition: Σε ≤ ε.
+    Basic,
+    /// Rogers et al. 2016, Thm 5.1.
+    Rogers,
+    /// Feldman & Zrnic 2021, Thm 4.8 with the B* printed there.
+    Fz,
+    /// Feldman & Zrnic 2021, Thm 4.8 with B* from the cks conversion.
+    FzCks,
+    /// Whitehouse et al. 2023, Thm 2.
+    Whitehouse,
+}
+
+/// Odometer kinds for `dpgd account odometer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OdometerKind {
+    /// Rogers et al. 2016 (needs --dataset-size).
+    Rogers,
+    /// Whitehouse et al. filter odometer (tight at --target-epsilon).
+    Filter,
+    /// Whitehouse et al. mixture odometer (--gamma, or tight at --target-epsilon).
+    Mixture,
+    /// Whitehouse et al. stitched odometer (--v0).
+    Stitched,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct FilterArgs {
+    /// basic, rogers, fz, fz-cks or whitehouse.
+    #[arg(long, value_enum)]
+    kind: FilterKind,
+    /// Target ε > 0.
+    #[arg(long, value_parser = positive)]
+    epsilon: f64,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// ε₀ of each (pure) mechanism.
+    #[arg(long, value_parser = positive)]
+    per_round: f64,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct OdometerArgs {
+    /// rogers, filter, mixture or stitched.
+    #[arg(long, value_enum)]
+    kind: OdometerKind,
+    /// ε₀ of each (pure) mechanism.
+    #[arg(long, value_parser = positive)]
+    per_round: f64,
+    /// Number of rounds N.
+    #[arg(long)]
+    rounds: u64,
+    /// δ ∈ (0, 1) of the odometer.
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// The ε at which the filter odometer is tight (also picks γ for the mixture odometer).
+    #[arg(long, value_parser = positive)]
+    target_epsilon: Option<f64>,
+    /// Mixture parameter γ.
+    #[arg(long, value_parser = positive)]
+    gamma: Option<f64>,
+    /// Intrinsic time v₀ from which the stitched odometer is nontrivial.
+    #[arg(long, value_parser = positive)]
+    v0: Option<f64>,
+    /// Dataset size n (Rogers et al.).
+    #[arg(long)]
+    dataset_size: Option<u64>,
+    /// Print the bound after every round as CSV (round,bound).
+    #[arg(long)]
+    series: bool,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +232,14 @@ pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
         AccountCommand::Convert(a) => (a.json, convert(&a)?, None),
         AccountCommand::MaxRho(a) => (a.json, max_rho(&a)?, None),
         AccountCommand::Calibrate(a) => (a.json, calibrate(&a)?, None),
+        AccountCommand::Filter(a) => (a.json, filter(&a)?, None),
+        AccountCommand::Compare(a) => (a.json, compare(&a)?, None),
+        AccountCommand::Odometer(a) => {
+            if a.series {
+                return odometer_series(&a);
+            }
+            (a.json, odometer(&a)?, None)
+        }
         AccountCommand::Budget(a) => {
             let v = budget(&a)?;
             let table = budget_table(&v);
@@ -207,4 +331,140 @@ fn budget_table(v: &Value) -> String {
         s += &format!("  {:<16} {:.6}\n", m.name(), v["epsilon"][m.name()].as_f64().unwrap_or(f64::NAN));
     }
     s
+}
+
+/// The filter rule of `kind` for target (ε, δ); pure mechanisms, so δ″ = 0.
+pub(crate) fn filter_rule(kind: FilterKind, epsilon: f64, delta: f64) -> Result<Box<dyn SumsFilter>> {
+    Ok(match kind {
+        FilterKind::Basic => Box::new(BasicFilter::new(epsilon, delta)?),
+        FilterKind::Rogers => Box::new(RogersFilter::new(epsilon, delta)?),
+        FilterKind::Fz => Box::new(FzFilter::printed(epsilon, delta)?),
+        FilterKind::FzCks => Box::new(FzFilter::cks(epsilon, delta)?),
+        FilterKind::Whitehouse => Box::new(WhitehouseFilter::new(epsilon, delta, 0.0)?),
+    })
+}
+
+fn kind_name<T: clap::ValueEnum>(k: T) -> String {
+    k.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+}
+
+fn filter(a: &FilterArgs) -> Result<Value> {
+    let rule = filter_rule(a.kind, a.epsilon, a.delta)?;
+    let rounds = rounds_allowed(rule.as_ref(), a.per_round)?;
+    Ok(json!({
+        "command": "filter", "kind": kind_name(a.kind), "epsilon": a.epsilon, "delta": a.delta,
+        "per_round": a.per_round, "rounds": rounds,
+    }))
+}
+
+/// The odometer of `kind` at level δ (pure mechanisms: δ′ = δ, δ″ = 0).
+pub(crate) fn odometer_rule(a: &OdometerArgs) -> Result<Box<dyn PrivacyOdometer>> {
+    let need = |name: &str| anyhow::anyhow!("--{name} is required for --kind {}", kind_name(a.kind));
+    Ok(match a.kind {
+        OdometerKind::Rogers => {
+            Box::new(RogersOdometer::new(a.dataset_size.ok_or_else(|| need("dataset-size"))?, a.delta, 0.0)?)
+        }
+        OdometerKind::Filter => {
+            Box::new(FilterOdometer::new(a.target_epsilon.ok_or_else(|| need("target-epsilon"))?, a.delta, 0.0)?)
+        }
+        OdometerKind::Mixture => match (a.gamma, a.target_epsilon) {
+            (Some(g), _) => Box::new(MixtureOdometer::new(g, a.delta, 0.0)?),
+            (None, Some(e)) => {
+                // tight where the advanced-composition curve √(2LV) + V/2 reaches the target
+                let y = FilterOdometer::new(e, a.delta, 0.0)?.y_star();
+                Box::new(MixtureOdometer::tight_at(y, a.delta, 0.0)?)
+            }
+            (None, None) => return Err(need("gamma (or --target-epsilon)")),
+        },
+        OdometerKind::Stitched => Box::new(StitchedOdometer::new(a.v0.ok_or_else(|| need("v0"))?, a.delta, 0.0)?),
+    })
+}
+
+fn odometer(a: &OdometerArgs) -> Result<Value> {
+    let rule = odometer_rule(a)?;
+    let sums = DpSums::default().repeated(EpsDelta::pure(a.per_round)?, a.rounds);
+    Ok(json!({
+        "command": "odometer", "kind": kind_name(a.kind), "per_round": a.per_round, "rounds": a.rounds,
+        "delta": a.delta, "target_epsilon": a.target_epsilon, "gamma": a.gamma, "v0": a.v0,
+        "dataset_size": a.dataset_size, "intrinsic_time": sums.eps2, "bound": rule.bound(&sums),
+    }))
+}
+
+fn odometer_series(a: &OdometerArgs) -> Result<()> {
+    let rule = odometer_rule(a)?;
+    let c = EpsDelta::pure(a.per_round)?;
+    println!("round,bound");
+    let mut s = DpSums::default();
+    for r in 1..=a.rounds {
+        s = s.with(c);
+        println!("{r},{}", rule.bound(&s).map_or(String::new(), |b| b.to_string()));
+    }
+    Ok(())
+}
+
+fn compare(a: &CompareArgs) -> Result<Value> {
+    use clap::ValueEnum;
+    use dpgd::plot::{Panel, Series, line_charts};
+    std::fs::create_dir_all(&a.out)?;
+    let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
+    let mut filter_series = Vec::new();
+    for kind in FilterKind::value_variants() {
+        let rule = filter_rule(*kind, a.epsilon, a.delta)?;
+        let mut pts = Vec::new();
+        for &e0 in &eps0s {
+            if let Some(r) = rounds_allowed(rule.as_ref(), e0)?.filter(|&r| r > 0) {
+                pts.push((e0.log10(), (r as f64).log10()));
+            }
+        }
+        filter_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
+    let mut odo_series = Vec::new();
+    for kind in OdometerKind::value_variants() {
+        let args = OdometerArgs {
+            kind: *kind,
+            per_round: a.per_round,
+            rounds: max_rounds,
+            delta: a.delta,
+            target_epsilon: Some(a.epsilon),
+            gamma: None,
+            v0: Some(a.per_round * a.per_round * 10.0),
+            dataset_size: Some(a.dataset_size),
+            series: false,
+            json: false,
+        };
+        let rule = odometer_rule(&args)?;
+        let c = EpsDelta::pure(a.per_round)?;
+        let pts = (1..=200u64)
+            .map(|i| i * max_rounds / 200)
+            .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))
+            .collect();
+        odo_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    let filters = a.out.join("filters.png");
+    line_charts(
+        &filters,
+        &[Panel {
+            title: format!("rounds allowed by each filter at ({}, {})-DP", a.epsilon, a.delta),
+            x_label: "log10 per-round epsilon".into(),
+            y_label: "log10 rounds allowed".into(),
+            series: filter_series,
+            markers: vec![],
+        }],
+    )?;
+    let odometers = a.out.join("odometers.png");
+    line_charts(
+        &odometers,
+        &[Panel {
+            title: format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round, a.delta),
+            x_label: "rounds".into(),
+            y_label: "bound on privacy loss".into(),
+            series: odo_series,
+            markers: vec![],
+        }],
+    )?;
+    Ok(json!({
+        "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,
+        "dataset_size": a.dataset_size, "filters_plot": filters, "odometers_plot": odometers,
+    }))
 }

@@ -131,7 +131,7 @@ impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
 
 /// The number of ε₀-DP (pure) mechanisms `rule` lets run, by bisection on the round count;
 /// `None` if it allows more than 2⁵³ (effectively unbounded).
-pub fn rounds_allowed(rule: &impl SumsFilter, eps0: f64) -> Result<Option<u64>> {
+pub fn rounds_allowed(rule: &(impl SumsFilter + ?Sized), eps0: f64) -> Result<Option<u64>> {
     let c = EpsDelta::pure(positive("per-round epsilon", eps0)?)?;
     let ok = |r: u64| rule.admits(&DpSums::default().repeated(c, r));
     if !ok(1) {
