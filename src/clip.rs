@@ -1,8 +1,9 @@
 //! The clipping kernel of 001 Algorithm 3, the training hot path.
 //!
 //! For each example: ‖gᵢ‖², the ledger grant c² = min(‖gᵢ‖², C², B_norm − spentᵢ) (charged
-//! before anything is released), the factor √(c²)/‖gᵢ‖, and the clipped sum `acc += factor · gᵢ`
-//! — one pass over the example's gradient row (the second read of the row hits cache).
+//! before anything is released) and the factor √(c²)/‖gᵢ‖ ([`clip_factor`]); then the clipped
+//! sum Σ factorᵢ·gᵢ of a group of examples as one weighted reduction ([`weighted_sum`]) while
+//! their rows are still in cache.
 //!
 //! The squared norm accumulates exact f32 products in f64 lanes, so its relative error is
 //! ~1e-12; the factor is then shrunk by [`SAFETY`] so that the f32 vector actually added has
@@ -42,47 +43,67 @@ pub struct ClipOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NonFiniteGradient;
 
-/// Clips one example's gradient `row` by Algorithm 3's rule with clip `clip`, charges its
-/// ledger `slot`, and adds the clipped gradient to `acc`.
+/// Algorithm 3's rule for one example: computes ‖gᵢ‖², charges the ledger `slot` with
+/// c² = min(‖gᵢ‖², C², remaining) and returns the factor by which the row enters the clipped
+/// sum (√(c²)/‖gᵢ‖, shrunk by [`SAFETY`]; 0 for a zero, skipped or exhausted example).
 ///
 /// ```
 /// use dpgd::accounting::filter::IndividualFilter;
-/// use dpgd::clip::{clip_accumulate, NonFinitePolicy};
+/// use dpgd::clip::{clip_factor, weighted_sum, NonFinitePolicy};
 /// let mut ledger = IndividualFilter::new(1, 2.0).unwrap(); // B_norm = 2, C = 1
-/// let mut acc = vec![0.0f32; 2];
-/// let out = clip_accumulate(&[3.0, 4.0], &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Error, &mut acc).unwrap();
+/// let row = [3.0f32, 4.0];
+/// let (f, out) = clip_factor(&row, &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Error).unwrap();
 /// assert_eq!(out.norm, 5.0);
 /// assert_eq!(out.granted, 1.0); // clipped to C
+/// let mut acc = vec![0.0f32; 2];
+/// weighted_sum(&row, 2, &[f], &mut acc);
 /// assert!((acc[0] - 0.6).abs() < 1e-5 && (acc[1] - 0.8).abs() < 1e-5);
 /// ```
-pub fn clip_accumulate(
+pub fn clip_factor(
     row: &[f32],
     slot: &mut LedgerSlot<'_>,
     clip: f64,
     policy: NonFinitePolicy,
-    acc: &mut [f32],
-) -> Result<ClipOutcome, NonFiniteGradient> {
-    debug_assert_eq!(row.len(), acc.len());
+) -> Result<(f32, ClipOutcome), NonFiniteGradient> {
     let sq = squared_norm(row);
     if !sq.is_finite() {
         return match policy {
             NonFinitePolicy::Error => Err(NonFiniteGradient),
-            NonFinitePolicy::Skip => Ok(ClipOutcome { norm: f64::NAN, granted: slot.grant(clip * clip) }),
+            NonFinitePolicy::Skip => Ok((0.0, ClipOutcome { norm: f64::NAN, granted: slot.grant(clip * clip) })),
         };
     }
     if sq == 0.0 {
-        return Ok(ClipOutcome { norm: 0.0, granted: 0.0 });
+        return Ok((0.0, ClipOutcome { norm: 0.0, granted: 0.0 }));
     }
     let granted = slot.grant(sq.min(clip * clip));
-    if granted > 0.0 {
-        axpy((granted / sq).sqrt() * SAFETY, row, acc);
-    }
-    Ok(ClipOutcome { norm: sq.sqrt(), granted })
+    let factor = if granted > 0.0 { ((granted / sq).sqrt() * SAFETY) as f32 } else { 0.0 };
+    Ok((factor, ClipOutcome { norm: sq.sqrt(), granted }))
 }
 
-/// [`clip_accumulate`] over a `[n × p]` buffer of per-example gradients, parallel over
-/// examples: returns the clipped sum and each example's outcome, or the index (within the
-/// buffer) of the first non-finite gradient under [`NonFinitePolicy::Error`].
+/// `acc += Σᵣ w[r] · rows[r]` for `w.len()` rows of length `p`: the clipped sum as one
+/// weighted reduction. Works in column blocks that stay in L1, so `acc` is read and written
+/// once per call and every row is read once.
+pub fn weighted_sum(rows: &[f32], p: usize, w: &[f32], acc: &mut [f32]) {
+    const BLOCK: usize = 512;
+    debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
+    for start in (0..p).step_by(BLOCK) {
+        let end = (start + BLOCK).min(p);
+        let a = &mut acc[start..end];
+        for (r, &wr) in w.iter().enumerate() {
+            if wr == 0.0 {
+                continue;
+            }
+            for (y, &v) in a.iter_mut().zip(&rows[r * p + start..r * p + end]) {
+                *y += wr * v;
+            }
+        }
+    }
+}
+
+/// The clipping kernel over a `[n × p]` buffer of per-example gradients, parallel over
+/// contiguous groups of examples (one per worker, summed in order): returns the clipped sum
+/// and each example's outcome, or the index of the first non-finite gradient under
+/// [`NonFinitePolicy::Error`].
 pub fn clip_sum<'a>(
     grads: &[f32],
     p: usize,
@@ -90,34 +111,46 @@ pub fn clip_sum<'a>(
     clip: f64,
     policy: NonFinitePolicy,
 ) -> Result<(Vec<f32>, Vec<ClipOutcome>), usize> {
+    const GROUP: usize = 8;
     let n = grads.len() / p;
-    let (sum, outcomes) = grads
-        .par_chunks_exact(p)
-        .zip(slots)
-        .enumerate()
-        .fold(
-            || (vec![0.0f32; p], Vec::new()),
-            |(mut acc, mut outs), (i, (row, mut slot))| {
-                outs.push((i, clip_accumulate(row, &mut slot, clip, policy, &mut acc)));
-                (acc, outs)
-            },
-        )
-        .reduce(
-            || (vec![0.0f32; p], Vec::new()),
-            |(mut a, mut oa), (b, ob)| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                oa.extend(ob);
-                (a, oa)
-            },
-        );
-    let mut ordered = vec![ClipOutcome::default(); n];
-    for (i, o) in outcomes {
-        ordered[i] = o.map_err(|_| i)?;
+    let mut slots: Vec<LedgerSlot<'a>> = slots.collect();
+    let per = n.div_ceil(rayon::current_num_threads()).max(1);
+    let groups: Vec<(Vec<f32>, Vec<ClipOutcome>, Option<usize>)> = grads
+        .par_chunks(per * p)
+        .zip(slots.par_chunks_mut(per))
+        .map(|(rows, slots)| {
+            let mut acc = vec![0.0f32; p];
+            let mut outs = Vec::with_capacity(slots.len());
+            for (g, (rows, slots)) in rows.chunks(GROUP * p).zip(slots.chunks_mut(GROUP)).enumerate() {
+                let mut w = [0.0f32; GROUP];
+                for (k, (row, slot)) in rows.chunks_exact(p).zip(slots.iter_mut()).enumerate() {
+                    match clip_factor(row, slot, clip, policy) {
+                        Ok((f, o)) => {
+                            w[k] = f;
+                            outs.push(o);
+                        }
+                        Err(_) => return (acc, outs, Some(g * GROUP + k)),
+                    }
+                }
+                weighted_sum(rows, p, &w[..slots.len()], &mut acc);
+            }
+            (acc, outs, None)
+        })
+        .collect();
+    let mut sum = vec![0.0f32; p];
+    let mut outcomes = Vec::with_capacity(n);
+    for (i, (acc, outs, failed)) in groups.into_iter().enumerate() {
+        if let Some(k) = failed {
+            return Err(i * per + k);
+        }
+        axpy(1.0, &acc, &mut sum);
+        outcomes.extend(outs);
     }
-    Ok((sum, ordered))
+    Ok((sum, outcomes))
 }
 
-/// Σ x² with exact f32 products accumulated in eight f64 lanes (vectorises to AVX-512/AVX2).
+/// Σ x² with exact f32 products accumulated in eight f64 lanes (vectorises to AVX-512/AVX2);
+/// relative error ~1e-12.
 #[must_use]
 pub fn squared_norm(x: &[f32]) -> f64 {
     let mut lanes = [0.0f64; 8];
@@ -129,11 +162,7 @@ pub fn squared_norm(x: &[f32]) -> f64 {
             *l += v * v;
         }
     }
-    let mut s: f64 = lanes.iter().sum();
-    for &v in tail {
-        s += f64::from(v) * f64::from(v);
-    }
-    s
+    lanes.iter().sum::<f64>() + tail.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>()
 }
 
 /// `acc += a · x` (vectorises).
@@ -192,7 +221,8 @@ mod tests {
         let mut ledger = IndividualFilter::new(1, 0.3).unwrap();
         let row: Vec<f32> = (0..10_000).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
         let mut acc = vec![0.0f32; row.len()];
-        let out = clip_accumulate(&row, &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Error, &mut acc).unwrap();
+        let (f, out) = clip_factor(&row, &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Error).unwrap();
+        weighted_sum(&row, row.len(), &[f], &mut acc);
         assert!((out.granted - 0.3).abs() < 1e-15);
         assert!(squared_norm(&acc) <= out.granted, "{} > {}", squared_norm(&acc), out.granted);
     }

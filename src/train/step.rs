@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use rayon::prelude::*;
 
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
-use crate::clip::{NonFinitePolicy, axpy, clip_accumulate};
+use crate::clip::{NonFinitePolicy, axpy, clip_factor, weighted_sum};
 use crate::data::{Normalize, Split};
 use crate::error::{Error, Result};
 use crate::noise::add_gaussian;
@@ -39,6 +39,7 @@ struct Scratch {
     index: Vec<usize>,
     grads: Vec<f32>,
     losses: Vec<f32>,
+    weights: Vec<f32>,
     acc: Vec<f32>,
     failed: Option<usize>,
 }
@@ -52,6 +53,7 @@ impl Scratch {
             index: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
+            weights: vec![0.0; chunk],
             acc: vec![0.0; net.num_params()],
             failed: None,
         }
@@ -148,18 +150,21 @@ impl<'a> GradientPlan<'a> {
         }
         net.forward(theta, &mut s.ws, &s.x[..b * px], b);
         net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..b * p], &mut s.losses);
-        for (j, &k) in s.index.iter().enumerate() {
-            let row = &s.grads[j * p..(j + 1) * p];
-            match self.combine {
-                Combine::Sum => axpy(1.0, row, &mut s.acc),
-                Combine::Clip { clip, on_nonfinite } => {
-                    if clip_accumulate(row, &mut slots[k], clip, on_nonfinite, &mut s.acc).is_err() {
-                        s.failed = Some(start + k);
-                        return;
+        match self.combine {
+            Combine::Sum => s.weights[..b].fill(1.0),
+            Combine::Clip { clip, on_nonfinite } => {
+                for (j, &k) in s.index.iter().enumerate() {
+                    match clip_factor(&s.grads[j * p..(j + 1) * p], &mut slots[k], clip, on_nonfinite) {
+                        Ok((f, _)) => s.weights[j] = f,
+                        Err(_) => {
+                            s.failed = Some(start + k);
+                            return;
+                        }
                     }
                 }
             }
         }
+        weighted_sum(&s.grads[..b * p], p, &s.weights[..b], &mut s.acc);
     }
 }
 
