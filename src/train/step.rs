@@ -39,7 +39,6 @@ struct Scratch {
     index: Vec<usize>,
     grads: Vec<f32>,
     losses: Vec<f32>,
-    weights: Vec<f32>,
     acc: Vec<f32>,
     failed: Option<usize>,
 }
@@ -53,7 +52,6 @@ impl Scratch {
             index: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
-            weights: vec![0.0; chunk],
             acc: vec![0.0; net.num_params()],
             failed: None,
         }
@@ -150,21 +148,21 @@ impl<'a> GradientPlan<'a> {
         }
         net.forward(theta, &mut s.ws, &s.x[..b * px], b);
         net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..b * p], &mut s.losses);
-        match self.combine {
-            Combine::Sum => s.weights[..b].fill(1.0),
-            Combine::Clip { clip, on_nonfinite } => {
-                for (j, &k) in s.index.iter().enumerate() {
-                    match clip_factor(&s.grads[j * p..(j + 1) * p], &mut slots[k], clip, on_nonfinite) {
-                        Ok((f, _)) => s.weights[j] = f,
-                        Err(_) => {
-                            s.failed = Some(start + k);
-                            return;
-                        }
+        // Each row is clipped and added right after its norm, while it is still in cache.
+        for (j, &k) in s.index.iter().enumerate() {
+            let row = &s.grads[j * p..(j + 1) * p];
+            let factor = match self.combine {
+                Combine::Sum => 1.0,
+                Combine::Clip { clip, on_nonfinite } => match clip_factor(row, &mut slots[k], clip, on_nonfinite) {
+                    Ok((f, _)) => f,
+                    Err(_) => {
+                        s.failed = Some(start + k);
+                        return;
                     }
-                }
-            }
+                },
+            };
+            weighted_sum(row, p, &[factor], &mut s.acc);
         }
-        weighted_sum(&s.grads[..b * p], p, &s.weights[..b], &mut s.acc);
     }
 }
 
