@@ -32,6 +32,7 @@ pub mod model;
 pub mod noise;
 pub mod per_example;
 pub mod plot;
+pub mod sweep;
 pub mod train;
 
 pub use error::{Error, Result};

@@ -3,6 +3,7 @@
 mod account;
 mod bench;
 mod data;
+mod sweep;
 mod train;
 
 use std::process::ExitCode;
@@ -29,6 +30,10 @@ enum Command {
     Train(train::TrainArgs),
     /// Time full private steps and report peak memory (see experiments/speed).
     BenchStep(bench::BenchArgs),
+    /// Run (or resume) a grid of training runs from a sweep file.
+    Sweep(sweep::SweepArgs),
+    /// Summarise a sweep's results (mean ± std over seeds) as Markdown.
+    Report(sweep::ReportArgs),
 }
 
 /// Parses the command line and runs it. Usage errors and failures print one line on
@@ -59,6 +64,8 @@ pub fn run() -> ExitCode {
         Command::Data(cmd) => data::run(cmd),
         Command::Train(args) => train::run_cmd(args),
         Command::BenchStep(args) => bench::run(args),
+        Command::Sweep(args) => sweep::run_sweep(args),
+        Command::Report(args) => sweep::run_report(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,7 +47,7 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     };
     let cfg = TrainConfig::from_file(&config_path, &a.overrides)?.validate()?;
     let data = load_or_fetch(&cfg.config.data.dir)?;
-    let summary = run(&cfg, &data, &dir, &RunOptions { progress: !a.quiet, stop_after: a.stop_after })?;
+    let summary = run(&cfg, &data, &dir, &RunOptions { progress: !a.quiet, stop_after: a.stop_after, multi: None })?;
     println!("{}", summary.dir.display());
     Ok(())
 }

@@ -40,6 +40,8 @@ pub struct RunSummary {
 pub struct RunOptions {
     /// Show a progress bar.
     pub progress: bool,
+    /// Draw the progress bar inside this group (e.g. beneath a sweep's overall bar).
+    pub multi: Option<indicatif::MultiProgress>,
     /// Stop after this many steps in this invocation (for tests of resume); None = run to the end.
     pub stop_after: Option<usize>,
 }
@@ -106,6 +108,10 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
     let noise_std = cfg.sigma.map_or(0.0, |s| s * clip);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(c.train.threads).build().expect("thread pool");
     let bar = progress_bar(opts.progress, cfg.max_steps, start);
+    let bar = match &opts.multi {
+        Some(m) if opts.progress => m.add(bar),
+        _ => bar,
+    };
     let started = Instant::now();
     let end = opts.stop_after.map_or(cfg.max_steps, |s| (start + s).min(cfg.max_steps));
     let mut last_acc = f64::NAN;

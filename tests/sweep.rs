@@ -1,0 +1,100 @@
+//! Sweeps: a 2 × 2 grid on a small MNIST subset end to end, resumable, extendable, and bad
+//! sweep files rejected before any run starts.
+
+use std::path::{Path, PathBuf};
+
+use dpgd::sweep::{execute, plan, report};
+use dpgd::train::{RunOptions, run};
+
+fn setup(dir: &Path, grid: &str) -> PathBuf {
+    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist");
+    let base = dir.join("base.toml");
+    std::fs::write(
+        &base,
+        format!(
+            r#"
+name = "base"
+[data]
+dir = "{}"
+train_subset = 600
+test_subset = 300
+[model]
+preset = "logistic"
+[privacy]
+method = "plain"
+epsilon = 4.0
+delta = 1e-5
+clip = 1.0
+steps = 4
+[train]
+lr = 1.0
+eval_every = 2
+"#,
+            mnist.display()
+        ),
+    )
+    .unwrap();
+    let sweep = dir.join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!("name = \"tiny\"\nbase = \"{}\"\n[set]\n\"train.chunk\" = 8\n[grid]\n{grid}", base.display()),
+    )
+    .unwrap();
+    sweep
+}
+
+#[test]
+fn a_tiny_grid_runs_resumes_and_extends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("results");
+    let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1, 2]\n");
+    let (_, runs) = plan(&sweep).unwrap();
+    assert_eq!(runs.len(), 4);
+    // Interrupt one run half way, as a killed sweep would leave it.
+    let first = &runs[0];
+    let data = dpgd::data::Dataset::load(&first.config.config.data.dir, 10).unwrap();
+    let partial = run(
+        &first.config,
+        &data,
+        &out.join("runs").join(&first.id),
+        &RunOptions { stop_after: Some(2), ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(partial.steps, 2);
+    assert_eq!(execute(&out, &runs, false).unwrap(), 4, "three fresh runs and the resumed one");
+    let rows = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(rows.lines().count(), 4);
+    assert!(
+        std::fs::read_to_string(out.join("results.csv"))
+            .unwrap()
+            .starts_with("id,privacy.method,train.seed,test_accuracy,epsilon")
+    );
+    // Nothing finished is redone.
+    assert_eq!(execute(&out, &runs, false).unwrap(), 0);
+    // Adding grid points runs only the new ones.
+    let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1, 2, 3]\n");
+    let (_, runs) = plan(&sweep).unwrap();
+    assert_eq!(execute(&out, &runs, false).unwrap(), 2);
+    let table = report(&out).unwrap();
+    assert!(table.contains("privacy.method=\"filtered\" | 3 |"), "{table}");
+    assert!(table.contains("privacy.method=\"plain\" | 3 |"), "{table}");
+}
+
+#[test]
+fn bad_sweep_files_fail_before_any_run_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (grid, want) in [
+        ("\"privacy.epsilonn\" = [1.0]\n", "epsilonn"),
+        ("\"privacy.epsilon\" = []\n", "grid.privacy.epsilon"),
+        ("\"privacy.epsilon\" = [-1.0]\n", "privacy.epsilon"),
+        ("\"privacy.method\" = \"plain\"\n", "grid.privacy.method"),
+    ] {
+        let sweep = setup(tmp.path(), grid);
+        let e = plan(&sweep).unwrap_err().to_string();
+        assert!(e.contains(want), "expected `{want}` in: {e}");
+    }
+    let sweep = tmp.path().join("bad.toml");
+    std::fs::write(&sweep, "name = \"x\"\nbase = \"b.toml\"\ngird = 1\n").unwrap();
+    assert!(plan(&sweep).unwrap_err().to_string().contains("gird"));
+    assert!(!tmp.path().join("results").exists(), "no run may start");
+}
