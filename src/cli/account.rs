@@ -441,27 +441,24 @@ fn compare(a: &CompareArgs) -> Result<Value> {
             .collect();
         odo_series.push(Series { label: kind_name(*kind), points: pts });
     }
-    let filters = a.out.join("filters.png");
-    line_charts(
-        &filters,
-        &[Panel {
-            title: format!("rounds allowed by each filter at ({}, {})-DP", a.epsilon, a.delta),
-            x_label: "log10 per-round epsilon".into(),
-            y_label: "log10 rounds allowed".into(),
-            series: filter_series,
-            markers: vec![],
-        }],
+    let chart = |name: &str, title: String, x: &str, y: &str, series| -> Result<std::path::PathBuf> {
+        let path = a.out.join(name);
+        line_charts(&path, &[Panel { title, x_label: x.into(), y_label: y.into(), series, markers: vec![] }])?;
+        Ok(path)
+    };
+    let filters = chart(
+        "filters.png",
+        format!("rounds allowed by each filter at ({}, {})-DP", a.epsilon, a.delta),
+        "log10 per-round epsilon",
+        "log10 rounds allowed",
+        filter_series,
     )?;
-    let odometers = a.out.join("odometers.png");
-    line_charts(
-        &odometers,
-        &[Panel {
-            title: format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round, a.delta),
-            x_label: "rounds".into(),
-            y_label: "bound on privacy loss".into(),
-            series: odo_series,
-            markers: vec![],
-        }],
+    let odometers = chart(
+        "odometers.png",
+        format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round, a.delta),
+        "rounds",
+        "bound on privacy loss",
+        odo_series,
     )?;
     Ok(json!({
         "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,
