@@ -289,15 +289,7 @@ impl TrainConfig {
             _ => return Err(cfg("model", "give exactly one of model.preset or model.layers")),
         };
         let device = crate::device::parse(&self.train.device)?;
-        Ok(ValidConfig {
-            config: self.clone(),
-            sigma,
-            max_steps,
-            count_releases: releases,
-            model,
-            device_name: self.train.device.clone(),
-            _device: device,
-        })
+        Ok(ValidConfig { config: self.clone(), sigma, max_steps, count_releases: releases, model, device })
     }
 
     /// σ for the whole run: training (k worst-case steps) plus `releases` noisy counts of
@@ -345,16 +337,14 @@ pub struct ValidConfig {
     pub count_releases: usize,
     /// The architecture.
     pub model: ModelSpec,
-    /// The burn device name.
-    pub device_name: String,
-    _device: burn::tensor::Device,
+    device: burn::tensor::Device,
 }
 
 impl ValidConfig {
     /// The burn device chosen in the config.
     #[must_use]
     pub fn device(&self) -> burn::tensor::Device {
-        self._device.clone()
+        self.device.clone()
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use rayon::prelude::*;
 
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
-use crate::clip::{NonFinitePolicy, axpy, clip_factor, weighted_sum};
+use crate::clip::{NonFinitePolicy, axpy, clip_factor};
 use crate::data::{Normalize, Split};
 use crate::error::{Error, Result};
 use crate::noise::add_gaussian;
@@ -161,7 +161,7 @@ impl<'a> GradientPlan<'a> {
                     }
                 },
             };
-            weighted_sum(row, p, &[factor], &mut s.acc);
+            axpy(f64::from(factor), row, &mut s.acc);
         }
     }
 }
