@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dpgd::sweep::{execute, plan, report};
+use dpgd::sweep::{ExecuteOptions, execute, plan, report};
 use dpgd::train::{RunOptions, run};
 
 fn setup(dir: &Path, grid: &str) -> PathBuf {
@@ -61,23 +61,62 @@ fn a_tiny_grid_runs_resumes_and_extends() {
     )
     .unwrap();
     assert_eq!(partial.steps, 2);
-    assert_eq!(execute(&out, &runs, false).unwrap(), 4, "three fresh runs and the resumed one");
+    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 4, "three fresh runs and the resumed one");
     let rows = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(rows.lines().count(), 4);
     assert!(
         std::fs::read_to_string(out.join("results.csv"))
             .unwrap()
-            .starts_with("id,privacy.method,train.seed,test_accuracy,epsilon")
+            .starts_with("id,privacy.method,train.seed,test_accuracy,test_accuracy_at_k,k,steps_run")
     );
     // Nothing finished is redone.
-    assert_eq!(execute(&out, &runs, false).unwrap(), 0);
+    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 0);
     // Adding grid points runs only the new ones.
     let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1, 2, 3]\n");
     let (_, runs) = plan(&sweep).unwrap();
-    assert_eq!(execute(&out, &runs, false).unwrap(), 2);
+    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 2);
     let table = report(&out).unwrap();
     assert!(table.contains("privacy.method=\"filtered\" | 3 |"), "{table}");
     assert!(table.contains("privacy.method=\"plain\" | 3 |"), "{table}");
+}
+
+#[test]
+fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("results");
+    let cases = "[cases.small]\n\"privacy.clip\" = 0.5\n[cases.noisy-count]\n\"privacy.method\" = \"filtered\"\n\
+                 \"train.max_steps\" = 6\n\"release.active_count\" = \"noisy\"\n\"release.active_count_every\" = 2\n";
+    let sweep = setup(tmp.path(), &format!("seeds = [1, 2]\n{cases}"));
+    let (file, runs) = plan(&sweep).unwrap();
+    assert_eq!(file.cases.len(), 2);
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["case-noisy-count_seed-1", "case-noisy-count_seed-2", "case-small_seed-1", "case-small_seed-2"]);
+    assert_eq!(runs[2].config.config.privacy.clip, 0.5);
+    assert_eq!(runs[0].config.max_steps, 6);
+    // A subset first (as when a table is filled in over several invocations), then the rest.
+    let only = ExecuteOptions { only: vec![("case".into(), "small".into())], ..Default::default() };
+    assert_eq!(execute(&out, &runs, &only).unwrap(), 2);
+    assert_eq!(std::fs::read_to_string(out.join("results.jsonl")).unwrap().lines().count(), 2);
+    let opts = ExecuteOptions { jobs: 2, ..Default::default() };
+    assert_eq!(execute(&out, &runs, &opts).unwrap(), 2);
+    let table = report(&out).unwrap();
+    assert!(table.contains("case=\"small\" | 2 |"), "{table}");
+    assert!(out.join("report.png").exists());
+    assert!(out.join("active.png").exists(), "the noisy active counts are plotted");
+    // Two at a time gives the same results as one at a time (fixed seeds, deterministic sums).
+    let serial = tmp.path().join("serial");
+    execute(&serial, &runs, &ExecuteOptions::default()).unwrap();
+    let acc = |dir: &Path| std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    assert_eq!(acc(&out), acc(&serial));
+    // Another sweep with one identical run copies it instead of training it.
+    let other = tmp.path().join("other.toml");
+    let text = std::fs::read_to_string(&sweep).unwrap().replace("seeds = [1, 2]", "seeds = [2]");
+    let header = format!("name = \"other\"\nreuse = [\"{}\"]", out.display());
+    std::fs::write(&other, text.replace("name = \"tiny\"", &header)).unwrap();
+    let (file, runs) = plan(&other).unwrap();
+    let opts = ExecuteOptions { reuse: file.reuse.clone(), ..Default::default() };
+    assert_eq!(execute(&tmp.path().join("other"), &runs, &opts).unwrap(), 0, "both runs were copied");
+    assert_eq!(std::fs::read_to_string(tmp.path().join("other/results.jsonl")).unwrap().lines().count(), 2);
 }
 
 #[test]
@@ -88,6 +127,8 @@ fn bad_sweep_files_fail_before_any_run_naming_the_field() {
         ("\"privacy.epsilon\" = []\n", "grid.privacy.epsilon"),
         ("\"privacy.epsilon\" = [-1.0]\n", "privacy.epsilon"),
         ("\"privacy.method\" = \"plain\"\n", "grid.privacy.method"),
+        ("seeds = [1]\n[cases.a]\n\"privacy.clipp\" = 1.0\n", "case-a"),
+        ("seeds = [1]\n[cases.a]\n\"privacy.clip\" = -1.0\n", "privacy.clip"),
     ] {
         let sweep = setup(tmp.path(), grid);
         let e = plan(&sweep).unwrap_err().to_string();

@@ -45,7 +45,7 @@ chunk = 8
 fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> dpgd::train::RunSummary {
     let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
     let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
-    run(&cfg, &data, dir, &RunOptions { progress: false, stop_after, multi: None }).unwrap()
+    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }).unwrap()
 }
 
 #[test]

@@ -12,9 +12,22 @@ pub(crate) struct SweepArgs {
     /// Results folder (default experiments/<name>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Runs trained at the same time (each gets cores / jobs threads).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: u32,
+    /// Train only the runs with this case or grid value, e.g. `--only train.seed=1` or
+    /// `--only case=tuned-eps0.3` (repeatable; the results table lists every finished run).
+    #[arg(long, value_name = "FIELD=VALUE", value_parser = parse_only)]
+    only: Vec<(String, String)>,
     /// Hide progress bars.
     #[arg(long)]
     quiet: bool,
+}
+
+fn parse_only(s: &str) -> std::result::Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .ok_or_else(|| format!("`{s}`: write FIELD=VALUE, e.g. train.seed=1 or case=tuned-eps0.3"))
 }
 
 #[derive(Debug, Args)]
@@ -26,13 +39,32 @@ pub(crate) struct ReportArgs {
 pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
     let (sweep, runs) = dpgd::sweep::plan(&a.file)?;
     let dir = a.out.unwrap_or_else(|| PathBuf::from("experiments").join(&sweep.name));
-    let executed = dpgd::sweep::execute(&dir, &runs, !a.quiet)?;
-    eprintln!("sweep {}: {} runs planned, {executed} executed now", sweep.name, runs.len());
+    let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
+    if let Some((k, _)) = a.only.iter().find(|(k, _)| !fields.contains(k)) {
+        anyhow::bail!("--only {k}=…: {k} is not a case or grid field of this sweep (fields: {fields:?})");
+    }
+    for (k, v) in &a.only {
+        let values: std::collections::BTreeSet<&str> =
+            runs.iter().filter_map(|r| r.point.get(k)).map(|p| p.trim_matches('"')).collect();
+        if !values.contains(v.trim_matches('"')) {
+            anyhow::bail!("--only {k}={v}: no run has this value (values of {k}: {values:?})");
+        }
+    }
+    let opts = dpgd::sweep::ExecuteOptions {
+        progress: !a.quiet,
+        jobs: a.jobs as usize,
+        reuse: sweep.reuse.clone(),
+        only: a.only.clone(),
+    };
+    let executed = dpgd::sweep::execute(&dir, &runs, &opts)?;
+    eprintln!("sweep {}: {} runs planned, {executed} trained now", sweep.name, runs.len());
     print!("{}", dpgd::sweep::report(&dir)?);
+    eprintln!("plots: {}", dir.join("report.png").display());
     Ok(())
 }
 
 pub(crate) fn run_report(a: ReportArgs) -> Result<()> {
     print!("{}", dpgd::sweep::report(&a.dir)?);
+    eprintln!("plots: {}", a.dir.join("report.png").display());
     Ok(())
 }

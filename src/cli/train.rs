@@ -47,7 +47,8 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     };
     let cfg = TrainConfig::from_file(&config_path, &a.overrides)?.validate()?;
     let data = load_or_fetch(&cfg.config.data.dir)?;
-    let summary = run(&cfg, &data, &dir, &RunOptions { progress: !a.quiet, stop_after: a.stop_after, multi: None })?;
+    let summary =
+        run(&cfg, &data, &dir, &RunOptions { progress: !a.quiet, stop_after: a.stop_after, ..Default::default() })?;
     println!("{}", summary.dir.display());
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! the new file, never a torn one; a checksum catches anything else.
 //!
 //! Two files live in a run's `checkpoint/` folder:
-//! * `state.bin` — θ, the ledger and the step, every `checkpoint_every` steps;
+//! * `state.bin` — θ, the ledger and the step, every `checkpoint_every` steps (and, under the
+//!   best-train-accuracy stopping rule, the best model so far, at every query);
 //! * `ledger.bin` — the ledger alone, written every step *before* that step's noisy update
 //!   is released. On resume the newer ledger wins, so the privacy spent by steps lost in a
 //!   crash stays spent: a crash or a resume never lets an example exceed its budget.
@@ -27,6 +28,20 @@ pub struct Meta {
     pub config_hash: String,
     /// The ledger's per-example budget.
     pub budget: f64,
+    /// The stopping rule's state, if it has answered a query.
+    #[serde(default)]
+    pub best: Option<Best>,
+}
+
+/// The best-train-accuracy stopping rule's state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Best {
+    /// The step whose model had the highest released (noisy) training accuracy.
+    pub step: usize,
+    /// That released accuracy.
+    pub noisy_train_accuracy: f64,
+    /// Queries answered since, without a new best.
+    pub stale: usize,
 }
 
 /// A decoded checkpoint file.
@@ -36,6 +51,8 @@ pub struct Snapshot {
     pub meta: Meta,
     /// Model parameters (empty in a ledger journal).
     pub theta: Vec<f32>,
+    /// Parameters of the model at `meta.best` (empty if none).
+    pub best_theta: Vec<f32>,
     /// Per-example spent budget.
     pub spent: Vec<f64>,
 }
@@ -52,10 +69,11 @@ pub fn journal_path(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoint").join("ledger.bin")
 }
 
-/// Encodes and atomically writes a snapshot.
-pub fn write(path: &Path, meta: &Meta, theta: &[f32], spent: &[f64]) -> Result<()> {
+/// Encodes and atomically writes a snapshot: θ, the best model so far (empty if none) and the
+/// ledger.
+pub fn write(path: &Path, meta: &Meta, theta: &[f32], best_theta: &[f32], spent: &[f64]) -> Result<()> {
     let meta_json = serde_json::to_vec(meta).expect("meta serialises");
-    let mut buf = Vec::with_capacity(64 + meta_json.len() + theta.len() * 4 + spent.len() * 8);
+    let mut buf = Vec::with_capacity(64 + meta_json.len() + (theta.len() + best_theta.len()) * 4 + spent.len() * 8);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&(meta_json.len() as u64).to_le_bytes());
     buf.extend_from_slice(&meta_json);
@@ -63,6 +81,8 @@ pub fn write(path: &Path, meta: &Meta, theta: &[f32], spent: &[f64]) -> Result<(
     theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     buf.extend_from_slice(&(spent.len() as u64).to_le_bytes());
     spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    buf.extend_from_slice(&(best_theta.len() as u64).to_le_bytes());
+    best_theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     let digest = Sha256::digest(&buf);
     buf.extend_from_slice(&digest);
     atomic_write(path, &buf)
@@ -103,7 +123,18 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
     let theta = take(nt.checked_mul(4)?)?.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let ns = len(take(8)?)?;
     let spent = take(ns.checked_mul(8)?)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
-    Some(Snapshot { meta, theta, spent })
+    // Files written before the best-model section existed end here.
+    let best_theta = match take(8) {
+        None => Vec::new(),
+        Some(b) => {
+            let nb = len(b)?;
+            take(nb.checked_mul(4)?)?.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        }
+    };
+    if at != body.len() {
+        return None;
+    }
+    Some(Snapshot { meta, theta, best_theta, spent })
 }
 
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new content.
@@ -132,11 +163,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.bin");
         assert_eq!(read(&path).unwrap(), None);
-        let meta = Meta { step: 3, config_hash: "abc".into(), budget: 2.0 };
-        write(&path, &meta, &[1.0, -2.5], &[0.5, 2.0, 0.0]).unwrap();
+        let best = Best { step: 2, noisy_train_accuracy: 0.75, stale: 1 };
+        let meta = Meta { step: 3, config_hash: "abc".into(), budget: 2.0, best: Some(best) };
+        write(&path, &meta, &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
         let snap = read(&path).unwrap().unwrap();
         assert_eq!(snap.meta, meta);
         assert_eq!(snap.theta, vec![1.0, -2.5]);
+        assert_eq!(snap.best_theta, vec![0.25, 4.0]);
         assert_eq!(snap.spent, vec![0.5, 2.0, 0.0]);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 1;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::accounting::{Conversion, calibrate_sigma, positive, probability};
+use crate::accounting::{Conversion, Zcdp, calibrate_sigma, positive, probability};
 use crate::clip::NonFinitePolicy;
 use crate::data::Normalize;
 use crate::error::{Error, Result};
@@ -35,6 +35,44 @@ pub enum ActiveRelease {
     Noisy,
     /// The exact count, labelled NON-PRIVATE: for debugging only, never publish it.
     ExactNonPrivate,
+}
+
+/// When a filtered run stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopRule {
+    /// Run `train.max_steps` steps and keep the last model (default).
+    #[default]
+    MaxSteps,
+    /// The adaptive rule of 001 §5.1: from step B_norm/C² on, release the training accuracy
+    /// every `stopping.every` steps as an accounted noisy count, and keep the model whose
+    /// released accuracy was highest.
+    BestTrainAccuracy,
+}
+
+/// The `[stopping]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoppingConfig {
+    /// The rule.
+    #[serde(default)]
+    pub rule: StopRule,
+    /// Steps between two training-accuracy queries.
+    #[serde(default = "default_stop_every")]
+    pub every: usize,
+    /// Noise std of each noisy count of correctly classified training examples (sensitivity 1).
+    #[serde(default = "default_stop_sigma")]
+    pub sigma: f64,
+    /// Stop early after this many queries without a new best (0 = query until `max_steps`).
+    /// The privacy cost is that of every scheduled query either way.
+    #[serde(default)]
+    pub patience: usize,
+}
+
+impl Default for StoppingConfig {
+    fn default() -> Self {
+        Self { rule: StopRule::MaxSteps, every: default_stop_every(), sigma: default_stop_sigma(), patience: 0 }
+    }
 }
 
 /// The `[data]` section.
@@ -160,6 +198,9 @@ pub struct TrainConfig {
     /// Extra releases.
     #[serde(default)]
     pub release: ReleaseConfig,
+    /// Stopping rule.
+    #[serde(default)]
+    pub stopping: StoppingConfig,
 }
 
 fn default_dir() -> PathBuf {
@@ -185,6 +226,12 @@ fn default_ckpt() -> usize {
 }
 fn default_count_sigma() -> f64 {
     100.0
+}
+fn default_stop_every() -> usize {
+    5
+}
+fn default_stop_sigma() -> f64 {
+    500.0
 }
 fn default_name() -> String {
     "run".into()
@@ -260,17 +307,7 @@ impl TrainConfig {
             (_, Some(0)) => return Err(cfg("train.max_steps", "must be >= 1")),
             (_, m) => m.unwrap_or(p.steps),
         };
-        let releases = match self.release.active_count {
-            ActiveRelease::Noisy => {
-                positive("active_count_sigma", self.release.active_count_sigma)
-                    .map_err(|e| field("release.active_count_sigma", e))?;
-                if self.release.active_count_every == 0 {
-                    return Err(cfg("release.active_count_every", "must be >= 1"));
-                }
-                max_steps / self.release.active_count_every
-            }
-            _ => 0,
-        };
+        let releases = self.scheduled_releases(max_steps)?;
         let sigma = match (p.method, p.epsilon, p.sigma) {
             (Method::NonPrivate, _, _) => None,
             (_, Some(_), Some(_)) => {
@@ -280,7 +317,7 @@ impl TrainConfig {
             (_, None, Some(s)) => Some(positive("sigma", s).map_err(|e| field("privacy.sigma", e))?),
             (_, Some(eps), None) => {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
-                Some(self.calibrate(eps, releases)?)
+                Some(self.calibrate(eps, &releases)?)
             }
         };
         let model = match (&self.model.preset, &self.model.layers) {
@@ -289,25 +326,70 @@ impl TrainConfig {
             _ => return Err(cfg("model", "give exactly one of model.preset or model.layers")),
         };
         let device = crate::device::parse(&self.train.device)?;
-        Ok(ValidConfig { config: self.clone(), sigma, max_steps, count_releases: releases, model, device })
+        Ok(ValidConfig { config: self.clone(), sigma, max_steps, releases, model, device })
     }
 
-    /// σ for the whole run: training (k worst-case steps) plus `releases` noisy counts of
-    /// std s_c all fit the target. Every piece is a Gaussian mechanism, so in Gaussian DP
-    /// μ² = k/σ² + releases/s_c² (and ρ = μ²/2 for the zCDP conversions).
-    fn calibrate(&self, eps: f64, releases: usize) -> Result<f64> {
+    /// The noisy statistics this run releases about its training data, checked.
+    fn scheduled_releases(&self, max_steps: usize) -> Result<Vec<ScheduledRelease>> {
+        let field =
+            |f: &str, e: crate::accounting::AccountingError| Error::Config { field: f.into(), message: e.to_string() };
+        let mut out = Vec::new();
+        let r = &self.release;
+        if r.active_count == ActiveRelease::Noisy {
+            positive("active_count_sigma", r.active_count_sigma).map_err(|e| field("release.active_count_sigma", e))?;
+            if r.active_count_every == 0 {
+                return Err(cfg("release.active_count_every", "must be >= 1"));
+            }
+            let first = r.active_count_every;
+            out.push(ScheduledRelease {
+                mechanism: ACTIVE_COUNT,
+                sigma: r.active_count_sigma,
+                first,
+                every: first,
+                last: max_steps,
+            });
+        }
+        let s = &self.stopping;
+        if s.rule == StopRule::BestTrainAccuracy {
+            if self.privacy.method != Method::Filtered {
+                return Err(cfg(
+                    "stopping.rule",
+                    "best-train-accuracy chooses among the steps after B_norm/C^2, so it needs method = \"filtered\" \
+                     with train.max_steps > privacy.steps",
+                ));
+            }
+            positive("sigma", s.sigma).map_err(|e| field("stopping.sigma", e))?;
+            if s.every == 0 {
+                return Err(cfg("stopping.every", "must be >= 1"));
+            }
+            out.push(ScheduledRelease {
+                mechanism: TRAIN_ACCURACY,
+                sigma: s.sigma,
+                first: self.privacy.steps,
+                every: s.every,
+                last: max_steps,
+            });
+        }
+        Ok(out)
+    }
+
+    /// σ for the whole run: training (k worst-case steps) plus every scheduled noisy count
+    /// (std sⱼ, sensitivity 1) fit the target. Every piece is a Gaussian mechanism, so in
+    /// Gaussian DP μ² = k/σ² + Σⱼ 1/sⱼ² (and ρ = μ²/2 for the zCDP conversions).
+    fn calibrate(&self, eps: f64, releases: &[ScheduledRelease]) -> Result<f64> {
         let p = &self.privacy;
         let k = p.steps as f64;
-        if releases == 0 {
+        if releases.is_empty() {
             return Ok(calibrate_sigma(eps, p.delta, k, p.conversion)?);
         }
         let rho = p.conversion.max_rho(eps, p.delta)?.rho();
-        let counts = releases as f64 / self.release.active_count_sigma.powi(2);
+        let counts: f64 = releases.iter().map(|r| 2.0 * r.total_rho()).sum();
         let left = 2.0 * rho - counts;
         if left <= 0.0 {
             return Err(cfg(
-                "release.active_count_sigma",
-                "the noisy active counts alone exceed the privacy budget; raise it or release less often",
+                "release",
+                "the scheduled noisy counts (active count, training accuracy) alone exceed the privacy budget; \
+                 raise their sigma or release less often",
             ));
         }
         Ok((k / left).sqrt() * (1.0 + 1e-12))
@@ -317,8 +399,10 @@ impl TrainConfig {
     /// resumed run must match it.
     #[must_use]
     pub fn privacy_hash(&self) -> String {
-        let relevant =
-            (&self.data.dir, self.data.train_subset, &self.privacy, &self.release, &self.train.max_steps, &self.model);
+        let relevant = (
+            (&self.data.dir, self.data.train_subset, &self.privacy, &self.release, &self.train.max_steps, &self.model),
+            &self.stopping,
+        );
         let bytes = serde_json::to_vec(&relevant).expect("config serialises");
         Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -333,8 +417,8 @@ pub struct ValidConfig {
     pub sigma: Option<f64>,
     /// Steps to run.
     pub max_steps: usize,
-    /// Number of noisy active-count releases over the run.
-    pub count_releases: usize,
+    /// The noisy statistics released on a schedule (each accounted in the run's guarantee).
+    pub releases: Vec<ScheduledRelease>,
     /// The architecture.
     pub model: ModelSpec,
     device: burn::tensor::Device,
@@ -345,6 +429,57 @@ impl ValidConfig {
     #[must_use]
     pub fn device(&self) -> burn::tensor::Device {
         self.device.clone()
+    }
+}
+
+/// Mechanism name of the noisy active-set size.
+pub const ACTIVE_COUNT: &str = "active-count";
+/// Mechanism name of the noisy training accuracy (the stopping rule's query).
+pub const TRAIN_ACCURACY: &str = "train-accuracy";
+
+/// A statistic of the training data released at steps `first, first + every, … ≤ last` as a
+/// Gaussian noisy count (sensitivity 1, noise std `sigma`): each release is 1/(2σ²)-zCDP.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScheduledRelease {
+    /// The session mechanism that answers it ([`ACTIVE_COUNT`] or [`TRAIN_ACCURACY`]).
+    pub mechanism: &'static str,
+    /// Noise std of each count.
+    pub sigma: f64,
+    /// First step with a release.
+    pub first: usize,
+    /// Steps between releases.
+    pub every: usize,
+    /// No release after this step.
+    pub last: usize,
+}
+
+impl ScheduledRelease {
+    /// Whether a release is due after `step`.
+    #[must_use]
+    pub fn due(&self, step: usize) -> bool {
+        (self.first..=self.last).contains(&step) && (step - self.first).is_multiple_of(self.every)
+    }
+
+    /// Releases made in steps 1..=`step`.
+    #[must_use]
+    pub fn count_through(&self, step: usize) -> usize {
+        if step < self.first || self.first > self.last {
+            0
+        } else {
+            (step.min(self.last) - self.first) / self.every + 1
+        }
+    }
+
+    /// The zCDP cost of one release, 1/(2σ²) (a Gaussian mechanism of sensitivity 1).
+    #[must_use]
+    pub fn cost(&self) -> Zcdp {
+        Zcdp::new(0.5 / (self.sigma * self.sigma)).expect("validated sigma")
+    }
+
+    /// The zCDP ρ of every scheduled release together.
+    #[must_use]
+    pub fn total_rho(&self) -> f64 {
+        self.count_through(self.last) as f64 * self.cost().rho()
     }
 }
 

@@ -3,11 +3,12 @@
 
 pub mod checkpoint;
 mod config;
+mod privacy;
 mod run;
 pub mod step;
 
 pub use config::{
-    ActiveRelease, DataConfig, Method, ModelConfig, PrivacyConfig, ReleaseConfig, TrainConfig, TrainSettings,
-    ValidConfig,
+    ACTIVE_COUNT, ActiveRelease, DataConfig, Method, ModelConfig, PrivacyConfig, ReleaseConfig, ScheduledRelease,
+    StopRule, StoppingConfig, TRAIN_ACCURACY, TrainConfig, TrainSettings, ValidConfig,
 };
 pub use run::{RunOptions, RunSummary, run};

@@ -10,15 +10,16 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
-use super::checkpoint::{self, Meta};
-use super::config::{ActiveRelease, Method, ValidConfig};
+use super::checkpoint::{self, Best, Meta};
+use super::config::{ACTIVE_COUNT, ActiveRelease, Method, StopRule, TRAIN_ACCURACY, ValidConfig};
+use super::privacy::{self, RunSession};
 use super::step::{Combine, GradientPlan, apply_update, correct};
+use crate::accounting::ToApproxDp;
 use crate::accounting::filter::IndividualFilter;
-use crate::accounting::{Conversion, GaussianDp, PrivateGd, ToApproxDp};
 use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::model::BurnModel;
-use crate::noise::{NoiseSeed, add_gaussian};
+use crate::noise::NoiseSeed;
 use crate::per_example::Network;
 use crate::plot::{Panel, Series, line_charts};
 
@@ -29,8 +30,15 @@ pub struct RunSummary {
     pub dir: PathBuf,
     /// Steps completed.
     pub steps: usize,
-    /// Final test accuracy (held-out test set).
+    /// The step whose model the run returns: the last one, or the best-train-accuracy
+    /// stopping rule's choice.
+    pub selected_step: usize,
+    /// Test accuracy of the returned model (held-out test set).
     pub test_accuracy: f64,
+    /// Test accuracy after B_norm/C² steps (`privacy.steps`). Up to that step a filtered run
+    /// is exactly plain private GD with the same σ (no example can run out of budget before
+    /// it), so this is plain GD's result.
+    pub test_accuracy_at_k: Option<f64>,
     /// The privacy report written to `privacy.json`.
     pub privacy: Value,
 }
@@ -42,6 +50,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Draw the progress bar inside this group (e.g. beneath a sweep's overall bar).
     pub multi: Option<indicatif::MultiProgress>,
+    /// Worker threads, overriding `train.threads` (e.g. when a sweep trains runs side by side).
+    pub threads: Option<usize>,
     /// Stop after this many steps in this invocation (for tests of resume); None = run to the end.
     pub stop_after: Option<usize>,
 }
@@ -72,7 +82,7 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
 
     // Start fresh or resume.
-    let (mut theta, mut ledger, start) = match checkpoint::read(&checkpoint::state_path(dir))? {
+    let (mut theta, mut ledger, start, mut best) = match checkpoint::read(&checkpoint::state_path(dir))? {
         Some(snap) => {
             if snap.meta.config_hash != hash {
                 return Err(Error::Checkpoint {
@@ -90,23 +100,28 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
             {
                 spent = j.spent; // includes charges of steps lost after the last checkpoint
             }
-            (snap.theta, IndividualFilter::from_spent(b_norm, spent)?, snap.meta.step)
+            let best = snap.meta.best.map(|b| (b, snap.best_theta));
+            (snap.theta, IndividualFilter::from_spent(b_norm, spent)?, snap.meta.step, best)
         }
         None => {
             let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
             std::fs::write(dir.join("config.toml"), resolved_config(cfg))
                 .map_err(Error::io(dir.join("config.toml")))?;
-            (theta, IndividualFilter::new(n, b_norm)?, 0)
+            (theta, IndividualFilter::new(n, b_norm)?, 0, None)
         }
     };
     let seed = c.train.seed.map_or(NoiseSeed::Os, NoiseSeed::Fixed);
-    announce(cfg, seed, n, start);
+    let session = if private { Some(RunSession::open(cfg, start)?) } else { None };
+    announce(cfg, session.as_ref(), seed, n, start);
 
     let metrics_path = dir.join("metrics.csv");
     let mut metrics = open_metrics(&metrics_path, start, c.release.active_count)?;
     let combine = if private { Combine::Clip { clip, on_nonfinite: c.privacy.on_nonfinite } } else { Combine::Sum };
     let noise_std = cfg.sigma.map_or(0.0, |s| s * clip);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(c.train.threads).build().expect("thread pool");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads.unwrap_or(c.train.threads))
+        .build()
+        .expect("thread pool");
     let bar = progress_bar(opts.progress, cfg.max_steps, start);
     let bar = match &opts.multi {
         Some(m) if opts.progress => m.add(bar),
@@ -117,66 +132,142 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
     let mut last_acc = f64::NAN;
     let norm = c.data.normalize;
     let plan = GradientPlan::new(&net, &train, norm, combine, c.train.chunk);
+    let patience = c.stopping.patience;
+    let exhausted = |b: &Best| patience > 0 && b.stale >= patience;
+    let mut stopped = best.as_ref().is_some_and(|(b, _)| exhausted(b));
+    let mut done = start;
 
     for step in start + 1..=end {
+        if stopped {
+            break;
+        }
         let t0 = Instant::now();
         let sum = pool.install(|| plan.gradient_sum(&theta, &mut ledger, step))?;
         // The ledger is durable before this step's result is released.
         if private {
-            checkpoint::write(&checkpoint::journal_path(dir), &meta(step, &hash, b_norm), &[], ledger.spent_all())?;
+            checkpoint::write(
+                &checkpoint::journal_path(dir),
+                &meta(step, &hash, b_norm, None),
+                &[],
+                &[],
+                ledger.spent_all(),
+            )?;
         }
         apply_update(&mut theta, sum, noise_std, c.train.lr, n, &mut seed.rng_for_step(step as u64));
-        let active = release_active_count(cfg, &ledger, step, seed);
-        let eval_now = step == cfg.max_steps || (c.train.eval_every > 0 && step.is_multiple_of(c.train.eval_every));
+        let released = match &session {
+            Some(s) => s.release(step, seed, |m| match m {
+                ACTIVE_COUNT => ledger.active_count_non_private() as f64,
+                _ => pool.install(|| correct(&net, &theta, &train, norm)) as f64,
+            })?,
+            None => Vec::new(),
+        };
+        let value = |name: &str| released.iter().find(|(m, _)| *m == name).map(|r| r.1);
+        let active = value(ACTIVE_COUNT).or_else(|| {
+            (c.release.active_count == ActiveRelease::ExactNonPrivate
+                && step.is_multiple_of(c.release.active_count_every.max(1)))
+            .then(|| ledger.active_count_non_private() as f64)
+        });
+        let train_acc = value(TRAIN_ACCURACY).map(|count| count / n as f64);
+        if let Some(a) = train_acc {
+            match &mut best {
+                Some((b, _)) if a <= b.noisy_train_accuracy => b.stale += 1,
+                _ => best = Some((Best { step, noisy_train_accuracy: a, stale: 0 }, theta.clone())),
+            }
+            stopped = best.as_ref().is_some_and(|(b, _)| exhausted(b));
+        }
+        let eval_now = step == cfg.max_steps
+            || step == c.privacy.steps
+            || stopped
+            || (c.train.eval_every > 0 && step.is_multiple_of(c.train.eval_every));
         if eval_now {
             last_acc = pool.install(|| correct(&net, &theta, &test, norm)) as f64 / test.len().max(1) as f64;
         }
-        let eps_so_far = epsilon_so_far(cfg, step);
+        let eps_so_far = privacy::epsilon_so_far(cfg, step);
+        let cell = |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
         writeln!(
             metrics,
-            "{step},{:.4},{},{},{}",
+            "{step},{:.4},{},{},{},{}",
             t0.elapsed().as_secs_f64(),
-            eps_so_far.map_or(String::new(), |e| format!("{e:.6}")),
-            if eval_now { format!("{last_acc:.6}") } else { String::new() },
-            active.map_or(String::new(), |a| format!("{a:.1}"))
+            cell(eps_so_far, 6),
+            cell(eval_now.then_some(last_acc), 6),
+            cell(active, 1),
+            cell(train_acc, 6)
         )
         .map_err(Error::io(&metrics_path))?;
         metrics.flush().map_err(Error::io(&metrics_path))?;
-        if step.is_multiple_of(c.train.checkpoint_every.max(1)) || step == cfg.max_steps {
-            checkpoint::write(&checkpoint::state_path(dir), &meta(step, &hash, b_norm), &theta, ledger.spent_all())?;
+        // The stopping rule's state is checkpointed with every query it answers.
+        if step.is_multiple_of(c.train.checkpoint_every.max(1)) || step == cfg.max_steps || train_acc.is_some() {
+            let (b, bt) = best.as_ref().map_or((None, &[][..]), |(b, t)| (Some(*b), &t[..]));
+            checkpoint::write(
+                &checkpoint::state_path(dir),
+                &meta(step, &hash, b_norm, b),
+                &theta,
+                bt,
+                ledger.spent_all(),
+            )?;
         }
+        done = step;
         bar.set_position(step as u64);
         bar.set_message(format!(
-            "eps<={} test acc {:.2}%{}",
+            "eps<={} test acc {:.2}%{}{}",
             eps_so_far.map_or("n/a (NOT PRIVATE)".into(), |e| format!("{e:.3}")),
             100.0 * last_acc,
-            active.map_or(String::new(), |a| format!(" active~{a:.0}"))
+            active.map_or(String::new(), |a| format!(" active~{a:.0}")),
+            best.as_ref().map_or(String::new(), |(b, _)| format!(" best@{}", b.step))
         ));
     }
     bar.finish_and_clear();
-    let steps_done = end;
-    if steps_done < cfg.max_steps {
-        return Ok(RunSummary { dir: dir.into(), steps: steps_done, test_accuracy: last_acc, privacy: Value::Null });
+    if !stopped && done < cfg.max_steps {
+        return Ok(RunSummary {
+            dir: dir.into(),
+            steps: done,
+            selected_step: done,
+            test_accuracy: last_acc,
+            test_accuracy_at_k: None,
+            privacy: Value::Null,
+        });
     }
-    if last_acc.is_nan() {
-        last_acc = correct(&net, &theta, &test, norm) as f64 / test.len().max(1) as f64;
-    }
-    BurnModel::from_params(&net, &theta, &cfg.device()).save(&dir.join("model.bpk"))?;
-    let privacy = privacy_report(cfg, n, steps_done, seed);
-    let report = serde_json::to_string_pretty(&privacy).expect("json");
-    std::fs::write(dir.join("privacy.json"), report).map_err(Error::io(dir.join("privacy.json")))?;
+    let (selected_step, model) = match (c.stopping.rule, &best) {
+        (StopRule::BestTrainAccuracy, Some((b, t))) => (b.step, t),
+        _ => (done, &theta),
+    };
+    let test_accuracy = correct(&net, model, &test, norm) as f64 / test.len().max(1) as f64;
+    let test_accuracy_at_k = accuracy_at(&metrics_path, c.privacy.steps)?;
+    BurnModel::from_params(&net, model, &cfg.device()).save(&dir.join("model.bpk"))?;
+    let privacy = privacy::report(cfg, session.as_ref(), n, done, seed);
+    let result = json!({
+        "steps_run": done, "stopped_early": done < cfg.max_steps, "selected_step": selected_step,
+        "test_accuracy": test_accuracy, "test_accuracy_at_k": test_accuracy_at_k, "k": c.privacy.steps,
+        "epsilon": privacy["epsilon"], "seconds": started.elapsed().as_secs_f64(),
+    });
+    write_json(&dir.join("result.json"), &result)?;
+    // privacy.json last: its presence marks the run finished.
+    write_json(&dir.join("privacy.json"), &privacy)?;
     plot_run(dir, cfg)?;
     eprintln!(
-        "done: {steps_done} steps in {:.1}s, test accuracy {:.2}%, {}",
+        "done: {done} steps in {:.1}s, model of step {selected_step}: test accuracy {:.2}%, {}",
         started.elapsed().as_secs_f64(),
-        100.0 * last_acc,
+        100.0 * test_accuracy,
         privacy["summary"].as_str().unwrap_or("")
     );
-    Ok(RunSummary { dir: dir.into(), steps: steps_done, test_accuracy: last_acc, privacy })
+    Ok(RunSummary { dir: dir.into(), steps: done, selected_step, test_accuracy, test_accuracy_at_k, privacy })
 }
 
-fn meta(step: usize, hash: &str, budget: f64) -> Meta {
-    Meta { step, config_hash: hash.to_string(), budget }
+fn write_json(path: &Path, value: &Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(value).expect("json")).map_err(Error::io(path))
+}
+
+/// The test accuracy recorded in `metrics.csv` at `step`, if any.
+fn accuracy_at(path: &Path, step: usize) -> Result<Option<f64>> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    Ok(text.lines().skip(1).find_map(|l| {
+        let mut f = l.split(',');
+        (f.next()?.parse::<usize>().ok()? == step).then(|| f.nth(2)?.parse().ok())?
+    }))
+}
+
+fn meta(step: usize, hash: &str, budget: f64, best: Option<Best>) -> Meta {
+    Meta { step, config_hash: hash.to_string(), budget, best }
 }
 
 fn resolved_config(cfg: &ValidConfig) -> String {
@@ -187,14 +278,10 @@ fn resolved_config(cfg: &ValidConfig) -> String {
     text
 }
 
-fn announce(cfg: &ValidConfig, seed: NoiseSeed, n: usize, start: usize) {
+fn announce(cfg: &ValidConfig, session: Option<&RunSession>, seed: NoiseSeed, n: usize, start: usize) {
     let c = &cfg.config;
-    if c.privacy.method == Method::NonPrivate {
-        eprintln!(
-            "WARNING: method = non-private — no clipping, no noise. THIS RUN IS NOT PRIVATE; do not publish its results."
-        );
-    } else {
-        let eps = total_gdp(cfg).epsilon(c.privacy.delta, c.privacy.conversion).unwrap_or(f64::NAN);
+    if let Some(session) = session {
+        let eps = session.guarantee().epsilon(c.privacy.delta, c.privacy.conversion).unwrap_or(f64::NAN);
         eprintln!(
             "{:?} private GD on {n} examples: sigma = {:.4}, clip = {}, B_norm = {} ({} worst-case steps), up to {} steps; \
              ({eps:.4}, {})-DP via {}",
@@ -208,6 +295,17 @@ fn announce(cfg: &ValidConfig, seed: NoiseSeed, n: usize, start: usize) {
             c.privacy.conversion
         );
         eprintln!("noise: {}", seed.describe());
+        if c.stopping.rule == StopRule::BestTrainAccuracy {
+            eprintln!(
+                "stopping: from step {} the training accuracy is released every {} steps as a noisy count (std {}), \
+                 accounted above; the model with the highest released accuracy is kept",
+                c.privacy.steps, c.stopping.every, c.stopping.sigma
+            );
+        }
+    } else {
+        eprintln!(
+            "WARNING: method = non-private — no clipping, no noise. THIS RUN IS NOT PRIVATE; do not publish its results."
+        );
     }
     if c.release.active_count == ActiveRelease::ExactNonPrivate {
         eprintln!(
@@ -219,52 +317,12 @@ fn announce(cfg: &ValidConfig, seed: NoiseSeed, n: usize, start: usize) {
     }
 }
 
-/// The whole run's Gaussian-DP guarantee: training plus the scheduled noisy counts.
-fn total_gdp(cfg: &ValidConfig) -> GaussianDp {
-    let c = &cfg.config;
-    let sigma = cfg.sigma.expect("private runs have sigma");
-    let train = PrivateGd::new(sigma, c.privacy.clip, c.privacy.steps as f64).expect("validated").gaussian_dp();
-    if cfg.count_releases == 0 {
-        return train;
-    }
-    let counts = GaussianDp::new((cfg.count_releases as f64).sqrt() / c.release.active_count_sigma).expect("validated");
-    train.compose(counts)
-}
-
-/// ε of the worst case spent after `step` steps (a public quantity: min(step, k)·C² per
-/// example, plus the counts released so far). None for non-private runs.
-fn epsilon_so_far(cfg: &ValidConfig, step: usize) -> Option<f64> {
-    let c = &cfg.config;
-    let sigma = cfg.sigma?;
-    let k = step.min(c.privacy.steps) as f64;
-    let mut mu2 = k / (sigma * sigma);
-    if c.release.active_count == ActiveRelease::Noisy {
-        mu2 += (step / c.release.active_count_every) as f64 / c.release.active_count_sigma.powi(2);
-    }
-    GaussianDp::new(mu2.sqrt()).ok()?.epsilon(c.privacy.delta, c.privacy.conversion).ok()
-}
-
-/// The active count released at `step`, if one is due.
-fn release_active_count(cfg: &ValidConfig, ledger: &IndividualFilter, step: usize, seed: NoiseSeed) -> Option<f64> {
-    let r = &cfg.config.release;
-    match r.active_count {
-        ActiveRelease::None => None,
-        _ if !step.is_multiple_of(r.active_count_every.max(1)) => None,
-        ActiveRelease::ExactNonPrivate => Some(ledger.active_count_non_private() as f64),
-        ActiveRelease::Noisy => {
-            let mut v = [ledger.active_count_non_private() as f32];
-            add_gaussian(&mut v, r.active_count_sigma, &mut seed.rng_for_step(u64::MAX - step as u64));
-            Some(f64::from(v[0]))
-        }
-    }
-}
-
 fn open_metrics(path: &Path, start: usize, active: ActiveRelease) -> Result<std::io::BufWriter<std::fs::File>> {
     let col = match active {
         ActiveRelease::ExactNonPrivate => "active_count_NON_PRIVATE",
         _ => "active_count_noisy",
     };
-    let header = format!("step,seconds,epsilon_so_far,test_accuracy,{col}");
+    let header = format!("step,seconds,epsilon_so_far,test_accuracy,{col},train_accuracy_noisy");
     // Keep the rows of completed steps up to the checkpoint (rows of lost steps are dropped).
     let kept: Vec<String> = match std::fs::read_to_string(path) {
         Ok(text) if start > 0 => text
@@ -298,67 +356,28 @@ fn progress_bar(show: bool, total: usize, start: usize) -> ProgressBar {
     bar
 }
 
-/// `privacy.json`: the guarantee, its inputs, and ε under every valid conversion.
-fn privacy_report(cfg: &ValidConfig, n: usize, steps: usize, seed: NoiseSeed) -> Value {
-    let c = &cfg.config;
-    let p = &c.privacy;
-    if p.method == Method::NonPrivate {
-        return json!({
-            "method": "non-private", "private": false, "epsilon": null, "steps_run": steps,
-            "summary": "NOT PRIVATE (no clipping, no noise)",
-        });
-    }
-    let total = total_gdp(cfg);
-    let mut eps = serde_json::Map::new();
-    for m in Conversion::ALL {
-        eps.insert(m.name().into(), json!(total.epsilon(p.delta, m).ok()));
-    }
-    let epsilon = total.epsilon(p.delta, p.conversion).ok();
-    let sigma = cfg.sigma.expect("private");
-    json!({
-        "method": p.method, "private": true,
-        "delta": p.delta, "conversion": p.conversion, "epsilon": epsilon, "epsilon_by_conversion": eps,
-        "target_epsilon": p.epsilon,
-        "rho": total.to_zcdp().rho(), "mu": total.mu(),
-        "training": {
-            "sigma": sigma, "clip": p.clip, "noise_std": sigma * p.clip,
-            "b_norm": p.steps as f64 * p.clip * p.clip, "worst_case_steps": p.steps,
-            "max_steps": cfg.max_steps, "steps_run": steps,
-            "rho": p.steps as f64 / (2.0 * sigma * sigma),
-            "guarantee": "B_norm/(2 sigma^2 C^2)-zCDP and sqrt(B_norm)/(sigma C)-GDP whatever the number of steps (001 Prop. 5.1)",
-        },
-        "active_count_releases": {
-            "mode": c.release.active_count, "count": cfg.count_releases,
-            "sigma": (c.release.active_count == ActiveRelease::Noisy).then_some(c.release.active_count_sigma),
-        },
-        "ledger": { "examples": n, "budget_per_example": p.steps as f64 * p.clip * p.clip, "unit": "squared clipped gradient norm" },
-        "noise": seed.describe(), "fixed_seed": matches!(seed, NoiseSeed::Fixed(_)),
-        "test_accuracy_note": "test accuracy is measured on the held-out test set, not on the training data the guarantee protects",
-        "summary": format!("({}, {})-DP via {} ({})", epsilon.map_or("?".into(), |e| format!("{e:.4}")), p.delta, p.conversion,
-            if matches!(seed, NoiseSeed::Fixed(_)) { "FIXED noise seed: for experiments only" } else { "OS-seeded CSPRNG noise" }),
-    })
-}
-
 /// `accuracy.png`: test accuracy (and the released active count) against the step.
 fn plot_run(dir: &Path, cfg: &ValidConfig) -> Result<()> {
     let text = std::fs::read_to_string(dir.join("metrics.csv")).map_err(Error::io(dir.join("metrics.csv")))?;
-    let (mut acc, mut active) = (Vec::new(), Vec::new());
+    let (mut acc, mut train_acc, mut active) = (Vec::new(), Vec::new(), Vec::new());
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let step: f64 = f[0].parse().unwrap_or(f64::NAN);
-        if let Ok(a) = f[3].parse::<f64>() {
-            acc.push((step, 100.0 * a));
-        }
-        if let Ok(a) = f[4].parse::<f64>() {
-            active.push((step, a));
-        }
+        let col = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+        acc.extend(col(3).map(|a| (step, 100.0 * a)));
+        active.extend(col(4).map(|a| (step, a)));
+        train_acc.extend(col(5).map(|a| (step, 100.0 * a)));
+    }
+    let mut series = vec![Series { label: "test accuracy".into(), points: acc }];
+    if !train_acc.is_empty() {
+        series.push(Series { label: "training accuracy (noisy count)".into(), points: train_acc });
     }
     let k = cfg.config.privacy.steps as f64;
     let mut panels = vec![Panel {
         title: format!("{} — test accuracy", cfg.config.name),
         x_label: "step".into(),
-        y_label: "test accuracy (%)".into(),
-        series: vec![Series { label: "test accuracy".into(), points: acc }],
+        y_label: "accuracy (%)".into(),
+        series,
         markers: vec![k],
     }];
     if !active.is_empty() {

@@ -1,0 +1,184 @@
+//! A sweep's results: one row per finished run (`results.jsonl`, `results.csv`), a Markdown
+//! summary grouped over seeds, and plots.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::plan::PlannedRun;
+use crate::error::{Error, Result};
+use crate::plot::{Panel, Series, line_charts};
+
+/// Writes `results.jsonl` and `results.csv`: one row per finished run (case and grid values,
+/// the returned model's test accuracy, the accuracy after k = B_norm/C² steps, ε and the
+/// privacy report).
+pub fn write_results(dir: &Path, runs: &[PlannedRun]) -> Result<Vec<Value>> {
+    let mut rows = Vec::new();
+    for r in runs {
+        let run_dir = dir.join("runs").join(&r.id);
+        let Ok(text) = std::fs::read_to_string(run_dir.join("privacy.json")) else { continue };
+        let privacy: Value = serde_json::from_str(&text).map_err(|e| Error::Record(e.to_string()))?;
+        let result: Value = read_json(&run_dir.join("result.json"))?;
+        rows.push(json!({
+            "id": r.id, "point": r.point,
+            "test_accuracy": result["test_accuracy"], "test_accuracy_at_k": result["test_accuracy_at_k"],
+            "k": result["k"], "steps_run": result["steps_run"], "selected_step": result["selected_step"],
+            "epsilon": privacy["epsilon"], "sigma": privacy["training"]["sigma"], "privacy": privacy,
+        }));
+    }
+    let jsonl: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    std::fs::write(dir.join("results.jsonl"), jsonl).map_err(Error::io(dir.join("results.jsonl")))?;
+    let fields: Vec<String> = runs.first().map(|r| r.point.keys().cloned().collect()).unwrap_or_default();
+    let stats = ["test_accuracy", "test_accuracy_at_k", "k", "steps_run", "selected_step", "sigma", "epsilon"];
+    let mut csv = format!("id,{},{}\n", fields.join(","), stats.join(","));
+    for r in &rows {
+        let vals: Vec<String> = fields.iter().map(|f| r["point"][f].as_str().unwrap_or("").replace(',', ";")).collect();
+        let nums: Vec<String> = stats.iter().map(|s| r[s].to_string()).collect();
+        csv += &format!("{},{},{}\n", r["id"].as_str().unwrap_or(""), vals.join(","), nums.join(","));
+    }
+    std::fs::write(dir.join("results.csv"), csv).map_err(Error::io(dir.join("results.csv")))?;
+    Ok(rows)
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    serde_json::from_str(&text).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+}
+
+/// One group of runs: the same case and grid values except the seed.
+#[derive(Default)]
+struct Group {
+    rows: Vec<Value>,
+}
+
+impl Group {
+    fn stat(&self, key: &str, scale: f64) -> Option<(f64, f64)> {
+        let xs: Vec<f64> = self.rows.iter().filter_map(|r| r[key].as_f64()).map(|x| x * scale).collect();
+        (!xs.is_empty()).then(|| mean_std(&xs))
+    }
+}
+
+/// Markdown summary of a sweep's `results.jsonl`: mean ± std over seeds of the returned
+/// model's test accuracy, of the accuracy after k = B_norm/C² steps (for a filtered run,
+/// plain private GD of the same σ) and of ε, grouped by every non-seed field. Also draws
+/// `report.png` (mean test accuracy against the step, per group) and, if the runs released
+/// noisy active counts, `active.png` (one panel per group, every seed).
+pub fn report(dir: &Path) -> Result<String> {
+    let path = dir.join("results.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
+    let rows: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    for r in rows {
+        groups.entry(group_key(&r)).or_default().rows.push(r);
+    }
+    let mut out = String::from(
+        "| configuration | runs | test accuracy (%) | after k = B_norm/C² steps (%) | steps run | epsilon |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    let pm = |s: Option<(f64, f64)>, digits: usize| {
+        s.map_or("–".to_string(), |(m, sd)| format!("{m:.digits$} ± {sd:.digits$}"))
+    };
+    for (key, g) in &groups {
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            if key.is_empty() { "(base)" } else { key },
+            g.rows.len(),
+            pm(g.stat("test_accuracy", 100.0), 2),
+            pm(g.stat("test_accuracy_at_k", 100.0), 2),
+            pm(g.stat("steps_run", 1.0), 0),
+            g.stat("epsilon", 1.0).map_or("–".into(), |(m, _)| format!("{m:.3}")),
+        );
+    }
+    plot(dir, &groups)?;
+    Ok(out)
+}
+
+fn group_key(r: &Value) -> String {
+    r["point"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| *k != "train.seed")
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+/// Column `col` of a run's `metrics.csv` as (step, value) points.
+fn metric(dir: &Path, id: &str, col: usize) -> Vec<(f64, f64)> {
+    let Ok(text) = std::fs::read_to_string(dir.join("runs").join(id).join("metrics.csv")) else { return Vec::new() };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.first()?.parse().ok()?, f.get(col)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
+    let mut accuracy = Vec::new();
+    let mut active = Vec::new();
+    for (key, g) in groups {
+        let ids: Vec<&str> = g.rows.iter().filter_map(|r| r["id"].as_str()).collect();
+        // Mean over seeds of the test accuracy at the steps every seed evaluated.
+        let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for id in &ids {
+            for (s, a) in metric(dir, id, 3) {
+                by_step.entry(s as u64).or_default().push(100.0 * a);
+            }
+        }
+        let points =
+            by_step.iter().filter(|(_, v)| v.len() == ids.len()).map(|(s, v)| (*s as f64, mean_std(v).0)).collect();
+        accuracy.push(Series { label: key.clone(), points });
+        let counts: Vec<Series> = ids
+            .iter()
+            .zip(&g.rows)
+            .map(|(id, r)| Series {
+                label: format!("seed {}", r["point"]["train.seed"].as_str().unwrap_or("")),
+                points: metric(dir, id, 4),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if !counts.is_empty() {
+            let k = g.rows.first().and_then(|r| r["k"].as_f64()).unwrap_or(0.0);
+            active.push(Panel {
+                title: format!("active points (noisy count): {key}"),
+                x_label: "step".into(),
+                y_label: "active points".into(),
+                series: counts,
+                markers: vec![k],
+            });
+        }
+    }
+    line_charts(
+        &dir.join("report.png"),
+        &[Panel {
+            title: "test accuracy (mean over seeds)".into(),
+            x_label: "step".into(),
+            y_label: "test accuracy (%)".into(),
+            series: accuracy,
+            markers: Vec::new(),
+        }],
+    )?;
+    if !active.is_empty() {
+        line_charts(&dir.join("active.png"), &active)?;
+    }
+    Ok(())
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len().max(1) as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 { xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+    (mean, var.sqrt())
+}

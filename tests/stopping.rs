@@ -1,0 +1,153 @@
+//! The adaptive stopping rule of 001 §5.1 and the plain-GD prefix: plain private GD is
+//! exactly the first B_norm/C² steps of filtered GD with the same σ; the training-accuracy
+//! queries are charged to the run's privacy session and counted in its ε; the best released
+//! model is returned, checkpointed and restored on resume.
+
+use std::path::{Path, PathBuf};
+
+use dpgd::data::Dataset;
+use dpgd::train::{RunOptions, RunSummary, TrainConfig, checkpoint, run};
+
+fn mnist_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist")
+}
+
+fn config(method: &str, privacy: &str, extra: &str) -> String {
+    format!(
+        r#"
+name = "stopping-{method}"
+[data]
+dir = "{dir}"
+train_subset = 1000
+test_subset = 500
+[model]
+preset = "opacus-cnn"
+[privacy]
+method = "{method}"
+{privacy}
+delta = 1e-5
+clip = 1.0
+steps = 10
+[train]
+lr = 2.0
+seed = 5
+eval_every = 2
+checkpoint_every = 3
+chunk = 8
+{extra}
+"#,
+        dir = mnist_dir().display()
+    )
+}
+
+fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> RunSummary {
+    let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
+    let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
+    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }).unwrap()
+}
+
+fn metrics(dir: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(dir.join("metrics.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+const STOP: &str = "max_steps = 18\n[stopping]\nrule = \"best-train-accuracy\"\nevery = 2\nsigma = 20.0\n";
+
+#[test]
+fn plain_gd_is_the_first_k_steps_of_filtered_gd() {
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = train(&config("plain", "sigma = 3.0", ""), plain_dir.path(), None);
+    let filtered_dir = tempfile::tempdir().unwrap();
+    let filtered = train(&config("filtered", "sigma = 3.0", "max_steps = 16"), filtered_dir.path(), None);
+    // Up to step k no example can run out of budget, so the clipped sums, the noise and the
+    // parameters are identical, and so is the test accuracy after k steps.
+    assert_eq!(filtered.test_accuracy_at_k, Some(plain.test_accuracy));
+    assert_eq!(plain.test_accuracy_at_k, Some(plain.test_accuracy));
+    // The filtered run's state after exactly k steps (checkpointed every step).
+    let at_k = tempfile::tempdir().unwrap();
+    let every_step =
+        config("filtered", "sigma = 3.0", "max_steps = 16").replace("checkpoint_every = 3", "checkpoint_every = 1");
+    assert_eq!(train(&every_step, at_k.path(), Some(10)).steps, 10);
+    let a = checkpoint::read(&checkpoint::state_path(plain_dir.path())).unwrap().unwrap();
+    let b = checkpoint::read(&checkpoint::state_path(at_k.path())).unwrap().unwrap();
+    assert_eq!((a.meta.step, b.meta.step), (10, 10));
+    assert_eq!(a.theta, b.theta, "the parameters after k steps differ");
+    assert_eq!(a.spent, b.spent, "the ledgers after k steps differ");
+    assert_eq!(filtered.steps, 16);
+}
+
+#[test]
+fn the_stopping_rule_is_accounted_and_returns_the_best_released_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&config("filtered", "epsilon = 4.0", STOP), dir.path(), None);
+    let p = &s.privacy;
+    // Queries after steps 10, 12, …, 18: five noisy counts of std 20, each 1/(2·20²)-zCDP.
+    let releases = p["releases"].as_array().unwrap();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0]["mechanism"], "train-accuracy");
+    assert_eq!(releases[0]["scheduled"], 5);
+    let charged = &p["session"]["charged_rho"];
+    assert!((charged["train-accuracy"].as_f64().unwrap() - 5.0 / 800.0).abs() < 1e-15);
+    let training = charged["training"].as_f64().unwrap();
+    assert!((training + 5.0 / 800.0 - p["rho"].as_f64().unwrap()).abs() < 1e-15);
+    assert!(p["epsilon"].as_f64().unwrap() <= 4.0 + 1e-9, "{}", p["epsilon"]);
+    assert!(p["epsilon"].as_f64().unwrap() > 4.0 - 1e-6, "the budget is used");
+    // σ pays for the queries: larger than without them.
+    let without = TrainConfig::from_toml(&config("filtered", "epsilon = 4.0", "max_steps = 18"), &[])
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert!(p["training"]["sigma"].as_f64().unwrap() > without.sigma.unwrap());
+    // The released accuracies appear at exactly the query steps; the returned model is the
+    // first step with the highest one, and its test accuracy is the one recorded there.
+    let rows = metrics(dir.path());
+    let released: Vec<(usize, f64)> =
+        rows.iter().filter(|r| !r[5].is_empty()).map(|r| (r[0].parse().unwrap(), r[5].parse().unwrap())).collect();
+    assert_eq!(released.iter().map(|r| r.0).collect::<Vec<_>>(), vec![10, 12, 14, 16, 18]);
+    let best = released.iter().fold(released[0], |b, &r| if r.1 > b.1 { r } else { b });
+    assert_eq!(s.selected_step, best.0);
+    let recorded: f64 = rows[best.0 - 1][3].parse().unwrap();
+    assert!((s.test_accuracy - recorded).abs() < 1e-6, "{} vs {recorded}", s.test_accuracy);
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["selected_step"], best.0);
+}
+
+#[test]
+fn patience_stops_early_and_a_resumed_run_keeps_the_best_model() {
+    let text = config("filtered", "epsilon = 4.0", &format!("{STOP}patience = 1\n"));
+    let whole = tempfile::tempdir().unwrap();
+    let a = train(&text, whole.path(), None);
+    let rows = metrics(whole.path());
+    let released: Vec<f64> = rows.iter().filter(|r| !r[5].is_empty()).map(|r| r[5].parse().unwrap()).collect();
+    // It stops at the first query that is not a new best (or runs to the end).
+    let first_stale = released.windows(2).position(|w| w[1] <= w[0]).map(|i| 10 + 2 * (i + 1));
+    assert_eq!(a.steps, first_stale.unwrap_or(18));
+    // Stopping early does not lower the guarantee: every scheduled query was paid for.
+    let no_patience = tempfile::tempdir().unwrap();
+    let full = train(&config("filtered", "epsilon = 4.0", STOP), no_patience.path(), None);
+    assert_eq!(a.privacy["epsilon"], full.privacy["epsilon"]);
+    // Interrupted after the first query and resumed: the same run, the same choice.
+    let parts = tempfile::tempdir().unwrap();
+    assert_eq!(train(&text, parts.path(), Some(11)).steps, 11);
+    let b = train(&text, parts.path(), None);
+    assert_eq!((a.steps, a.selected_step, a.test_accuracy), (b.steps, b.selected_step, b.test_accuracy));
+}
+
+#[test]
+fn bad_stopping_settings_name_the_field() {
+    for (text, want) in [
+        (config("plain", "epsilon = 4.0", "[stopping]\nrule = \"best-train-accuracy\"\n"), "stopping.rule"),
+        (config("filtered", "epsilon = 4.0", &STOP.replace("sigma = 20.0", "sigma = 0.0")), "stopping.sigma"),
+        (config("filtered", "epsilon = 4.0", &STOP.replace("every = 2", "every = 0")), "stopping.every"),
+        (config("filtered", "epsilon = 0.01", &STOP.replace("sigma = 20.0", "sigma = 1.0")), "release"),
+        (config("filtered", "epsilon = 4.0", &STOP.replace("rule =", "rules =")), "rules"),
+    ] {
+        let e = TrainConfig::from_toml(&text, &[]).and_then(|c| c.validate().map(|_| ())).unwrap_err().to_string();
+        assert!(e.contains(want), "expected `{want}` in: {e}");
+    }
+}
