@@ -90,8 +90,8 @@ fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
     let (file, runs) = plan(&sweep).unwrap();
     assert_eq!(file.cases.len(), 2);
     let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(ids, ["case-noisy-count_seed-1", "case-noisy-count_seed-2", "case-small_seed-1", "case-small_seed-2"]);
-    assert_eq!(runs[2].config.config.privacy.clip, 0.5);
+    assert_eq!(ids, ["case-noisy-count_seed-1", "case-small_seed-1", "case-noisy-count_seed-2", "case-small_seed-2"]);
+    assert_eq!(runs[1].config.config.privacy.clip, 0.5);
     assert_eq!(runs[0].config.max_steps, 6);
     // A subset first (as when a table is filled in over several invocations), then the rest.
     let only = ExecuteOptions { only: vec![("case".into(), "small".into())], ..Default::default() };

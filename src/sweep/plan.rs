@@ -42,7 +42,8 @@ pub struct PlannedRun {
     pub config: ValidConfig,
 }
 
-/// Reads a sweep file, expands its cases and grid and validates every run's config.
+/// Reads a sweep file, expands its cases and grid and validates every run's config. Runs are
+/// ordered seed by seed (all configurations at the first seed, then at the second, …).
 pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let sweep: SweepFile = toml::from_str(&text).map_err(|e: toml::de::Error| Error::Config {
@@ -58,8 +59,13 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
             field: format!("grid.{key}"),
             message: "every grid entry must be a non-empty list of values".into(),
         })?;
-        let field = if key == "seeds" { "train.seed".to_string() } else { key.clone() };
-        axes.push((field, list.iter().map(toml_text).collect()));
+        let values = list.iter().map(toml_text).collect();
+        if key == "seeds" {
+            // Seeds vary slowest: a sweep cut short has every configuration at the first seeds.
+            axes.insert(0, ("train.seed".to_string(), values));
+        } else {
+            axes.push((key.clone(), values));
+        }
     }
     let fixed: Vec<String> = sweep.set.iter().map(|(k, v)| format!("{k}={}", toml_text(v))).collect();
     let mut points: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""The paper-table sweep's results in the layout of paper 001 §5.1, next to the paper's numbers.
+
+    python3 experiments/paper_table.py [experiments/paper-table]  > table.md
+
+Reads results.jsonl written by `dpgd sweep experiments/paper-table.toml`. GD is the test
+accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with the same sigma);
+"filtered" is the model the stopping rule returned. Mean ± sample std over the seeds finished so far.
+"""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+PAPER = {  # (regime, epsilon) -> (GD, GD with filtering), mean ± std over 10 trials
+    ("tuned", "0.3"): ((93.29, 0.49), (93.64, 0.46)),
+    ("tuned", "0.5"): ((94.62, 0.43), (94.90, 0.26)),
+    ("tuned", "1.0"): ((96.25, 0.23), (96.25, 0.23)),
+    ("suboptimal", "0.3"): ((84.47, 3.95), (92.25, 0.91)),
+    ("suboptimal", "0.5"): ((92.07, 2.07), (94.30, 0.58)),
+    ("suboptimal", "1.0"): ((94.45, 0.45), (95.33, 0.34)),
+}
+
+
+def pm(xs):
+    if not xs:
+        return "–"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
+
+
+def main():
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
+    cells = defaultdict(list)
+    for line in (folder / "results.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        case = row["point"]["case"].strip('"')
+        regime, eps = case.split("-eps")
+        conversion = row["point"]["privacy.conversion"].strip('"')
+        cells[(conversion, regime, eps)].append(row)
+    for conversion in ("bun-steinke", "gaussian-exact"):
+        print(f"\n**sigma calibrated with `{conversion}`**\n")
+        print("| regime | ε | C | k | σ | seeds | GD (%) | GD w/ filtering (%) | filtered ≥ GD | paper GD | paper filtered |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for regime in ("tuned", "suboptimal"):
+            for eps in ("0.3", "0.5", "1.0"):
+                rows = cells.get((conversion, regime, eps), [])
+                gd = [100 * r["test_accuracy_at_k"] for r in rows]
+                filt = [100 * r["test_accuracy"] for r in rows]
+                (pg, pgs), (pf, pfs) = PAPER[(regime, eps)]
+                if rows:
+                    p = rows[0]["privacy"]["training"]
+                    setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f}"
+                    better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
+                else:
+                    setup, better = "| |", "–"
+                print(
+                    f"| {regime} | {eps} | {setup} | {len(rows)} | {pm(gd)} | {pm(filt)} | {better} "
+                    f"| {pg:.2f} ± {pgs:.2f} | {pf:.2f} ± {pfs:.2f} |"
+                )
+
+
+if __name__ == "__main__":
+    main()
