@@ -29,6 +29,8 @@ pub struct Panel {
     pub series: Vec<Series>,
     /// Vertical marker lines (x positions), e.g. step B_norm/C².
     pub markers: Vec<f64>,
+    /// Start the y axis at zero (for counts) instead of at the smallest value.
+    pub y_from_zero: bool,
 }
 
 fn register_font() {
@@ -54,6 +56,9 @@ pub fn line_charts(path: &Path, panels: &[Panel]) -> Result<()> {
         }
         if x0 > x1 {
             (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+        }
+        if panel.y_from_zero {
+            y0 = y0.min(0.0);
         }
         let pad = ((y1 - y0) * 0.05).max(1e-9);
         let mut chart = ChartBuilder::on(&area)

@@ -443,7 +443,10 @@ fn compare(a: &CompareArgs) -> Result<Value> {
     }
     let chart = |name: &str, title: String, x: &str, y: &str, series| -> Result<std::path::PathBuf> {
         let path = a.out.join(name);
-        line_charts(&path, &[Panel { title, x_label: x.into(), y_label: y.into(), series, markers: vec![] }])?;
+        line_charts(
+            &path,
+            &[Panel { title, x_label: x.into(), y_label: y.into(), series, markers: vec![], y_from_zero: false }],
+        )?;
         Ok(path)
     };
     let filters = chart(

@@ -157,6 +157,7 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
                 y_label: "active points".into(),
                 series: counts,
                 markers: vec![k],
+                y_from_zero: true,
             });
         }
     }
@@ -168,6 +169,7 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
             y_label: "test accuracy (%)".into(),
             series: accuracy,
             markers: Vec::new(),
+            y_from_zero: false,
         }],
     )?;
     if !active.is_empty() {

@@ -379,6 +379,7 @@ fn plot_run(dir: &Path, cfg: &ValidConfig) -> Result<()> {
         y_label: "accuracy (%)".into(),
         series,
         markers: vec![k],
+        y_from_zero: false,
     }];
     if !active.is_empty() {
         let label = match cfg.config.release.active_count {
@@ -391,6 +392,7 @@ fn plot_run(dir: &Path, cfg: &ValidConfig) -> Result<()> {
             y_label: "active points".into(),
             series: vec![Series { label: label.into(), points: active }],
             markers: vec![k],
+            y_from_zero: true,
         });
     }
     line_charts(&dir.join("accuracy.png"), &panels)
