@@ -182,6 +182,19 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
         if eval_now {
             last_acc = pool.install(|| correct(&net, &theta, &test, norm)) as f64 / test.len().max(1) as f64;
         }
+        // A step whose noisy statistics were released is checkpointed before they are written
+        // out: a resumed run never releases them a second time (their cost is counted once).
+        // The stopping rule's state goes with it.
+        if step.is_multiple_of(c.train.checkpoint_every.max(1)) || step == cfg.max_steps || !released.is_empty() {
+            let (b, bt) = best.as_ref().map_or((None, &[][..]), |(b, t)| (Some(*b), &t[..]));
+            checkpoint::write(
+                &checkpoint::state_path(dir),
+                &meta(step, &hash, b_norm, b),
+                &theta,
+                bt,
+                ledger.spent_all(),
+            )?;
+        }
         let eps_so_far = privacy::epsilon_so_far(cfg, step);
         let cell = |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
         writeln!(
@@ -195,17 +208,6 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
         )
         .map_err(Error::io(&metrics_path))?;
         metrics.flush().map_err(Error::io(&metrics_path))?;
-        // The stopping rule's state is checkpointed with every query it answers.
-        if step.is_multiple_of(c.train.checkpoint_every.max(1)) || step == cfg.max_steps || train_acc.is_some() {
-            let (b, bt) = best.as_ref().map_or((None, &[][..]), |(b, t)| (Some(*b), &t[..]));
-            checkpoint::write(
-                &checkpoint::state_path(dir),
-                &meta(step, &hash, b_norm, b),
-                &theta,
-                bt,
-                ledger.spent_all(),
-            )?;
-        }
         done = step;
         bar.set_position(step as u64);
         bar.set_message(format!(
