@@ -86,6 +86,7 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result
     let threads = (std::thread::available_parallelism().map_or(1, |n| n.get()) / jobs).max(1);
     let queue = Mutex::new(todo);
     let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let tables = Mutex::new(());
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| {
@@ -103,7 +104,14 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result
                     };
                     let data = &datasets[&r.config.config.data.dir];
                     match run(&r.config, data, &dir.join("runs").join(&r.id), &options) {
-                        Ok(_) => overall.inc(1),
+                        Ok(_) => {
+                            overall.inc(1);
+                            // The tables follow every finished run, not only the whole sweep.
+                            let _guard = tables.lock().expect("lock");
+                            if let Err(e) = write_results(dir, runs) {
+                                failure.lock().expect("lock").get_or_insert(e);
+                            }
+                        }
                         Err(e) => {
                             failure.lock().expect("lock").get_or_insert(e);
                             return;
