@@ -47,17 +47,10 @@ fn read_json(path: &Path) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
 }
 
-/// One group of runs: the same case and grid values except the seed.
-#[derive(Default)]
-struct Group {
-    rows: Vec<Value>,
-}
-
-impl Group {
-    fn stat(&self, key: &str, scale: f64) -> Option<(f64, f64)> {
-        let xs: Vec<f64> = self.rows.iter().filter_map(|r| r[key].as_f64()).map(|x| x * scale).collect();
-        (!xs.is_empty()).then(|| mean_std(&xs))
-    }
+/// Mean ± std of `rows[key] × scale` over the rows that have it.
+fn stat(rows: &[Value], key: &str, scale: f64) -> Option<(f64, f64)> {
+    let xs: Vec<f64> = rows.iter().filter_map(|r| r[key].as_f64()).map(|x| x * scale).collect();
+    (!xs.is_empty()).then(|| mean_std(&xs))
 }
 
 /// Markdown summary of a sweep's `results.jsonl`: mean ± std over seeds of the returned
@@ -74,9 +67,9 @@ pub fn report(dir: &Path) -> Result<String> {
         .map(serde_json::from_str)
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
-    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for r in rows {
-        groups.entry(group_key(&r)).or_default().rows.push(r);
+        groups.entry(group_key(&r)).or_default().push(r);
     }
     let mut out = String::from(
         "| configuration | runs | test accuracy (%) | after k = B_norm/C² steps (%) | steps run | epsilon |\n\
@@ -89,11 +82,11 @@ pub fn report(dir: &Path) -> Result<String> {
         out += &format!(
             "| {} | {} | {} | {} | {} | {} |\n",
             if key.is_empty() { "(base)" } else { key },
-            g.rows.len(),
-            pm(g.stat("test_accuracy", 100.0), 2),
-            pm(g.stat("test_accuracy_at_k", 100.0), 2),
-            pm(g.stat("steps_run", 1.0), 0),
-            g.stat("epsilon", 1.0).map_or("–".into(), |(m, _)| format!("{m:.3}")),
+            g.len(),
+            pm(stat(g, "test_accuracy", 100.0), 2),
+            pm(stat(g, "test_accuracy_at_k", 100.0), 2),
+            pm(stat(g, "steps_run", 1.0), 0),
+            stat(g, "epsilon", 1.0).map_or("–".into(), |(m, _)| format!("{m:.3}")),
         );
     }
     plot(dir, &groups)?;
@@ -125,11 +118,11 @@ fn metric(dir: &Path, id: &str, col: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
+fn plot(dir: &Path, groups: &BTreeMap<String, Vec<Value>>) -> Result<()> {
     let mut accuracy = Vec::new();
     let mut active = Vec::new();
     for (key, g) in groups {
-        let ids: Vec<&str> = g.rows.iter().filter_map(|r| r["id"].as_str()).collect();
+        let ids: Vec<&str> = g.iter().filter_map(|r| r["id"].as_str()).collect();
         // Mean over seeds of the test accuracy at the steps every seed evaluated.
         let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
         for id in &ids {
@@ -142,7 +135,7 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
         accuracy.push(Series { label: key.clone(), points });
         let counts: Vec<Series> = ids
             .iter()
-            .zip(&g.rows)
+            .zip(g)
             .map(|(id, r)| Series {
                 label: format!("seed {}", r["point"]["train.seed"].as_str().unwrap_or("")),
                 points: metric(dir, id, 4),
@@ -150,7 +143,7 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Group>) -> Result<()> {
             .filter(|s| !s.points.is_empty())
             .collect();
         if !counts.is_empty() {
-            let k = g.rows.first().and_then(|r| r["k"].as_f64()).unwrap_or(0.0);
+            let k = g.first().and_then(|r| r["k"].as_f64()).unwrap_or(0.0);
             active.push(Panel {
                 title: format!("active points (noisy count): {key}"),
                 x_label: "step".into(),

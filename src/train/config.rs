@@ -280,8 +280,6 @@ impl TrainConfig {
     /// Checks every field and resolves σ, the model and the step counts.
     pub fn validate(&self) -> Result<ValidConfig> {
         let p = &self.privacy;
-        let field =
-            |f: &str, e: crate::accounting::AccountingError| Error::Config { field: f.into(), message: e.to_string() };
         probability("delta", p.delta).map_err(|e| field("privacy.delta", e))?;
         positive("clip", p.clip).map_err(|e| field("privacy.clip", e))?;
         positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
@@ -331,8 +329,6 @@ impl TrainConfig {
 
     /// The noisy statistics this run releases about its training data, checked.
     fn scheduled_releases(&self, max_steps: usize) -> Result<Vec<ScheduledRelease>> {
-        let field =
-            |f: &str, e: crate::accounting::AccountingError| Error::Config { field: f.into(), message: e.to_string() };
         let mut out = Vec::new();
         let r = &self.release;
         if r.active_count == ActiveRelease::Noisy {
@@ -481,6 +477,11 @@ impl ScheduledRelease {
     pub fn total_rho(&self) -> f64 {
         self.count_through(self.last) as f64 * self.cost().rho()
     }
+}
+
+/// A validation error of an accounting parameter, attributed to config field `f`.
+fn field(f: &str, e: crate::accounting::AccountingError) -> Error {
+    Error::Config { field: f.into(), message: e.to_string() }
 }
 
 fn cfg(field: &str, message: &str) -> Error {
