@@ -1,8 +1,9 @@
 //! Filters and odometers: monotonicity, ordering, and an empirical check of odometer
 //! validity on simulated adaptive compositions of randomized response.
 
+use dpgd::accounting::ApproxDp;
 use dpgd::accounting::filter::{
-    BasicFilter, DpSums, EpsDelta, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
+    BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
 };
 use dpgd::accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
 use proptest::prelude::*;
@@ -10,7 +11,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 fn sums(eps: &[f64]) -> DpSums {
-    eps.iter().fold(DpSums::default(), |s, &e| s.with(EpsDelta::pure(e).unwrap()))
+    eps.iter().fold(DpSums::default(), |s, &e| s.with(ApproxDp::pure(e).unwrap()))
 }
 
 fn filters(eps: f64, delta: f64) -> Vec<(&'static str, Box<dyn SumsFilter>)> {
@@ -88,7 +89,7 @@ fn odometers_hold_on_simulated_adaptive_randomized_response() {
             let p_truth = eps.exp() / (1.0 + eps.exp());
             last = rng.random_bool(p_truth);
             loss += if last { eps } else { -eps };
-            s = s.with(EpsDelta::pure(eps).unwrap());
+            s = s.with(ApproxDp::pure(eps).unwrap());
             for (k, (_, o)) in odos.iter().enumerate() {
                 if o.bound(&s).is_some_and(|b| loss > b) {
                     hit[k] = true;
@@ -114,7 +115,7 @@ fn rounds_allowed_matches_stepwise_charging() {
     let rule = WhitehouseFilter::new(1.0, 1e-6, 0.0).unwrap();
     let mut stepwise = DpFilter::new(rule);
     let mut n = 0u64;
-    while stepwise.try_charge(EpsDelta::pure(0.05).unwrap()).is_ok() {
+    while stepwise.try_charge(ApproxDp::pure(0.05).unwrap()).is_ok() {
         n += 1;
     }
     assert_eq!(Some(n), rounds_allowed(&rule, 0.05).unwrap());

@@ -4,8 +4,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
+use dpgd::accounting::ApproxDp;
 use dpgd::accounting::Zcdp;
-use dpgd::accounting::filter::{EpsDelta, ZcdpFilter};
+use dpgd::accounting::filter::ZcdpFilter;
 use dpgd::accounting::odometer::{MixtureOdometer, Odometer};
 use dpgd::accounting::session::PrivacySession;
 
@@ -67,7 +68,7 @@ fn an_odometer_session_records_every_query() {
     let m = session.mechanism("queries");
     let before = session.inspect(|o| o.bound().unwrap());
     for _ in 0..100 {
-        m.query(EpsDelta::pure(0.05).unwrap(), || ()).unwrap();
+        m.query(ApproxDp::pure(0.05).unwrap(), || ()).unwrap();
     }
     assert_eq!(session.log().len(), 100);
     assert!(session.inspect(|o| o.bound().unwrap()) > before);

@@ -2,7 +2,7 @@
 //! Gaussian DP μ, and approximate DP (ε, δ). Constructors validate their parameters, so a
 //! value of one of these types is always a meaningful guarantee.
 
-use super::error::{Result, non_negative, positive, probability};
+use super::error::{AccountingError, Result, non_negative, positive};
 
 /// Pure ε-differential privacy (001 Def. 2.1 with δ = 0).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
@@ -155,7 +155,8 @@ impl Rdp {
     }
 }
 
-/// Approximate (ε, δ)-differential privacy (001 Def. 2.1).
+/// Approximate (ε, δ)-differential privacy (001 Def. 2.1); δ = 0 is pure ε-DP. Also the cost
+/// of one mechanism charged to an (ε, δ) filter ([`super::filter::DpFilter`]).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct ApproxDp {
     epsilon: f64,
@@ -163,9 +164,21 @@ pub struct ApproxDp {
 }
 
 impl ApproxDp {
-    /// (ε, δ)-DP with finite ε ≥ 0 and δ ∈ (0, 1).
+    /// (ε, δ)-DP with finite ε ≥ 0 and δ ∈ [0, 1).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        Ok(Self { epsilon: non_negative("epsilon", epsilon)?, delta: probability("delta", delta)? })
+        non_negative("epsilon", epsilon)?;
+        if !(0.0..1.0).contains(&delta) {
+            return Err(AccountingError::InvalidParameter {
+                name: "delta",
+                value: delta,
+                expected: "must lie in [0, 1)",
+            });
+        }
+        Ok(Self { epsilon, delta })
+    }
+    /// Pure ε-DP, i.e. (ε, 0)-DP.
+    pub fn pure(epsilon: f64) -> Result<Self> {
+        Self::new(epsilon, 0.0)
     }
     /// The ε.
     #[must_use]
@@ -189,10 +202,11 @@ mod tests {
             let e = Zcdp::new(bad).unwrap_err().to_string();
             assert!(e.contains("rho"), "{e}");
         }
-        for bad in [0.0, 1.0, -0.1, 1.5, f64::NAN] {
+        for bad in [1.0, -0.1, 1.5, f64::NAN] {
             let e = ApproxDp::new(1.0, bad).unwrap_err().to_string();
             assert!(e.contains("delta"), "{e}");
         }
+        assert_eq!(ApproxDp::new(0.5, 0.0).unwrap(), ApproxDp::pure(0.5).unwrap());
         assert!(Rdp::new(vec![1.0], vec![0.5]).is_err());
         assert!(Rdp::new(vec![2.0, 3.0], vec![0.5]).is_err());
     }

@@ -13,8 +13,9 @@
 //! | [`StitchedOdometer`] | at all times up to log log factors, after V ≥ v₀ | 000 Thm 3.3 |
 //! | [`RogersOdometer`] | the original; depends on the dataset size | 003 Thm 6.2 / 000 Lemma 3 |
 
+use super::ApproxDp;
 use super::error::{AccountingError, Result, non_negative, positive, probability};
-use super::filter::{DpSums, EpsDelta};
+use super::filter::DpSums;
 
 /// An odometer's bound as a function of the running sums of realised (εₘ, δₘ).
 pub trait PrivacyOdometer {
@@ -35,7 +36,7 @@ impl<O: PrivacyOdometer> Odometer<O> {
         Self { rule, sums: DpSums::default() }
     }
     /// Records a mechanism that ran with parameters `c`.
-    pub fn record(&mut self, c: EpsDelta) {
+    pub fn record(&mut self, c: ApproxDp) {
         self.sums = self.sums.with(c);
     }
     /// The current bound (`None` while trivial).
@@ -236,7 +237,7 @@ mod tests {
     use super::*;
 
     fn after(rounds: u64, eps0: f64) -> DpSums {
-        DpSums::default().repeated(EpsDelta::pure(eps0).unwrap(), rounds)
+        DpSums::default().repeated(ApproxDp::pure(eps0).unwrap(), rounds)
     }
 
     #[test]
@@ -275,9 +276,9 @@ mod tests {
     #[test]
     fn odometers_become_trivial_when_mechanism_deltas_exceed_delta_second() {
         let o = MixtureOdometer::new(0.1, 1e-6, 1e-6).unwrap();
-        let s = DpSums::default().repeated(EpsDelta::new(0.1, 4e-7).unwrap(), 2);
+        let s = DpSums::default().repeated(ApproxDp::new(0.1, 4e-7).unwrap(), 2);
         assert!(o.bound(&s).is_some());
-        assert!(o.bound(&s.with(EpsDelta::new(0.1, 4e-7).unwrap())).is_none());
+        assert!(o.bound(&s.with(ApproxDp::new(0.1, 4e-7).unwrap())).is_none());
     }
 
     #[test]

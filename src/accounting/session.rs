@@ -27,8 +27,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::ApproxDp;
 use super::error::Result;
-use super::filter::{Decision, EpsDelta, PrivacyFilter};
+use super::filter::{Decision, PrivacyFilter};
 use super::odometer::{Odometer, PrivacyOdometer};
 
 /// One accepted query: which mechanism, what it cost, in what order.
@@ -116,11 +117,11 @@ where
 /// An odometer accepts every query and records it; read its bound with
 /// [`PrivacySession::inspect`].
 impl<O: PrivacyOdometer> PrivacyFilter for Odometer<O> {
-    type Cost = EpsDelta;
-    fn decide(&self, _next: &EpsDelta) -> Decision {
+    type Cost = ApproxDp;
+    fn decide(&self, _next: &ApproxDp) -> Decision {
         Decision::Continue
     }
-    fn try_charge(&mut self, next: EpsDelta) -> Result<()> {
+    fn try_charge(&mut self, next: ApproxDp) -> Result<()> {
         self.record(next);
         Ok(())
     }

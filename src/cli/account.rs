@@ -3,10 +3,10 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use dpgd::accounting::filter::{
-    BasicFilter, DpSums, EpsDelta, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
+    BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
 };
 use dpgd::accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
-use dpgd::accounting::{Conversion, GaussianDp, PrivateGd, PureDp, ToApproxDp, Zcdp, calibrate_sigma};
+use dpgd::accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, PureDp, ToApproxDp, Zcdp, calibrate_sigma};
 use serde_json::{Value, json};
 
 use super::{positive, probability};
@@ -382,7 +382,7 @@ pub(crate) fn odometer_rule(a: &OdometerArgs) -> Result<Box<dyn PrivacyOdometer>
 
 fn odometer(a: &OdometerArgs) -> Result<Value> {
     let rule = odometer_rule(a)?;
-    let sums = DpSums::default().repeated(EpsDelta::pure(a.per_round)?, a.rounds);
+    let sums = DpSums::default().repeated(ApproxDp::pure(a.per_round)?, a.rounds);
     Ok(json!({
         "command": "odometer", "kind": kind_name(a.kind), "per_round": a.per_round, "rounds": a.rounds,
         "delta": a.delta, "target_epsilon": a.target_epsilon, "gamma": a.gamma, "v0": a.v0,
@@ -392,7 +392,7 @@ fn odometer(a: &OdometerArgs) -> Result<Value> {
 
 fn odometer_series(a: &OdometerArgs) -> Result<()> {
     let rule = odometer_rule(a)?;
-    let c = EpsDelta::pure(a.per_round)?;
+    let c = ApproxDp::pure(a.per_round)?;
     println!("round,bound");
     let mut s = DpSums::default();
     for r in 1..=a.rounds {
@@ -434,7 +434,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
             json: false,
         };
         let rule = odometer_rule(&args)?;
-        let c = EpsDelta::pure(a.per_round)?;
+        let c = ApproxDp::pure(a.per_round)?;
         let pts = (1..=200u64)
             .map(|i| i * max_rounds / 200)
             .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))

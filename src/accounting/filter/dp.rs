@@ -4,46 +4,11 @@
 //! ([`DpSums`]), so the number of rounds a filter allows for a fixed ε₀ is found by
 //! bisection ([`rounds_allowed`]) rather than by charging one round at a time.
 
+use super::super::ApproxDp;
 use super::super::convert::{Conversion, bun_steinke_max_rho};
 use super::super::error::{AccountingError, Result, non_negative, positive, probability};
 use super::super::numeric::add_up;
 use super::{Decision, PrivacyFilter};
-
-/// The privacy parameters (εₜ, δₜ) of one mechanism; δₜ = 0 for pure DP.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EpsDelta {
-    epsilon: f64,
-    delta: f64,
-}
-
-impl EpsDelta {
-    /// (ε, δ) with finite ε ≥ 0 and δ ∈ [0, 1).
-    pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        non_negative("epsilon", epsilon)?;
-        if !(0.0..1.0).contains(&delta) {
-            return Err(AccountingError::InvalidParameter {
-                name: "delta",
-                value: delta,
-                expected: "must lie in [0, 1)",
-            });
-        }
-        Ok(Self { epsilon, delta })
-    }
-    /// Pure ε-DP.
-    pub fn pure(epsilon: f64) -> Result<Self> {
-        Self::new(epsilon, 0.0)
-    }
-    /// The ε.
-    #[must_use]
-    pub fn epsilon(self) -> f64 {
-        self.epsilon
-    }
-    /// The δ.
-    #[must_use]
-    pub fn delta(self) -> f64 {
-        self.delta
-    }
-}
 
 /// Sufficient statistics of a sequence of (εₜ, δₜ): Σε, Σε², Σε(e^ε − 1)/2, Σδ (all
 /// rounded up).
@@ -64,25 +29,25 @@ pub struct DpSums {
 impl DpSums {
     /// The sums after one more mechanism.
     #[must_use]
-    pub fn with(self, c: EpsDelta) -> Self {
+    pub fn with(self, c: ApproxDp) -> Self {
         self.repeated(c, 1)
     }
     /// The sums after `r` more mechanisms with parameters `c`.
     #[must_use]
-    pub fn repeated(self, c: EpsDelta, r: u64) -> Self {
+    pub fn repeated(self, c: ApproxDp, r: u64) -> Self {
         let r_f = r as f64;
         Self {
-            eps: add_up(self.eps, r_f * c.epsilon),
-            eps2: add_up(self.eps2, r_f * c.epsilon * c.epsilon),
-            eps_expm1: add_up(self.eps_expm1, r_f * c.epsilon * c.epsilon.exp_m1() / 2.0),
-            delta: add_up(self.delta, r_f * c.delta),
+            eps: add_up(self.eps, r_f * c.epsilon()),
+            eps2: add_up(self.eps2, r_f * c.epsilon() * c.epsilon()),
+            eps_expm1: add_up(self.eps_expm1, r_f * c.epsilon() * c.epsilon().exp_m1() / 2.0),
+            delta: add_up(self.delta, r_f * c.delta()),
             rounds: self.rounds + r,
         }
     }
 }
 
 /// A filter that decides from [`DpSums`]; every such filter is a [`PrivacyFilter`] over
-/// [`EpsDelta`] costs, and monotone (smaller parameters never turn CONT into HALT).
+/// [`ApproxDp`] costs, and monotone (smaller parameters never turn CONT into HALT).
 pub trait SumsFilter {
     /// Whether a composition whose realised parameters have these sums stays in budget.
     fn admits(&self, sums: &DpSums) -> bool;
@@ -111,15 +76,15 @@ impl<F: SumsFilter> DpFilter<F> {
 }
 
 impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
-    type Cost = EpsDelta;
-    fn decide(&self, next: &EpsDelta) -> Decision {
+    type Cost = ApproxDp;
+    fn decide(&self, next: &ApproxDp) -> Decision {
         if self.rule.admits(&self.sums.with(*next)) { Decision::Continue } else { Decision::Halt }
     }
-    fn try_charge(&mut self, next: EpsDelta) -> Result<()> {
+    fn try_charge(&mut self, next: ApproxDp) -> Result<()> {
         let after = self.sums.with(next);
         if !self.rule.admits(&after) {
             return Err(AccountingError::BudgetExceeded {
-                amount: next.epsilon,
+                amount: next.epsilon(),
                 remaining: f64::NAN,
                 budget: f64::NAN,
             });
@@ -132,7 +97,7 @@ impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
 /// The number of ε₀-DP (pure) mechanisms `rule` lets run, by bisection on the round count;
 /// `None` if it allows more than 2⁵³ (effectively unbounded).
 pub fn rounds_allowed(rule: &(impl SumsFilter + ?Sized), eps0: f64) -> Result<Option<u64>> {
-    let c = EpsDelta::pure(positive("per-round epsilon", eps0)?)?;
+    let c = ApproxDp::pure(positive("per-round epsilon", eps0)?)?;
     let ok = |r: u64| rule.admits(&DpSums::default().repeated(c, r));
     if !ok(1) {
         return Ok(Some(0));
@@ -162,8 +127,8 @@ pub struct BasicFilter {
 impl BasicFilter {
     /// Target (ε_g, δ_g), δ_g ∈ [0, 1).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        let t = EpsDelta::new(positive("epsilon", epsilon)?, delta)?;
-        Ok(Self { epsilon: t.epsilon, delta: t.delta })
+        let t = ApproxDp::new(positive("epsilon", epsilon)?, delta)?;
+        Ok(Self { epsilon: t.epsilon(), delta: t.delta() })
     }
 }
 
@@ -296,7 +261,7 @@ impl ApproxZcdpFilter {
     pub fn new(rho: f64, delta: f64) -> Result<Self> {
         Ok(Self {
             rho: positive("rho", rho)?,
-            delta: EpsDelta::new(0.0, delta)?.delta,
+            delta: ApproxDp::new(0.0, delta)?.delta(),
             spent_rho: 0.0,
             spent_delta: 0.0,
         })
@@ -372,7 +337,7 @@ mod tests {
         let bound = 0.1 * 0.1f64.exp_m1() / 2.0
             + (2.0 * (v + h) * (1.0 + 0.5 * (v / h + 1.0).ln()) * (2.0 / delta).ln()).sqrt();
         let f = RogersFilter::new(eps, delta).unwrap();
-        let s = DpSums::default().with(EpsDelta::pure(0.1).unwrap());
+        let s = DpSums::default().with(ApproxDp::pure(0.1).unwrap());
         assert_eq!(f.admits(&s), bound <= eps);
         assert!(RogersFilter::new(1.0, 0.5).is_err(), "delta must be below 1/e");
     }
@@ -380,16 +345,16 @@ mod tests {
     #[test]
     fn approximate_mechanisms_spend_delta() {
         let mut f = DpFilter::new(WhitehouseFilter::new(10.0, 1e-6, 1e-6).unwrap());
-        f.try_charge(EpsDelta::new(0.1, 6e-7).unwrap()).unwrap();
-        assert_eq!(f.decide(&EpsDelta::new(0.1, 6e-7).unwrap()), Decision::Halt, "delta'' exhausted");
-        assert_eq!(f.decide(&EpsDelta::pure(0.1).unwrap()), Decision::Continue, "a pure mechanism still fits");
+        f.try_charge(ApproxDp::new(0.1, 6e-7).unwrap()).unwrap();
+        assert_eq!(f.decide(&ApproxDp::new(0.1, 6e-7).unwrap()), Decision::Halt, "delta'' exhausted");
+        assert_eq!(f.decide(&ApproxDp::pure(0.1).unwrap()), Decision::Continue, "a pure mechanism still fits");
         let mut z = ApproxZcdpFilter::new(0.5, 1e-6).unwrap();
         z.try_charge(ApproxZcdp { rho: 0.3, delta: 5e-7 }).unwrap();
         assert!(z.try_charge(ApproxZcdp { rho: 0.3, delta: 0.0 }).is_err());
         z.try_charge(ApproxZcdp { rho: 0.2, delta: 5e-7 }).unwrap();
         let fz = FzFilter::printed(1.0, 1e-5).unwrap();
         assert!(
-            !fz.admits(&DpSums::default().with(EpsDelta::new(0.01, 1e-9).unwrap())),
+            !fz.admits(&DpSums::default().with(ApproxDp::new(0.01, 1e-9).unwrap())),
             "FZ covers pure mechanisms only"
         );
     }

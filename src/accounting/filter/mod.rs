@@ -23,8 +23,8 @@ mod individual;
 mod renyi;
 
 pub use dp::{
-    ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, EpsDelta, FzFilter, RogersFilter, SumsFilter,
-    WhitehouseFilter, rounds_allowed,
+    ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter,
+    rounds_allowed,
 };
 pub use individual::{IndividualCharge, IndividualFilter, LedgerSlot};
 pub use renyi::{MultiOrderRdpFilter, RenyiFilter, ZcdpFilter};
