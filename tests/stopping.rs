@@ -3,47 +3,17 @@
 //! queries are charged to the run's privacy session and counted in its ε; the best released
 //! model is returned, checkpointed and restored on resume.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use dpgd::data::Dataset;
-use dpgd::train::{RunOptions, RunSummary, TrainConfig, checkpoint, run};
+use std::path::Path;
 
-fn mnist_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist")
-}
+use common::train;
+use dpgd::train::{TrainConfig, checkpoint};
 
 fn config(method: &str, privacy: &str, extra: &str) -> String {
-    format!(
-        r#"
-name = "stopping-{method}"
-[data]
-dir = "{dir}"
-train_subset = 1000
-test_subset = 500
-[model]
-preset = "opacus-cnn"
-[privacy]
-method = "{method}"
-{privacy}
-delta = 1e-5
-clip = 1.0
-steps = 10
-[train]
-lr = 2.0
-seed = 5
-eval_every = 2
-checkpoint_every = 3
-chunk = 8
-{extra}
-"#,
-        dir = mnist_dir().display()
-    )
-}
-
-fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> RunSummary {
-    let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
-    let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
-    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }).unwrap()
+    let privacy = format!("method = \"{method}\"\n{privacy}\ndelta = 1e-5\nclip = 1.0\nsteps = 10");
+    let train = format!("lr = 2.0\nseed = 5\neval_every = 2\ncheckpoint_every = 3\nchunk = 8\n{extra}");
+    common::mnist_config(&format!("stopping-{method}"), "opacus-cnn", (1000, 500), &privacy, &train)
 }
 
 fn metrics(dir: &Path) -> Vec<Vec<String>> {

@@ -1,39 +1,18 @@
 //! Sweeps: a 2 × 2 grid on a small MNIST subset end to end, resumable, extendable, and bad
 //! sweep files rejected before any run starts.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use dpgd::sweep::{ExecuteOptions, execute, plan, report};
 use dpgd::train::{RunOptions, run};
 
 fn setup(dir: &Path, grid: &str) -> PathBuf {
-    let mnist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist");
     let base = dir.join("base.toml");
-    std::fs::write(
-        &base,
-        format!(
-            r#"
-name = "base"
-[data]
-dir = "{}"
-train_subset = 600
-test_subset = 300
-[model]
-preset = "logistic"
-[privacy]
-method = "plain"
-epsilon = 4.0
-delta = 1e-5
-clip = 1.0
-steps = 4
-[train]
-lr = 1.0
-eval_every = 2
-"#,
-            mnist.display()
-        ),
-    )
-    .unwrap();
+    let privacy = "method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nsteps = 4";
+    std::fs::write(&base, common::mnist_config("base", "logistic", (600, 300), privacy, "lr = 1.0\neval_every = 2"))
+        .unwrap();
     let sweep = dir.join("sweep.toml");
     std::fs::write(
         &sweep,

@@ -2,50 +2,18 @@
 //! budget, checkpoints survive kills, resume continues exactly, and bad configs and data
 //! fail with messages that name the problem.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 
+use common::{mnist_dir, train};
 use dpgd::data::Dataset;
 use dpgd::train::{RunOptions, TrainConfig, checkpoint, run};
 
-fn mnist_dir() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/mnist");
-    assert!(d.exists(), "these tests read real MNIST from {} (CI provides ../shared)", d.display());
-    d
-}
-
 fn config(method: &str, extra: &str) -> String {
-    format!(
-        r#"
-name = "test-{method}"
-[data]
-dir = "{dir}"
-train_subset = 2000
-test_subset = 1000
-[model]
-preset = "opacus-cnn"
-[privacy]
-method = "{method}"
-epsilon = 8.0
-delta = 1e-5
-clip = 1.0
-steps = 30
-[train]
-lr = 2.0
-seed = 3
-eval_every = 4
-checkpoint_every = 4
-chunk = 8
-{extra}
-"#,
-        dir = mnist_dir().display()
-    )
-}
-
-fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> dpgd::train::RunSummary {
-    let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
-    let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
-    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }).unwrap()
+    let privacy = format!("method = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nsteps = 30");
+    let train = format!("lr = 2.0\nseed = 3\neval_every = 4\ncheckpoint_every = 4\nchunk = 8\n{extra}");
+    common::mnist_config(&format!("test-{method}"), "opacus-cnn", (2000, 1000), &privacy, &train)
 }
 
 #[test]
