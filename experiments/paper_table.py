@@ -11,6 +11,7 @@ accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with t
 import json
 import statistics
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,6 +22,12 @@ PAPER = {  # (regime, epsilon) -> (GD, GD with filtering), mean ± std over 10 t
     ("suboptimal", "0.3"): ((84.47, 3.95), (92.25, 0.91)),
     ("suboptimal", "0.5"): ((92.07, 2.07), (94.30, 0.58)),
     ("suboptimal", "1.0"): ((94.45, 0.45), (95.33, 0.34)),
+}
+
+REGIMES = {  # case prefix -> (label, the paper's regime it is compared with)
+    "tuned": ("tuned", "tuned"),
+    "suboptimal": ("suboptimal, lr as tuned", "suboptimal"),
+    "suboptimal-scaled-lr": ("suboptimal, lr·C as tuned", "suboptimal"),
 }
 
 
@@ -42,22 +49,26 @@ def main():
         cells[(conversion, regime, eps)].append(row)
     for conversion in ("bun-steinke", "gaussian-exact"):
         print(f"\n**sigma calibrated with `{conversion}`**\n")
-        print("| regime | ε | C | k | σ | seeds | GD (%) | GD w/ filtering (%) | filtered ≥ GD | paper GD | paper filtered |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for regime in ("tuned", "suboptimal"):
+        print(
+            "| regime | ε | C | k | σ | lr | seeds | GD (%) | GD w/ filtering (%) | filtered ≥ GD "
+            "| paper GD | paper filtered |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for regime, (label, paper_regime) in REGIMES.items():
             for eps in ("0.3", "0.5", "1.0"):
                 rows = cells.get((conversion, regime, eps), [])
                 gd = [100 * r["test_accuracy_at_k"] for r in rows]
                 filt = [100 * r["test_accuracy"] for r in rows]
-                (pg, pgs), (pf, pfs) = PAPER[(regime, eps)]
+                (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps)]
                 if rows:
                     p = rows[0]["privacy"]["training"]
-                    setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f}"
+                    config = tomllib.loads((folder / "runs" / rows[0]["id"] / "config.toml").read_text())
+                    setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {config['train']['lr']:g}"
                     better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
                 else:
-                    setup, better = "| |", "–"
+                    setup, better = "| | |", "–"
                 print(
-                    f"| {regime} | {eps} | {setup} | {len(rows)} | {pm(gd)} | {pm(filt)} | {better} "
+                    f"| {label} | {eps} | {setup} | {len(rows)} | {pm(gd)} | {pm(filt)} | {better} "
                     f"| {pg:.2f} ± {pgs:.2f} | {pf:.2f} ± {pfs:.2f} |"
                 )
 
