@@ -55,6 +55,19 @@ pub enum Error {
         /// Why it cannot be used.
         message: String,
     },
+    /// A sweep's run folder holds a run made with other settings than the sweep file now gives
+    /// that run (the file was edited after the run).
+    #[error(
+        "sweep run {}: made with other settings than the sweep file now gives it ({differences}); nothing was run. \
+         Delete that folder to redo the run with the new settings, or give them their own case name or grid value",
+        path.display()
+    )]
+    StaleRun {
+        /// The run folder.
+        path: PathBuf,
+        /// The differing fields, e.g. `privacy.steps: 200 -> 300`.
+        differences: String,
+    },
     /// A burn record could not be written or read.
     #[error("model record: {0}")]
     Record(String),

@@ -50,6 +50,13 @@ fn a_tiny_grid_runs_resumes_and_extends() {
     );
     // Nothing finished is redone.
     assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 0);
+    // Editing the sweep under finished runs is refused, naming run and field, and loses nothing.
+    let edited = std::fs::read_to_string(&sweep).unwrap().replace("\"train.chunk\" = 8", "\"train.lr\" = 0.5");
+    std::fs::write(&sweep, edited).unwrap();
+    let (_, changed) = plan(&sweep).unwrap();
+    let e = execute(&out, &changed, &ExecuteOptions::default()).unwrap_err().to_string();
+    assert!(e.contains(&changed[0].id) && e.contains("train.lr: 1.0 -> 0.5"), "{e}");
+    assert_eq!(std::fs::read_to_string(out.join("results.jsonl")).unwrap(), rows);
     // Adding grid points runs only the new ones.
     let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1, 2, 3]\n");
     let (_, runs) = plan(&sweep).unwrap();

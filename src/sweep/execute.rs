@@ -43,7 +43,14 @@ impl ExecuteOptions {
 
 /// Executes every planned run that is not finished yet (resuming interrupted ones), then
 /// rewrites the results table. Returns the number of runs trained now (copies not counted).
+///
+/// Fails before training anything if a run folder holds a run made with other settings than
+/// the sweep now gives it ([`Error::StaleRun`]): its results would otherwise be reported
+/// under the new settings.
 pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result<usize> {
+    for r in runs {
+        refuse_stale(&dir.join("runs").join(&r.id), &r.config.config)?;
+    }
     let mut datasets: BTreeMap<PathBuf, Dataset> = BTreeMap::new();
     let mut todo = VecDeque::new();
     let selected: Vec<&PlannedRun> = runs.iter().filter(|r| opts.selects(r)).collect();
@@ -130,6 +137,45 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result
 }
 
 /// A finished run folder in one of `sweeps` whose configuration equals `r`'s.
+/// [`Error::StaleRun`] if `run_dir` holds a run (finished or not) whose settings differ from
+/// `planned`.
+fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
+    let path = run_dir.join("config.toml");
+    if !path.exists() {
+        return Ok(());
+    }
+    let made = TrainConfig::from_file(&path, &[])?;
+    if &made == planned {
+        return Ok(());
+    }
+    let as_value = |c: &TrainConfig| toml::Value::try_from(c).expect("a config serialises");
+    let mut differences = Vec::new();
+    differing_fields("", &as_value(&made), &as_value(planned), &mut differences);
+    Err(Error::StaleRun { path: run_dir.to_path_buf(), differences: differences.join(", ") })
+}
+
+/// Appends `field: old -> new` for every leaf where `a` and `b` differ.
+fn differing_fields(prefix: &str, a: &toml::Value, b: &toml::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (toml::Value::Table(ta), toml::Value::Table(tb)) => {
+            let keys: std::collections::BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
+            for k in keys {
+                let field = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match (ta.get(k), tb.get(k)) {
+                    (Some(x), Some(y)) => differing_fields(&field, x, y, out),
+                    (x, y) => out.push(format!("{field}: {} -> {}", shown(x), shown(y))),
+                }
+            }
+        }
+        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
+        _ => {}
+    }
+}
+
+fn shown(v: Option<&toml::Value>) -> String {
+    v.map_or_else(|| "(unset)".to_string(), ToString::to_string)
+}
+
 fn finished_elsewhere(r: &PlannedRun, sweeps: &[PathBuf]) -> Result<Option<PathBuf>> {
     for sweep in sweeps {
         let Ok(entries) = std::fs::read_dir(sweep.join("runs")) else { continue };
