@@ -51,9 +51,9 @@ def main():
         print(f"\n**sigma calibrated with `{conversion}`**\n")
         print(
             "| regime | ε | C | k | σ | lr | seeds | GD (%) | GD w/ filtering (%) | filtered ≥ GD "
-            "| paper GD | paper filtered |"
+            "| paper GD | paper filtered | ≥ paper − std (GD / filtered) |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for regime, (label, paper_regime) in REGIMES.items():
             for eps in ("0.3", "0.5", "1.0"):
                 rows = cells.get((conversion, regime, eps), [])
@@ -65,11 +65,15 @@ def main():
                     config = tomllib.loads((folder / "runs" / rows[0]["id"] / "config.toml").read_text())
                     setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {config['train']['lr']:g}"
                     better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
+                    near = " / ".join(
+                        "yes" if statistics.mean(ours) >= mean - sd else "**no**"
+                        for ours, mean, sd in ((gd, pg, pgs), (filt, pf, pfs))
+                    )
                 else:
-                    setup, better = "| | |", "–"
+                    setup, better, near = "| | |", "–", "–"
                 print(
                     f"| {label} | {eps} | {setup} | {len(rows)} | {pm(gd)} | {pm(filt)} | {better} "
-                    f"| {pg:.2f} ± {pgs:.2f} | {pf:.2f} ± {pfs:.2f} |"
+                    f"| {pg:.2f} ± {pgs:.2f} | {pf:.2f} ± {pfs:.2f} | {near} |"
                 )
 
 

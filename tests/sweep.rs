@@ -125,3 +125,30 @@ fn bad_sweep_files_fail_before_any_run_naming_the_field() {
     assert!(plan(&sweep).unwrap_err().to_string().contains("gird"));
     assert!(!tmp.path().join("results").exists(), "no run may start");
 }
+
+#[test]
+fn the_committed_configs_and_sweep_files_are_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tomls = |dir: &str| {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        files
+    };
+    let configs = tomls("configs");
+    assert!(!configs.is_empty());
+    for path in configs {
+        let cfg = dpgd::train::TrainConfig::from_file(&path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        cfg.validate().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let sweeps = tomls("experiments");
+    assert!(sweeps.iter().any(|p| p.ends_with("paper-table.toml")));
+    // Sweep files name their base config relative to the repository root, cargo test's working directory.
+    for path in sweeps {
+        let (_, runs) = plan(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!runs.is_empty(), "{}", path.display());
+    }
+}
