@@ -70,6 +70,15 @@ pub fn non_negative(name: &'static str, value: f64) -> Result<f64> {
     }
 }
 
+/// Checks `0 <= value < 1` (a failure probability δ that may be zero, as for pure DP).
+pub fn probability_or_zero(name: &'static str, value: f64) -> Result<f64> {
+    if (0.0..1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(AccountingError::InvalidParameter { name, value, expected: "must lie in [0, 1)" })
+    }
+}
+
 /// Checks `0 < value < 1` (a failure probability δ).
 pub fn probability(name: &'static str, value: f64) -> Result<f64> {
     if value > 0.0 && value < 1.0 {

@@ -2,7 +2,7 @@
 //! Gaussian DP μ, and approximate DP (ε, δ). Constructors validate their parameters, so a
 //! value of one of these types is always a meaningful guarantee.
 
-use super::error::{AccountingError, Result, non_negative, positive};
+use super::error::{Result, non_negative, positive, probability_or_zero};
 
 /// Pure ε-differential privacy (001 Def. 2.1 with δ = 0).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
@@ -166,15 +166,7 @@ pub struct ApproxDp {
 impl ApproxDp {
     /// (ε, δ)-DP with finite ε ≥ 0 and δ ∈ [0, 1).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        non_negative("epsilon", epsilon)?;
-        if !(0.0..1.0).contains(&delta) {
-            return Err(AccountingError::InvalidParameter {
-                name: "delta",
-                value: delta,
-                expected: "must lie in [0, 1)",
-            });
-        }
-        Ok(Self { epsilon, delta })
+        Ok(Self { epsilon: non_negative("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
     }
     /// Pure ε-DP, i.e. (ε, 0)-DP.
     pub fn pure(epsilon: f64) -> Result<Self> {

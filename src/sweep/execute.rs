@@ -136,7 +136,6 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result
     }
 }
 
-/// A finished run folder in one of `sweeps` whose configuration equals `r`'s.
 /// [`Error::StaleRun`] if `run_dir` holds a run (finished or not) whose settings differ from
 /// `planned`.
 fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
@@ -176,6 +175,7 @@ fn shown(v: Option<&toml::Value>) -> String {
     v.map_or_else(|| "(unset)".to_string(), ToString::to_string)
 }
 
+/// A finished run folder in one of `sweeps` whose configuration equals `r`'s.
 fn finished_elsewhere(r: &PlannedRun, sweeps: &[PathBuf]) -> Result<Option<PathBuf>> {
     for sweep in sweeps {
         let Ok(entries) = std::fs::read_dir(sweep.join("runs")) else { continue };

@@ -6,7 +6,7 @@
 
 use super::super::ApproxDp;
 use super::super::convert::{Conversion, bun_steinke_max_rho};
-use super::super::error::{AccountingError, Result, non_negative, positive, probability};
+use super::super::error::{AccountingError, Result, non_negative, positive, probability, probability_or_zero};
 use super::super::numeric::add_up;
 use super::{Decision, PrivacyFilter};
 
@@ -127,8 +127,7 @@ pub struct BasicFilter {
 impl BasicFilter {
     /// Target (ε_g, δ_g), δ_g ∈ [0, 1).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        let t = ApproxDp::new(positive("epsilon", epsilon)?, delta)?;
-        Ok(Self { epsilon: t.epsilon(), delta: t.delta() })
+        Ok(Self { epsilon: positive("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
     }
 }
 
@@ -261,7 +260,7 @@ impl ApproxZcdpFilter {
     pub fn new(rho: f64, delta: f64) -> Result<Self> {
         Ok(Self {
             rho: positive("rho", rho)?,
-            delta: ApproxDp::new(0.0, delta)?.delta(),
+            delta: probability_or_zero("delta", delta)?,
             spent_rho: 0.0,
             spent_delta: 0.0,
         })
