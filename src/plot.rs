@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Once;
 
+pub use plotters::prelude::SeriesLabelPosition;
 use plotters::prelude::*;
 
 use crate::error::{Error, Result};
@@ -31,6 +32,9 @@ pub struct Panel {
     pub markers: Vec<f64>,
     /// Start the y axis at zero (for counts) instead of at the smallest value.
     pub y_from_zero: bool,
+    /// Where the legend goes: the corner the curves leave empty (rising accuracy curves leave
+    /// the lower right free, falling counts the lower left).
+    pub legend: SeriesLabelPosition,
 }
 
 fn register_font() {
@@ -85,6 +89,7 @@ pub fn line_charts(path: &Path, panels: &[Panel]) -> Result<()> {
         if panel.series.len() > 1 || panel.series.iter().any(|s| !s.label.is_empty()) {
             chart
                 .configure_series_labels()
+                .position(panel.legend.clone())
                 .background_style(WHITE.mix(0.8))
                 .border_style(BLACK)
                 .draw()

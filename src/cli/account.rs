@@ -404,7 +404,7 @@ fn odometer_series(a: &OdometerArgs) -> Result<()> {
 
 fn compare(a: &CompareArgs) -> Result<Value> {
     use clap::ValueEnum;
-    use dpgd::plot::{Panel, Series, line_charts};
+    use dpgd::plot::{Panel, Series, SeriesLabelPosition, line_charts};
     std::fs::create_dir_all(&a.out)?;
     let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
     let mut filter_series = Vec::new();
@@ -441,11 +441,19 @@ fn compare(a: &CompareArgs) -> Result<Value> {
             .collect();
         odo_series.push(Series { label: kind_name(*kind), points: pts });
     }
-    let chart = |name: &str, title: String, x: &str, y: &str, series| -> Result<std::path::PathBuf> {
+    let chart = |name: &str, title: String, x: &str, y: &str, series, legend| -> Result<std::path::PathBuf> {
         let path = a.out.join(name);
         line_charts(
             &path,
-            &[Panel { title, x_label: x.into(), y_label: y.into(), series, markers: vec![], y_from_zero: false }],
+            &[Panel {
+                title,
+                x_label: x.into(),
+                y_label: y.into(),
+                series,
+                markers: vec![],
+                y_from_zero: false,
+                legend,
+            }],
         )?;
         Ok(path)
     };
@@ -455,6 +463,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
         "log10 per-round epsilon",
         "log10 rounds allowed",
         filter_series,
+        SeriesLabelPosition::UpperRight,
     )?;
     let odometers = chart(
         "odometers.png",
@@ -462,6 +471,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
         "rounds",
         "bound on privacy loss",
         odo_series,
+        SeriesLabelPosition::LowerRight,
     )?;
     Ok(json!({
         "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::plan::PlannedRun;
 use crate::error::{Error, Result};
-use crate::plot::{Panel, Series, line_charts};
+use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
 
 /// Writes `results.jsonl` and `results.csv`: one row per finished run (case and grid values,
 /// the returned model's test accuracy, the accuracy after k = B_norm/C² steps, ε and the
@@ -67,9 +67,9 @@ pub fn report(dir: &Path) -> Result<String> {
         .map(serde_json::from_str)
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
-    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut groups: BTreeMap<Vec<(String, String)>, Vec<Value>> = BTreeMap::new();
     for r in rows {
-        groups.entry(group_key(&r)).or_default().push(r);
+        groups.entry(group_fields(&r)).or_default().push(r);
     }
     let mut out = String::from(
         "| configuration | runs | test accuracy (%) | after k = B_norm/C² steps (%) | steps run | epsilon |\n\
@@ -81,7 +81,7 @@ pub fn report(dir: &Path) -> Result<String> {
     for (key, g) in &groups {
         out += &format!(
             "| {} | {} | {} | {} | {} | {} |\n",
-            if key.is_empty() { "(base)" } else { key },
+            if key.is_empty() { "(base)".to_string() } else { join(key) },
             g.len(),
             pm(stat(g, "test_accuracy", 100.0), 2),
             pm(stat(g, "test_accuracy_at_k", 100.0), 2),
@@ -93,17 +93,21 @@ pub fn report(dir: &Path) -> Result<String> {
     Ok(out)
 }
 
-fn group_key(r: &Value) -> String {
+/// A run's grid fields other than the seed, as (field, value) pairs in field order.
+fn group_fields(r: &Value) -> Vec<(String, String)> {
     r["point"]
         .as_object()
         .map(|o| {
             o.iter()
                 .filter(|(k, _)| *k != "train.seed")
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(", ")
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").trim_matches('"').to_string()))
+                .collect()
         })
         .unwrap_or_default()
+}
+
+fn join(fields: &[(String, String)]) -> String {
+    fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
 
 /// Column `col` of a run's `metrics.csv` as (step, value) points.
@@ -118,10 +122,18 @@ fn metric(dir: &Path, id: &str, col: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn plot(dir: &Path, groups: &BTreeMap<String, Vec<Value>>) -> Result<()> {
-    let mut accuracy = Vec::new();
+/// `report.png`: mean test accuracy against the step, one panel per value of the first grid
+/// field when there are two or more (so a sweep over cases × calibrations stays readable), one
+/// series per group, a vertical line at each k = B_norm/C²; `active.png`: the noisy active counts, one panel per group, every seed.
+fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<Value>>) -> Result<()> {
+    let mut accuracy: BTreeMap<String, (Vec<Series>, Vec<f64>)> = BTreeMap::new();
     let mut active = Vec::new();
-    for (key, g) in groups {
+    for (fields, g) in groups {
+        let key = join(fields);
+        let (panel, label) = match fields.split_first() {
+            Some((first, rest)) if !rest.is_empty() => (join(std::slice::from_ref(first)), join(rest)),
+            _ => (String::new(), key.clone()),
+        };
         let ids: Vec<&str> = g.iter().filter_map(|r| r["id"].as_str()).collect();
         // Mean over seeds of the test accuracy at the steps every seed evaluated.
         let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
@@ -132,7 +144,10 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Vec<Value>>) -> Result<()> {
         }
         let points =
             by_step.iter().filter(|(_, v)| v.len() == ids.len()).map(|(s, v)| (*s as f64, mean_std(v).0)).collect();
-        accuracy.push(Series { label: key.clone(), points });
+        let k = g.first().and_then(|r| r["k"].as_f64());
+        let (series, markers) = accuracy.entry(panel).or_default();
+        series.push(Series { label, points });
+        markers.extend(k.filter(|k| !markers.contains(k)));
         let counts: Vec<Series> = ids
             .iter()
             .zip(g)
@@ -143,28 +158,34 @@ fn plot(dir: &Path, groups: &BTreeMap<String, Vec<Value>>) -> Result<()> {
             .filter(|s| !s.points.is_empty())
             .collect();
         if !counts.is_empty() {
-            let k = g.first().and_then(|r| r["k"].as_f64()).unwrap_or(0.0);
             active.push(Panel {
                 title: format!("active points (noisy count): {key}"),
                 x_label: "step".into(),
                 y_label: "active points".into(),
                 series: counts,
-                markers: vec![k],
+                markers: k.into_iter().collect(),
                 y_from_zero: true,
+                legend: SeriesLabelPosition::LowerLeft,
             });
         }
     }
-    line_charts(
-        &dir.join("report.png"),
-        &[Panel {
-            title: "test accuracy (mean over seeds)".into(),
+    let accuracy: Vec<Panel> = accuracy
+        .into_iter()
+        .map(|(panel, (series, markers))| Panel {
+            title: if panel.is_empty() {
+                "test accuracy (mean over seeds)".into()
+            } else {
+                format!("test accuracy (mean over seeds): {panel}")
+            },
             x_label: "step".into(),
             y_label: "test accuracy (%)".into(),
-            series: accuracy,
-            markers: Vec::new(),
+            series,
+            markers,
             y_from_zero: false,
-        }],
-    )?;
+            legend: SeriesLabelPosition::LowerRight,
+        })
+        .collect();
+    line_charts(&dir.join("report.png"), &accuracy)?;
     if !active.is_empty() {
         line_charts(&dir.join("active.png"), &active)?;
     }
@@ -176,4 +197,38 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
     let mean = xs.iter().sum::<f64>() / n;
     let var = if xs.len() > 1 { xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
     (mean, var.sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png_height(path: &Path) -> u32 {
+        let bytes = std::fs::read(path).unwrap();
+        u32::from_be_bytes(bytes[20..24].try_into().unwrap())
+    }
+
+    #[test]
+    fn accuracy_plot_has_a_panel_per_value_of_the_first_field_and_labels_lose_their_quotes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rows = String::new();
+        for case in ["a", "b", "c"] {
+            for conversion in ["x", "y"] {
+                let id = format!("{case}-{conversion}");
+                let run = tmp.path().join("runs").join(&id);
+                std::fs::create_dir_all(&run).unwrap();
+                let metrics = "step,seconds,epsilon_so_far,test_accuracy\n1,0.1,0.1,0.5\n2,0.1,0.2,0.6\n";
+                std::fs::write(run.join("metrics.csv"), metrics).unwrap();
+                let point = json!({"case": format!("\"{case}\""), "privacy.conversion": format!("\"{conversion}\""), "train.seed": "1"});
+                let row = json!({"id": id, "point": point, "test_accuracy": 0.6, "test_accuracy_at_k": 0.6, "steps_run": 2, "epsilon": 1.0, "k": 2});
+                rows += &format!("{row}\n");
+            }
+        }
+        std::fs::write(tmp.path().join("results.jsonl"), rows).unwrap();
+        let table = report(tmp.path()).unwrap();
+        assert!(table.contains("| case=b, privacy.conversion=y | 1 | 60.00 ± 0.00 |"), "{table}");
+        // Three cases, two calibrations each: three panels of 360 pixels, not one crowded one.
+        assert_eq!(png_height(&tmp.path().join("report.png")), 3 * 360);
+        assert!(!tmp.path().join("active.png").exists(), "no active counts were released");
+    }
 }

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::model::BurnModel;
 use crate::noise::NoiseSeed;
 use crate::per_example::Network;
-use crate::plot::{Panel, Series, line_charts};
+use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
 
 /// What a finished run reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -382,6 +382,7 @@ fn plot_run(dir: &Path, cfg: &ValidConfig) -> Result<()> {
         series,
         markers: vec![k],
         y_from_zero: false,
+        legend: SeriesLabelPosition::LowerRight,
     }];
     if !active.is_empty() {
         let label = match cfg.config.release.active_count {
@@ -395,6 +396,7 @@ fn plot_run(dir: &Path, cfg: &ValidConfig) -> Result<()> {
             series: vec![Series { label: label.into(), points: active }],
             markers: vec![k],
             y_from_zero: true,
+            legend: SeriesLabelPosition::LowerLeft,
         });
     }
     line_charts(&dir.join("accuracy.png"), &panels)
