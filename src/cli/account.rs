@@ -471,7 +471,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
         "rounds",
         "bound on privacy loss",
         odo_series,
-        SeriesLabelPosition::LowerRight,
+        SeriesLabelPosition::UpperLeft,
     )?;
     Ok(json!({
         "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,

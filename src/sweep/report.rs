@@ -56,8 +56,7 @@ fn stat(rows: &[Value], key: &str, scale: f64) -> Option<(f64, f64)> {
 /// Markdown summary of a sweep's `results.jsonl`: mean ± std over seeds of the returned
 /// model's test accuracy, of the accuracy after k = B_norm/C² steps (for a filtered run,
 /// plain private GD of the same σ) and of ε, grouped by every non-seed field. Also draws
-/// `report.png` (mean test accuracy against the step, per group) and, if the runs released
-/// noisy active counts, `active.png` (one panel per group, every seed).
+/// `report.png` and, if the runs released noisy active counts, `active.png` (see [`plot`]).
 pub fn report(dir: &Path) -> Result<String> {
     let path = dir.join("results.jsonl");
     let text = std::fs::read_to_string(&path).map_err(Error::io(&path))?;
