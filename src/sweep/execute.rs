@@ -139,11 +139,7 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result
 /// [`Error::StaleRun`] if `run_dir` holds a run (finished or not) whose settings differ from
 /// `planned`.
 fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
-    let path = run_dir.join("config.toml");
-    if !path.exists() {
-        return Ok(());
-    }
-    let made = TrainConfig::from_file(&path, &[])?;
+    let Some(made) = config_made(run_dir)? else { return Ok(()) };
     if &made == planned {
         return Ok(());
     }
@@ -175,6 +171,12 @@ fn shown(v: Option<&toml::Value>) -> String {
     v.map_or_else(|| "(unset)".to_string(), ToString::to_string)
 }
 
+/// The configuration a run folder's run was made with (its `config.toml`), if it has one.
+fn config_made(run_dir: &Path) -> Result<Option<TrainConfig>> {
+    let path = run_dir.join("config.toml");
+    if path.exists() { TrainConfig::from_file(&path, &[]).map(Some) } else { Ok(None) }
+}
+
 /// A finished run folder in one of `sweeps` whose configuration equals `r`'s.
 fn finished_elsewhere(r: &PlannedRun, sweeps: &[PathBuf]) -> Result<Option<PathBuf>> {
     for sweep in sweeps {
@@ -184,8 +186,7 @@ fn finished_elsewhere(r: &PlannedRun, sweeps: &[PathBuf]) -> Result<Option<PathB
             if !path.join("privacy.json").exists() {
                 continue;
             }
-            let other = TrainConfig::from_file(&path.join("config.toml"), &[])?;
-            if other == r.config.config {
+            if config_made(&path)?.as_ref() == Some(&r.config.config) {
                 return Ok(Some(path));
             }
         }
