@@ -106,6 +106,24 @@ fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
 }
 
 #[test]
+fn a_case_with_its_own_seeds_runs_at_those_instead_of_the_grids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = "[cases.more]\nseeds = [1, 2, 3]\n\"privacy.clip\" = 0.5\n[cases.usual]\n\"privacy.clip\" = 2.0\n";
+    let sweep = setup(tmp.path(), &format!("seeds = [1, 2]\n{cases}"));
+    let (_, runs) = plan(&sweep).unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    // Seeds still vary slowest: every case at its first seed, then at its second, ...
+    assert_eq!(
+        ids,
+        ["case-more_seed-1", "case-usual_seed-1", "case-more_seed-2", "case-usual_seed-2", "case-more_seed-3"]
+    );
+    let seeds: Vec<Option<u64>> = runs.iter().map(|r| r.config.config.train.seed).collect();
+    assert_eq!(seeds, [Some(1), Some(1), Some(2), Some(2), Some(3)]);
+    assert_eq!(runs[4].config.config.privacy.clip, 0.5);
+    assert_eq!(runs[3].config.config.privacy.clip, 2.0);
+}
+
+#[test]
 fn bad_sweep_files_fail_before_any_run_naming_the_field() {
     let tmp = tempfile::tempdir().unwrap();
     for (grid, want) in [
@@ -115,6 +133,7 @@ fn bad_sweep_files_fail_before_any_run_naming_the_field() {
         ("\"privacy.method\" = \"plain\"\n", "grid.privacy.method"),
         ("seeds = [1]\n[cases.a]\n\"privacy.clipp\" = 1.0\n", "case-a"),
         ("seeds = [1]\n[cases.a]\n\"privacy.clip\" = -1.0\n", "privacy.clip"),
+        ("seeds = [1]\n[cases.a]\nseeds = []\n", "cases.a.seeds"),
     ] {
         let sweep = setup(tmp.path(), grid);
         let e = plan(&sweep).unwrap_err().to_string();

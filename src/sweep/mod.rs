@@ -10,6 +10,7 @@
 //! "privacy.clip" = 0.5
 //! [cases.large-clip]
 //! "privacy.clip" = 2.0
+//! seeds = [1, 2, 3]                      # a case may run at its own seeds instead of the grid's
 //! [grid]                                 # the cartesian product of these lists
 //! "privacy.epsilon" = [0.5, 1.0]
 //! "privacy.method" = ["plain", "filtered"]

@@ -19,7 +19,8 @@ pub struct SweepFile {
     /// Overrides applied to every run.
     #[serde(default)]
     pub set: BTreeMap<String, toml::Value>,
-    /// Named override sets for settings that vary together (each case is crossed with the grid).
+    /// Named override sets for settings that vary together (each case is crossed with the grid);
+    /// a case's own `seeds = [..]` replaces the grid's seeds for that case.
     #[serde(default)]
     pub cases: BTreeMap<String, BTreeMap<String, toml::Value>>,
     /// Grid: each key is a config field, each value a non-empty list.
@@ -43,7 +44,8 @@ pub struct PlannedRun {
 }
 
 /// Reads a sweep file, expands its cases and grid and validates every run's config. Runs are
-/// ordered seed by seed (all configurations at the first seed, then at the second, …).
+/// ordered seed by seed (all configurations at the first seed, then at the second, …); a case
+/// with its own `seeds` list runs at those seeds instead of the grid's.
 pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let sweep: SweepFile = toml::from_str(&text).map_err(|e: toml::de::Error| Error::Config {
@@ -54,17 +56,19 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     if !sweep.cases.is_empty() {
         axes.push(("case".into(), sweep.cases.keys().map(|k| format!("\"{k}\"")).collect()));
     }
+    let mut grid_seeds = None;
     for (key, values) in &sweep.grid {
-        let list = values.as_array().filter(|a| !a.is_empty()).ok_or_else(|| Error::Config {
-            field: format!("grid.{key}"),
-            message: "every grid entry must be a non-empty list of values".into(),
-        })?;
-        let values = list.iter().map(toml_text).collect();
+        let values = list_of(values, &format!("grid.{key}"))?;
         if key == "seeds" {
-            // Seeds vary slowest: a sweep cut short has every configuration at the first seeds.
-            axes.insert(0, ("train.seed".to_string(), values));
+            grid_seeds = Some(values);
         } else {
             axes.push((key.clone(), values));
+        }
+    }
+    let mut case_seeds = BTreeMap::new();
+    for (name, case) in &sweep.cases {
+        if let Some(values) = case.get("seeds") {
+            case_seeds.insert(format!("\"{name}\""), list_of(values, &format!("cases.{name}.seeds"))?);
         }
     }
     let fixed: Vec<String> = sweep.set.iter().map(|(k, v)| format!("{k}={}", toml_text(v))).collect();
@@ -81,6 +85,22 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
             })
             .collect();
     }
+    // Each point at its case's seeds, else the grid's; seeds vary slowest, so a sweep cut short
+    // has every configuration at the first seeds.
+    let mut seeded: Vec<(usize, BTreeMap<String, String>)> = Vec::new();
+    for point in points {
+        let seeds = point.get("case").and_then(|c| case_seeds.get(c)).or(grid_seeds.as_ref());
+        match seeds {
+            None => seeded.push((0, point)),
+            Some(seeds) => seeded.extend(seeds.iter().enumerate().map(|(i, seed)| {
+                let mut q = point.clone();
+                q.insert("train.seed".to_string(), seed.clone());
+                (i, q)
+            })),
+        }
+    }
+    seeded.sort_by_key(|(i, _)| *i);
+    let points: Vec<_> = seeded.into_iter().map(|(_, point)| point).collect();
     let mut runs = Vec::with_capacity(points.len());
     for point in points {
         let mut overrides = fixed.clone();
@@ -88,7 +108,8 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
             match field.as_str() {
                 "case" => {
                     let case = &sweep.cases[value.trim_matches('"')];
-                    overrides.extend(case.iter().map(|(k, v)| format!("{k}={}", toml_text(v))));
+                    let settings = case.iter().filter(|(k, _)| k.as_str() != "seeds");
+                    overrides.extend(settings.map(|(k, v)| format!("{k}={}", toml_text(v))));
                 }
                 _ => overrides.push(format!("{field}={value}")),
             }
@@ -100,6 +121,15 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
         runs.push(PlannedRun { id, point, config });
     }
     Ok((sweep, runs))
+}
+
+/// A grid entry (or a case's `seeds`) as TOML texts: it must be a non-empty list.
+fn list_of(values: &toml::Value, field: &str) -> Result<Vec<String>> {
+    let list = values.as_array().filter(|a| !a.is_empty()).ok_or_else(|| Error::Config {
+        field: field.to_string(),
+        message: "must be a non-empty list of values".into(),
+    })?;
+    Ok(list.iter().map(toml_text).collect())
 }
 
 fn toml_text(v: &toml::Value) -> String {
