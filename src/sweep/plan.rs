@@ -68,7 +68,7 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     let mut case_seeds = BTreeMap::new();
     for (name, case) in &sweep.cases {
         if let Some(values) = case.get("seeds") {
-            case_seeds.insert(format!("\"{name}\""), list_of(values, &format!("cases.{name}.seeds"))?);
+            case_seeds.insert(name.as_str(), list_of(values, &format!("cases.{name}.seeds"))?);
         }
     }
     let fixed: Vec<String> = sweep.set.iter().map(|(k, v)| format!("{k}={}", toml_text(v))).collect();
@@ -89,7 +89,7 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     // has every configuration at the first seeds.
     let mut seeded: Vec<(usize, BTreeMap<String, String>)> = Vec::new();
     for point in points {
-        let seeds = point.get("case").and_then(|c| case_seeds.get(c)).or(grid_seeds.as_ref());
+        let seeds = point.get("case").and_then(|c| case_seeds.get(c.trim_matches('"'))).or(grid_seeds.as_ref());
         match seeds {
             None => seeded.push((0, point)),
             Some(seeds) => seeded.extend(seeds.iter().enumerate().map(|(i, seed)| {

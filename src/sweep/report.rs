@@ -123,7 +123,8 @@ fn metric(dir: &Path, id: &str, col: usize) -> Vec<(f64, f64)> {
 
 /// `report.png`: mean test accuracy against the step, one panel per value of the first grid
 /// field when there are two or more (so a sweep over cases × calibrations stays readable), one
-/// series per group, a vertical line at each k = B_norm/C²; `active.png`: the noisy active counts, one panel per group, every seed.
+/// series per group, a vertical line at each k = B_norm/C²; `active.png`: the noisy active
+/// counts, one panel per group, every seed.
 fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<Value>>) -> Result<()> {
     let mut accuracy: BTreeMap<String, (Vec<Series>, Vec<f64>)> = BTreeMap::new();
     let mut active = Vec::new();
