@@ -51,6 +51,32 @@ fn plain_gd_is_the_first_k_steps_of_filtered_gd() {
 }
 
 #[test]
+fn lr_after_k_changes_only_the_steps_after_k() {
+    let every_step = |extra: &str| {
+        config("filtered", "sigma = 3.0", &format!("max_steps = 16\n{extra}"))
+            .replace("checkpoint_every = 3", "checkpoint_every = 1")
+    };
+    let theta_after = |text: &str, steps: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(train(text, dir.path(), Some(steps)).steps, steps);
+        checkpoint::read(&checkpoint::state_path(dir.path())).unwrap().unwrap().theta
+    };
+    let (same, slow) = (every_step(""), every_step("lr_after_k = 0.5"));
+    let at_k = theta_after(&same, 10);
+    assert_eq!(theta_after(&slow, 10), at_k, "lr_after_k changed the plain-GD prefix");
+    // Step 11 sees the same parameters, ledger, clipped sum and noise in both runs: only the
+    // learning rate differs (0.5 instead of 2.0), so the update is a quarter as long.
+    let (next, slow_next) = (theta_after(&same, 11), theta_after(&slow, 11));
+    let mut moved = 0;
+    for ((k, a), b) in at_k.iter().zip(&next).zip(&slow_next) {
+        let (full, quarter) = (a - k, b - k);
+        assert!((quarter - 0.25 * full).abs() <= 1e-3 * full.abs() + 1e-6, "update {quarter} vs {full} / 4");
+        moved += usize::from(full != 0.0);
+    }
+    assert!(moved > at_k.len() / 2, "step 11 moved only {moved} parameters");
+}
+
+#[test]
 fn the_stopping_rule_is_accounted_and_returns_the_best_released_model() {
     let dir = tempfile::tempdir().unwrap();
     let s = train(&config("filtered", "epsilon = 4.0", STOP), dir.path(), None);
@@ -116,6 +142,8 @@ fn bad_stopping_settings_name_the_field() {
         (config("filtered", "epsilon = 4.0", &STOP.replace("every = 2", "every = 0")), "stopping.every"),
         (config("filtered", "epsilon = 0.01", &STOP.replace("sigma = 20.0", "sigma = 1.0")), "release"),
         (config("filtered", "epsilon = 4.0", &STOP.replace("rule =", "rules =")), "rules"),
+        (config("plain", "epsilon = 4.0", "lr_after_k = 1.0"), "train.lr_after_k"),
+        (config("filtered", "epsilon = 4.0", "max_steps = 16\nlr_after_k = 0.0"), "train.lr_after_k"),
     ] {
         let e = TrainConfig::from_toml(&text, &[]).and_then(|c| c.validate().map(|_| ())).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in: {e}");

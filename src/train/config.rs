@@ -143,6 +143,11 @@ pub struct TrainSettings {
     /// k_max: steps of filtered GD (default: `privacy.steps`; plain GD always runs `privacy.steps`).
     #[serde(default)]
     pub max_steps: Option<usize>,
+    /// Learning rate of the steps after `privacy.steps` (filtered GD's extra steps, paid for by the
+    /// examples' leftover budgets); absent: `lr` throughout. The first `privacy.steps` steps, which
+    /// are plain private GD, are unchanged by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_after_k: Option<f64>,
     /// Examples per micro-batch whose per-example gradients are held at once
     /// (memory ≈ threads × chunk × parameters × 4 bytes).
     #[serde(default = "default_chunk")]
@@ -283,6 +288,9 @@ impl TrainConfig {
         probability("delta", p.delta).map_err(|e| field("privacy.delta", e))?;
         positive("clip", p.clip).map_err(|e| field("privacy.clip", e))?;
         positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
+        if let Some(lr) = self.train.lr_after_k {
+            positive("lr_after_k", lr).map_err(|e| field("train.lr_after_k", e))?;
+        }
         if p.steps == 0 {
             return Err(cfg("privacy.steps", "must be >= 1 (B_norm = steps * clip^2)"));
         }
@@ -305,6 +313,13 @@ impl TrainConfig {
             (_, Some(0)) => return Err(cfg("train.max_steps", "must be >= 1")),
             (_, m) => m.unwrap_or(p.steps),
         };
+        if self.train.lr_after_k.is_some() && max_steps == p.steps {
+            return Err(cfg(
+                "train.lr_after_k",
+                "this run has no steps after privacy.steps; remove lr_after_k or use method = \"filtered\" with a \
+                 larger train.max_steps",
+            ));
+        }
         let releases = self.scheduled_releases(max_steps)?;
         let sigma = match (p.method, p.epsilon, p.sigma) {
             (Method::NonPrivate, _, _) => None,
@@ -421,6 +436,17 @@ pub struct ValidConfig {
 }
 
 impl ValidConfig {
+    /// The learning rate of `step` (1-based): `train.lr` up to `privacy.steps`, then
+    /// `train.lr_after_k` if given.
+    #[must_use]
+    pub fn lr_at(&self, step: usize) -> f64 {
+        let t = &self.config.train;
+        match t.lr_after_k {
+            Some(lr) if step > self.config.privacy.steps => lr,
+            _ => t.lr,
+        }
+    }
+
     /// The burn device chosen in the config.
     #[must_use]
     pub fn device(&self) -> burn::tensor::Device {

@@ -153,7 +153,7 @@ pub fn run(cfg: &ValidConfig, data: &Dataset, dir: &Path, opts: &RunOptions) -> 
                 ledger.spent_all(),
             )?;
         }
-        apply_update(&mut theta, sum, noise_std, c.train.lr, n, &mut seed.rng_for_step(step as u64));
+        apply_update(&mut theta, sum, noise_std, cfg.lr_at(step), n, &mut seed.rng_for_step(step as u64));
         let released = match &session {
             Some(s) => s.release(step, seed, |m| match m {
                 ACTIVE_COUNT => ledger.active_count_non_private() as f64,
