@@ -20,29 +20,13 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "shared", "peers"))
 import mnist_data  # noqa: E402  (the peers' IDX loader, normalised like the Opacus example)
-
-
-class SampleConvNet(nn.Module):
-    """The Opacus MNIST example network (26,010 parameters)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 8, 2, padding=3)
-        self.conv2 = nn.Conv2d(16, 32, 4, 2)
-        self.fc1 = nn.Linear(32 * 4 * 4, 32)
-        self.fc2 = nn.Linear(32, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 1)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 1)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+from bench_torch import SampleConvNet  # noqa: E402  (the Opacus MNIST example network)
 
 
 def accuracy(model, x, y, chunk=4096):
