@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The paper-table sweep's results in the layout of paper 001 §5.1, next to the paper's numbers.
 
-    python3 experiments/paper_table.py [experiments/paper-table]  > table.md
+    python3 experiments/paper_table.py [experiments/paper-table [experiments/paper-table-eps1.0-k400]]  > table.md
 
-Reads results.jsonl written by `dpgd sweep experiments/paper-table.toml`. GD is the test
-accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with the same sigma);
-"filtered" is the model the stopping rule returned. Mean ± sample std over the seeds finished so far.
+Reads results.jsonl written by `dpgd sweep experiments/paper-table.toml` and, where it has been
+run, by `dpgd sweep experiments/paper-table-eps1.0-k400.toml` (the epsilon = 1.0 rows rebuilt
+from tuned k = 400; printed under the table's own epsilon = 1.0 rows, marked "k400"). GD is the
+test accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with the same
+sigma); "filtered" is the model the stopping rule returned. Mean ± sample std over the seeds
+finished so far.
 """
 
 import json
@@ -38,15 +41,25 @@ def pm(xs):
     return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
 
 
-def main():
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
-    cells = defaultdict(list)
+def load(folder, cells, rebuilt):
+    """Adds `folder`'s runs to `cells`, keyed by (conversion, regime, row), where the row is ε,
+    suffixed with " (k400)" for the rebuilt ε = 1.0 rows."""
     for line in (folder / "results.jsonl").read_text().splitlines():
         row = json.loads(line)
+        row["folder"] = folder
         case = row["point"]["case"].strip('"')
         regime, eps = case.split("-eps")
         conversion = row["point"]["privacy.conversion"].strip('"')
-        cells[(conversion, regime, eps)].append(row)
+        cells[(conversion, regime, eps + (" (k400)" if rebuilt else ""))].append(row)
+
+
+def main():
+    table = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
+    rebuilt = Path(sys.argv[2] if len(sys.argv) > 2 else "experiments/paper-table-eps1.0-k400")
+    cells = defaultdict(list)
+    load(table, cells, rebuilt=False)
+    if (rebuilt / "results.jsonl").exists():
+        load(rebuilt, cells, rebuilt=True)
     for conversion in ("bun-steinke", "gaussian-exact"):
         print(f"\n**sigma calibrated with `{conversion}`**\n")
         print(
@@ -55,14 +68,16 @@ def main():
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for regime, (label, paper_regime) in REGIMES.items():
-            for eps in ("0.3", "0.5", "1.0"):
+            for eps in ("0.3", "0.5", "1.0", "1.0 (k400)"):
                 rows = cells.get((conversion, regime, eps), [])
+                if eps.endswith("(k400)") and not rows:
+                    continue
                 gd = [100 * r["test_accuracy_at_k"] for r in rows]
                 filt = [100 * r["test_accuracy"] for r in rows]
-                (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps)]
+                (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps.split()[0])]
                 if rows:
                     p = rows[0]["privacy"]["training"]
-                    config = tomllib.loads((folder / "runs" / rows[0]["id"] / "config.toml").read_text())
+                    config = tomllib.loads((rows[0]["folder"] / "runs" / rows[0]["id"] / "config.toml").read_text())
                     setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {config['train']['lr']:g}"
                     better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
                     near = " / ".join(
