@@ -41,25 +41,29 @@ def pm(xs):
     return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
 
 
-def load(folder, cells, rebuilt):
-    """Adds `folder`'s runs to `cells`, keyed by (conversion, regime, row), where the row is ε,
-    suffixed with " (k400)" for the rebuilt ε = 1.0 rows."""
+# Marks the rows of the ε = 1.0 rebuild from tuned k = 400 (paper-table-eps1.0-k400.toml).
+REBUILT = " (k400)"
+ROWS = ("0.3", "0.5", "1.0", "1.0" + REBUILT)
+
+
+def load(folder, cells, suffix=""):
+    """Adds `folder`'s runs to `cells`, keyed by (conversion, regime, row): the row is ε + suffix."""
     for line in (folder / "results.jsonl").read_text().splitlines():
         row = json.loads(line)
         row["folder"] = folder
         case = row["point"]["case"].strip('"')
         regime, eps = case.split("-eps")
         conversion = row["point"]["privacy.conversion"].strip('"')
-        cells[(conversion, regime, eps + (" (k400)" if rebuilt else ""))].append(row)
+        cells[(conversion, regime, eps + suffix)].append(row)
 
 
 def main():
     table = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
     rebuilt = Path(sys.argv[2] if len(sys.argv) > 2 else "experiments/paper-table-eps1.0-k400")
     cells = defaultdict(list)
-    load(table, cells, rebuilt=False)
+    load(table, cells)
     if (rebuilt / "results.jsonl").exists():
-        load(rebuilt, cells, rebuilt=True)
+        load(rebuilt, cells, suffix=REBUILT)
     for conversion in ("bun-steinke", "gaussian-exact"):
         print(f"\n**sigma calibrated with `{conversion}`**\n")
         print(
@@ -68,13 +72,13 @@ def main():
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for regime, (label, paper_regime) in REGIMES.items():
-            for eps in ("0.3", "0.5", "1.0", "1.0 (k400)"):
+            for eps in ROWS:
                 rows = cells.get((conversion, regime, eps), [])
-                if eps.endswith("(k400)") and not rows:
+                if eps.endswith(REBUILT) and not rows:
                     continue
                 gd = [100 * r["test_accuracy_at_k"] for r in rows]
                 filt = [100 * r["test_accuracy"] for r in rows]
-                (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps.split()[0])]
+                (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps.removesuffix(REBUILT))]
                 if rows:
                     p = rows[0]["privacy"]["training"]
                     config = tomllib.loads((rows[0]["folder"] / "runs" / rows[0]["id"] / "config.toml").read_text())
