@@ -1,0 +1,480 @@
+//! `dpgd account`: a privacy calculator that needs no training.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use dpgd_accounting::filter::{
+    BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
+};
+use dpgd_accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
+use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, PureDp, ToApproxDp, Zcdp, calibrate_sigma};
+use serde_json::{Value, json};
+
+use super::{positive, probability};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AccountCommand {
+    /// Convert a zCDP, Gaussian-DP or pure-DP guarantee to (ε, δ)-DP.
+    Convert(ConvertArgs),
+    /// The largest zCDP ρ that gives a target (ε, δ) under a conversion.
+    MaxRho(MaxRhoArgs),
+    /// Noise multiplier σ for private GD with filtering (001 Alg. 3) to meet a target (ε, δ).
+    Calibrate(CalibrateArgs),
+    /// ε of private GD with filtering for a given σ and worst-case steps, under every conversion.
+    Budget(BudgetArgs),
+    /// How many rounds of ε₀-DP mechanisms a privacy filter allows for a target (ε, δ).
+    Filter(FilterArgs),
+    /// An odometer's bound on the privacy loss after N rounds of ε₀-DP mechanisms.
+    Odometer(OdometerArgs),
+    /// Plot the filters (rounds allowed vs ε₀) and odometers (bound vs rounds) side by side.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct CompareArgs {
+    /// Folder for filters.png and odometers.png.
+    #[arg(long, default_value = "docs")]
+    out: std::path::PathBuf,
+    /// Target ε of the filters (and the filter odometer's tight point).
+    #[arg(long, value_parser = positive, default_value_t = 1.0)]
+    epsilon: f64,
+    /// δ of filters and odometers.
+    #[arg(long, value_parser = probability, default_value_t = 1e-6)]
+    delta: f64,
+    /// ε₀ per round for the odometer comparison.
+    #[arg(long, value_parser = positive, default_value_t = 0.01)]
+    per_round: f64,
+    /// Dataset size for the Rogers et al. odometer.
+    #[arg(long, default_value_t = 1_000_000)]
+    dataset_size: u64,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Filter kinds for `dpgd account filter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum FilterKind {
+    /// Basic composition: Σε ≤ ε.
+    Basic,
+    /// Rogers et al. 2016, Thm 5.1.
+    Rogers,
+    /// Feldman & Zrnic 2021, Thm 4.8 with the B* printed there.
+    Fz,
+    /// Feldman & Zrnic 2021, Thm 4.8 with B* from the cks conversion.
+    FzCks,
+    /// Whitehouse et al. 2023, Thm 2.
+    Whitehouse,
+}
+
+/// Odometer kinds for `dpgd account odometer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OdometerKind {
+    /// Rogers et al. 2016 (needs --dataset-size).
+    Rogers,
+    /// Whitehouse et al. filter odometer (tight at --target-epsilon).
+    Filter,
+    /// Whitehouse et al. mixture odometer (--gamma, or tight at --target-epsilon).
+    Mixture,
+    /// Whitehouse et al. stitched odometer (--v0).
+    Stitched,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct FilterArgs {
+    /// basic, rogers, fz, fz-cks or whitehouse.
+    #[arg(long, value_enum)]
+    kind: FilterKind,
+    /// Target ε > 0.
+    #[arg(long, value_parser = positive)]
+    epsilon: f64,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// ε₀ of each (pure) mechanism.
+    #[arg(long, value_parser = positive)]
+    per_round: f64,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct OdometerArgs {
+    /// rogers, filter, mixture or stitched.
+    #[arg(long, value_enum)]
+    kind: OdometerKind,
+    /// ε₀ of each (pure) mechanism.
+    #[arg(long, value_parser = positive)]
+    per_round: f64,
+    /// Number of rounds N.
+    #[arg(long)]
+    rounds: u64,
+    /// δ ∈ (0, 1) of the odometer.
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// The ε at which the filter odometer is tight (also picks γ for the mixture odometer).
+    #[arg(long, value_parser = positive)]
+    target_epsilon: Option<f64>,
+    /// Mixture parameter γ.
+    #[arg(long, value_parser = positive)]
+    gamma: Option<f64>,
+    /// Intrinsic time v₀ from which the stitched odometer is nontrivial.
+    #[arg(long, value_parser = positive)]
+    v0: Option<f64>,
+    /// Dataset size n (Rogers et al.).
+    #[arg(long)]
+    dataset_size: Option<u64>,
+    /// Print the bound after every round as CSV (round,bound).
+    #[arg(long)]
+    series: bool,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct ConvertArgs {
+    #[command(flatten)]
+    guarantee: Guarantee,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// bun-steinke, cks or gaussian-exact. Default: gaussian-exact for --gdp, cks otherwise.
+    /// gaussian-exact with --zcdp assumes ρ comes from Gaussian mechanisms (μ = √(2ρ)).
+    #[arg(long)]
+    method: Option<Conversion>,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Exactly one guarantee to convert.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct Guarantee {
+    /// ρ of a ρ-zCDP guarantee.
+    #[arg(long, value_name = "RHO", value_parser = positive)]
+    zcdp: Option<f64>,
+    /// μ of a μ-Gaussian-DP guarantee.
+    #[arg(long, value_name = "MU", value_parser = positive)]
+    gdp: Option<f64>,
+    /// ε of a pure ε-DP guarantee (converted through (ε²/2)-zCDP).
+    #[arg(long, value_name = "EPS", value_parser = positive)]
+    pure: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct MaxRhoArgs {
+    /// Target ε > 0.
+    #[arg(long, value_parser = positive)]
+    epsilon: f64,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// bun-steinke, cks or gaussian-exact (the last for Gaussian mechanisms only).
+    #[arg(long, default_value = "cks")]
+    method: Conversion,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct CalibrateArgs {
+    /// Target ε > 0.
+    #[arg(long, value_parser = positive)]
+    epsilon: f64,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// Worst-case steps k (B_norm = k·C²): the steps plain private GD would take.
+    #[arg(long, value_parser = positive)]
+    steps: f64,
+    /// Clip value C.
+    #[arg(long, value_parser = positive, default_value_t = 1.0)]
+    clip: f64,
+    /// Conversion; gaussian-exact is the tightest valid one for this algorithm.
+    #[arg(long, default_value = "gaussian-exact")]
+    method: Conversion,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct BudgetArgs {
+    /// Noise multiplier σ (noise std is σ·C).
+    #[arg(long, value_parser = positive)]
+    sigma: f64,
+    /// Worst-case steps k (B_norm = k·C²).
+    #[arg(long, value_parser = positive)]
+    steps: f64,
+    /// Target δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// Clip value C (does not change ε).
+    #[arg(long, value_parser = positive, default_value_t = 1.0)]
+    clip: f64,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
+    let (json, out, human) = match cmd {
+        AccountCommand::Convert(a) => (a.json, convert(&a)?, None),
+        AccountCommand::MaxRho(a) => (a.json, max_rho(&a)?, None),
+        AccountCommand::Calibrate(a) => (a.json, calibrate(&a)?, None),
+        AccountCommand::Filter(a) => (a.json, filter(&a)?, None),
+        AccountCommand::Compare(a) => (a.json, compare(&a)?, None),
+        AccountCommand::Odometer(a) => {
+            if a.series {
+                return odometer_series(&a);
+            }
+            (a.json, odometer(&a)?, None)
+        }
+        AccountCommand::Budget(a) => {
+            let v = budget(&a)?;
+            let table = budget_table(&v);
+            (a.json, v, Some(table))
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else if let Some(text) = human {
+        print!("{text}");
+    } else {
+        for (k, v) in out.as_object().expect("object") {
+            println!("{k:>18}: {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
+        }
+    }
+    Ok(())
+}
+
+fn convert(a: &ConvertArgs) -> Result<Value> {
+    let mut out = json!({ "command": "convert", "delta": a.delta });
+    let g = &a.guarantee;
+    let epsilon = if let Some(mu) = g.gdp {
+        let method = a.method.unwrap_or(Conversion::GaussianExact);
+        out["gdp"] = json!(mu);
+        out["method"] = json!(method.name());
+        GaussianDp::new(mu)?.epsilon(a.delta, method)?
+    } else {
+        let (zcdp, source) = match (g.zcdp, g.pure) {
+            (Some(rho), _) => (Zcdp::new(rho)?, "zcdp"),
+            (_, Some(eps)) => (PureDp::new(eps)?.to_zcdp(), "pure"),
+            _ => unreachable!("clap requires one guarantee"),
+        };
+        out[source] = json!(g.zcdp.or(g.pure));
+        out["rho"] = json!(zcdp.rho());
+        let method = a.method.unwrap_or(Conversion::Cks);
+        out["method"] = json!(method.name());
+        if method == Conversion::GaussianExact {
+            out["assumes"] = json!("the zCDP guarantee comes from Gaussian mechanisms (mu = sqrt(2 rho))");
+            GaussianDp::from_gaussian_zcdp(zcdp).epsilon(a.delta, method)?
+        } else {
+            zcdp.epsilon(a.delta, method)?
+        }
+    };
+    out["epsilon"] = json!(epsilon);
+    Ok(out)
+}
+
+fn max_rho(a: &MaxRhoArgs) -> Result<Value> {
+    let rho = a.method.max_rho(a.epsilon, a.delta)?.rho();
+    Ok(json!({
+        "command": "max-rho", "epsilon": a.epsilon, "delta": a.delta, "method": a.method.name(), "rho": rho,
+    }))
+}
+
+fn calibrate(a: &CalibrateArgs) -> Result<Value> {
+    let sigma = calibrate_sigma(a.epsilon, a.delta, a.steps, a.method)?;
+    let run = PrivateGd::new(sigma, a.clip, a.steps)?;
+    Ok(json!({
+        "command": "calibrate", "epsilon": a.epsilon, "delta": a.delta, "steps": a.steps, "clip": a.clip,
+        "method": a.method.name(), "sigma": sigma, "noise_std": sigma * a.clip, "rho": run.zcdp().rho(),
+        "mu": run.gaussian_dp().mu(), "b_norm": run.b_norm(), "epsilon_achieved": run.epsilon(a.delta, a.method)?,
+    }))
+}
+
+fn budget(a: &BudgetArgs) -> Result<Value> {
+    let run = PrivateGd::new(a.sigma, a.clip, a.steps)?;
+    let mut eps = serde_json::Map::new();
+    for m in Conversion::ALL {
+        eps.insert(m.name().to_string(), json!(run.epsilon(a.delta, m)?));
+    }
+    Ok(json!({
+        "command": "budget", "sigma": a.sigma, "steps": a.steps, "delta": a.delta, "clip": a.clip,
+        "rho": run.zcdp().rho(), "mu": run.gaussian_dp().mu(), "b_norm": run.b_norm(), "epsilon": eps,
+    }))
+}
+
+fn budget_table(v: &Value) -> String {
+    let mut s = format!(
+        "private GD with filtering: sigma = {}, {} worst-case steps, clip = {}\n  rho = {:.6} (zCDP), mu = {:.6} (GDP)\n\n  {:<16} epsilon at delta = {}\n",
+        v["sigma"],
+        v["steps"],
+        v["clip"],
+        v["rho"].as_f64().unwrap_or(f64::NAN),
+        v["mu"].as_f64().unwrap_or(f64::NAN),
+        "conversion",
+        v["delta"]
+    );
+    for m in Conversion::ALL {
+        s += &format!("  {:<16} {:.6}\n", m.name(), v["epsilon"][m.name()].as_f64().unwrap_or(f64::NAN));
+    }
+    s
+}
+
+/// The filter rule of `kind` for target (ε, δ); pure mechanisms, so δ″ = 0.
+pub(crate) fn filter_rule(kind: FilterKind, epsilon: f64, delta: f64) -> Result<Box<dyn SumsFilter>> {
+    Ok(match kind {
+        FilterKind::Basic => Box::new(BasicFilter::new(epsilon, delta)?),
+        FilterKind::Rogers => Box::new(RogersFilter::new(epsilon, delta)?),
+        FilterKind::Fz => Box::new(FzFilter::printed(epsilon, delta)?),
+        FilterKind::FzCks => Box::new(FzFilter::cks(epsilon, delta)?),
+        FilterKind::Whitehouse => Box::new(WhitehouseFilter::new(epsilon, delta, 0.0)?),
+    })
+}
+
+fn kind_name<T: clap::ValueEnum>(k: T) -> String {
+    k.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+}
+
+fn filter(a: &FilterArgs) -> Result<Value> {
+    let rule = filter_rule(a.kind, a.epsilon, a.delta)?;
+    let rounds = rounds_allowed(rule.as_ref(), a.per_round)?;
+    Ok(json!({
+        "command": "filter", "kind": kind_name(a.kind), "epsilon": a.epsilon, "delta": a.delta,
+        "per_round": a.per_round, "rounds": rounds,
+    }))
+}
+
+/// The odometer of `kind` at level δ (pure mechanisms: δ′ = δ, δ″ = 0).
+pub(crate) fn odometer_rule(a: &OdometerArgs) -> Result<Box<dyn PrivacyOdometer>> {
+    let need = |name: &str| anyhow::anyhow!("--{name} is required for --kind {}", kind_name(a.kind));
+    Ok(match a.kind {
+        OdometerKind::Rogers => {
+            Box::new(RogersOdometer::new(a.dataset_size.ok_or_else(|| need("dataset-size"))?, a.delta, 0.0)?)
+        }
+        OdometerKind::Filter => {
+            Box::new(FilterOdometer::new(a.target_epsilon.ok_or_else(|| need("target-epsilon"))?, a.delta, 0.0)?)
+        }
+        OdometerKind::Mixture => match (a.gamma, a.target_epsilon) {
+            (Some(g), _) => Box::new(MixtureOdometer::new(g, a.delta, 0.0)?),
+            (None, Some(e)) => {
+                // tight where the advanced-composition curve √(2LV) + V/2 reaches the target
+                let y = FilterOdometer::new(e, a.delta, 0.0)?.y_star();
+                Box::new(MixtureOdometer::tight_at(y, a.delta, 0.0)?)
+            }
+            (None, None) => return Err(need("gamma (or --target-epsilon)")),
+        },
+        OdometerKind::Stitched => Box::new(StitchedOdometer::new(a.v0.ok_or_else(|| need("v0"))?, a.delta, 0.0)?),
+    })
+}
+
+fn odometer(a: &OdometerArgs) -> Result<Value> {
+    let rule = odometer_rule(a)?;
+    let sums = DpSums::default().repeated(ApproxDp::pure(a.per_round)?, a.rounds);
+    Ok(json!({
+        "command": "odometer", "kind": kind_name(a.kind), "per_round": a.per_round, "rounds": a.rounds,
+        "delta": a.delta, "target_epsilon": a.target_epsilon, "gamma": a.gamma, "v0": a.v0,
+        "dataset_size": a.dataset_size, "intrinsic_time": sums.eps2, "bound": rule.bound(&sums),
+    }))
+}
+
+fn odometer_series(a: &OdometerArgs) -> Result<()> {
+    let rule = odometer_rule(a)?;
+    let c = ApproxDp::pure(a.per_round)?;
+    println!("round,bound");
+    let mut s = DpSums::default();
+    for r in 1..=a.rounds {
+        s = s.with(c);
+        println!("{r},{}", rule.bound(&s).map_or(String::new(), |b| b.to_string()));
+    }
+    Ok(())
+}
+
+fn compare(a: &CompareArgs) -> Result<Value> {
+    use clap::ValueEnum;
+    use dpgd::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+    std::fs::create_dir_all(&a.out)?;
+    let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
+    let mut filter_series = Vec::new();
+    for kind in FilterKind::value_variants() {
+        let rule = filter_rule(*kind, a.epsilon, a.delta)?;
+        let mut pts = Vec::new();
+        for &e0 in &eps0s {
+            if let Some(r) = rounds_allowed(rule.as_ref(), e0)?.filter(|&r| r > 0) {
+                pts.push((e0.log10(), (r as f64).log10()));
+            }
+        }
+        filter_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
+    let mut odo_series = Vec::new();
+    for kind in OdometerKind::value_variants() {
+        let args = OdometerArgs {
+            kind: *kind,
+            per_round: a.per_round,
+            rounds: max_rounds,
+            delta: a.delta,
+            target_epsilon: Some(a.epsilon),
+            gamma: None,
+            v0: Some(a.per_round * a.per_round * 10.0),
+            dataset_size: Some(a.dataset_size),
+            series: false,
+            json: false,
+        };
+        let rule = odometer_rule(&args)?;
+        let c = ApproxDp::pure(a.per_round)?;
+        let pts = (1..=200u64)
+            .map(|i| i * max_rounds / 200)
+            .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))
+            .collect();
+        odo_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    let chart = |name: &str, title: String, x: &str, y: &str, series, legend| -> Result<std::path::PathBuf> {
+        let path = a.out.join(name);
+        line_charts(
+            &path,
+            &[Panel {
+                title,
+                x_label: x.into(),
+                y_label: y.into(),
+                series,
+                markers: vec![],
+                y_from_zero: false,
+                legend,
+            }],
+        )?;
+        Ok(path)
+    };
+    let filters = chart(
+        "filters.png",
+        format!("rounds allowed by each filter at ({}, {})-DP", a.epsilon, a.delta),
+        "log10 per-round epsilon",
+        "log10 rounds allowed",
+        filter_series,
+        SeriesLabelPosition::UpperRight,
+    )?;
+    let odometers = chart(
+        "odometers.png",
+        format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round, a.delta),
+        "rounds",
+        "bound on privacy loss",
+        odo_series,
+        SeriesLabelPosition::UpperLeft,
+    )?;
+    Ok(json!({
+        "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,
+        "dataset_size": a.dataset_size, "filters_plot": filters, "odometers_plot": odometers,
+    }))
+}

@@ -1,0 +1,84 @@
+//! `dpgd bench-step`: times full private steps (per-example gradients, clipping kernel with
+//! ledger, noise, update) and reports the peak memory of the process. Used by
+//! `experiments/speed/run.sh` next to the Opacus peers.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use dpgd::clip::NonFinitePolicy;
+use dpgd::data::{Dataset, Normalize};
+use dpgd::model::ModelSpec;
+use dpgd::noise::NoiseSeed;
+use dpgd::per_example::Network;
+use dpgd::train::step::{Combine, GradientPlan, apply_update};
+use dpgd_accounting::filter::IndividualFilter;
+use rand::SeedableRng;
+use serde_json::json;
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Training examples per step (the first N of MNIST).
+    #[arg(long, default_value_t = 60_000)]
+    examples: usize,
+    /// Timed steps (after one warm-up step).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Examples per micro-batch.
+    #[arg(long, default_value_t = 16)]
+    chunk: usize,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Model preset: opacus-cnn, mlp or logistic.
+    #[arg(long, default_value = "opacus-cnn")]
+    model: String,
+    /// Folder with the MNIST IDX files.
+    #[arg(long, default_value = "datasets/mnist")]
+    data: PathBuf,
+}
+
+pub(crate) fn run(a: BenchArgs) -> Result<()> {
+    let data = Dataset::load(&a.data, 10)?;
+    let train = data.train.truncated(a.examples);
+    let net = Network::new(&ModelSpec::preset(&a.model)?)?;
+    let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
+    // A budget no example exhausts, so every step does the full work.
+    let mut ledger = IndividualFilter::new(train.len(), 1e12)?;
+    let combine = Combine::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Error };
+    let plan = GradientPlan::new(&net, &train, Normalize::MNIST, combine, a.chunk);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads).build()?;
+    let mut times = Vec::new();
+    for rep in 0..=a.reps {
+        let t0 = Instant::now();
+        let sum = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
+        apply_update(&mut theta, sum, 1.0, 0.1, train.len(), &mut NoiseSeed::Fixed(1).rng_for_step(rep as u64));
+        let dt = t0.elapsed().as_secs_f64();
+        eprintln!("step {rep}{}: {dt:.3} s", if rep == 0 { " (warm-up)" } else { "" });
+        if rep > 0 {
+            times.push(dt);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!(
+        "{}",
+        json!({
+            "model": a.model, "params": net.num_params(), "examples": train.len(), "chunk": a.chunk,
+            "threads": pool.current_num_threads(), "reps": a.reps,
+            "step_s": { "median": median, "min": times[0], "max": times[times.len() - 1] },
+            "examples_per_s": train.len() as f64 / median,
+            "peak_rss_mib": peak_rss_mib(),
+        })
+    );
+    Ok(())
+}
+
+/// The process's peak resident set (VmHWM), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}

@@ -1,0 +1,95 @@
+//! Command-line parsing and dispatch. Every subcommand calls library functions only.
+
+mod account;
+mod bench;
+mod data;
+mod sweep;
+mod train;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Differentially private gradient descent with individual privacy accounting.
+#[derive(Debug, Parser)]
+#[command(name = "dpgd", version, about, allow_negative_numbers = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Privacy accounting without training: conversions, calibration, budgets.
+    #[command(subcommand)]
+    Account(account::AccountCommand),
+    /// Datasets: fetch and verify.
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// Train a model privately from a TOML config.
+    Train(train::TrainArgs),
+    /// Time full private steps and report peak memory (see experiments/speed).
+    BenchStep(bench::BenchArgs),
+    /// Run (or resume) a grid of training runs from a sweep file.
+    Sweep(sweep::SweepArgs),
+    /// Summarise a sweep's results (mean ± std over seeds) as Markdown.
+    Report(sweep::ReportArgs),
+}
+
+/// Parses the command line and runs it. Usage errors and failures print one line on
+/// stderr (naming the bad argument) and exit non-zero.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: clap's message without its usage and help hints.
+            let msg = e.to_string();
+            let body: Vec<&str> = msg
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{}", body.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Account(cmd) => account::run(cmd),
+        Command::Data(cmd) => data::run(cmd),
+        Command::Train(args) => train::run_cmd(args),
+        Command::BenchStep(args) => bench::run(args),
+        Command::Sweep(args) => sweep::run_sweep(args),
+        Command::Report(args) => sweep::run_report(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// clap value parser: a finite number > 0.
+pub(crate) fn positive(s: &str) -> Result<f64, String> {
+    parse_with(s, |v| dpgd_accounting::positive("value", v))
+}
+
+/// clap value parser: a number strictly between 0 and 1.
+pub(crate) fn probability(s: &str) -> Result<f64, String> {
+    parse_with(s, |v| dpgd_accounting::probability("value", v))
+}
+
+fn parse_with(s: &str, check: impl Fn(f64) -> dpgd_accounting::Result<f64>) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    check(v).map_err(|e| match e {
+        dpgd_accounting::AccountingError::InvalidParameter { expected, .. } => expected.to_string(),
+        other => other.to_string(),
+    })
+}

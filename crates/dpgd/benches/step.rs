@@ -1,0 +1,102 @@
+//! The training hot path: the per-example gradient engine, the clipping kernel alone, and a
+//! full private step (on a 6,000-example slice; `experiments/speed/run.sh` times all 60,000
+//! against Opacus). Run with `cargo bench --bench step`.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dpgd::accounting::filter::IndividualFilter;
+use dpgd::clip::{NonFinitePolicy, clip_sum};
+use dpgd::data::{Dataset, Normalize};
+use dpgd::model::ModelSpec;
+use dpgd::per_example::Network;
+use dpgd::train::step::{Combine, GradientPlan};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+fn mnist() -> Dataset {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets/mnist");
+    let dir = if dir.exists() { dir } else { Path::new("datasets/mnist").to_path_buf() };
+    Dataset::load(&dir, 10).expect("MNIST (run `dpgd data fetch mnist`)")
+}
+
+fn engine(c: &mut Criterion) {
+    let data = mnist();
+    let mut g = c.benchmark_group("per_example_engine");
+    for (name, spec) in
+        [("opacus_cnn", ModelSpec::opacus_cnn()), ("mlp", ModelSpec::mlp(128)), ("logistic", ModelSpec::logistic())]
+    {
+        let net = Network::new(&spec).unwrap();
+        let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(0));
+        let b = 16;
+        let mut ws = net.workspace(b);
+        let mut x = vec![0.0f32; b * net.input_len()];
+        data.train.normalised_into(0..b, Normalize::MNIST, &mut x);
+        let labels = &data.train.labels[..b];
+        let mut grads = vec![0.0f32; b * net.num_params()];
+        let mut losses = vec![0.0f32; b];
+        g.throughput(Throughput::Elements(b as u64));
+        g.bench_function(format!("{name}_forward_backward_16"), |bch| {
+            bch.iter(|| {
+                net.forward(&theta, &mut ws, &x, b);
+                net.backward(&theta, &mut ws, labels, &mut grads, &mut losses);
+                black_box(&grads);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn clip_kernel(c: &mut Criterion) {
+    let p = 26_010;
+    let mut g = c.benchmark_group("clip_kernel");
+    for n in [16, 256] {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let grads: Vec<f32> = (0..n * p).map(|_| rng.random_range(-0.01f32..0.01)).collect();
+        let mut ledger = IndividualFilter::new(n, 1e12).unwrap();
+        // bytes the kernel must touch: the gradient buffer (read), the sum (read + write)
+        g.throughput(Throughput::Bytes((n * p * 4 + 2 * p * 4) as u64));
+        g.bench_function(format!("norms_factors_ledger_sum_{n}x26010"), |bch| {
+            bch.iter(|| black_box(clip_sum(&grads, p, ledger.slots_mut(0..n), 1.0, NonFinitePolicy::Error).unwrap()))
+        });
+        // The machine's bound for the same bytes, measured in the same run: a parallel
+        // read-and-sum of the buffer (what any kernel must at least do).
+        g.bench_function(format!("bandwidth_baseline_read_sum_{n}x26010"), |bch| {
+            bch.iter(|| black_box(grads.par_chunks(p).map(read_sum).sum::<f32>()))
+        });
+    }
+    g.finish();
+}
+
+/// Reads every value once with 16 independent lanes (vectorises, so it runs at memory speed).
+fn read_sum(row: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    for c in row.chunks_exact(16) {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum()
+}
+
+fn full_step(c: &mut Criterion) {
+    let data = mnist();
+    let train = data.train.truncated(6000);
+    let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
+    let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(0));
+    let mut ledger = IndividualFilter::new(train.len(), 1e12).unwrap();
+    let combine = Combine::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Error };
+    let plan = GradientPlan::new(&net, &train, Normalize::MNIST, combine, 16);
+    let mut g = c.benchmark_group("full_step");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(train.len() as u64));
+    g.bench_function("opacus_cnn_6000_examples", |bch| {
+        bch.iter(|| black_box(plan.gradient_sum(&theta, &mut ledger, 1).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, engine, clip_kernel, full_step);
+criterion_main!(benches);
