@@ -5,16 +5,18 @@ use std::process::Command;
 
 use dpgd::train::checkpoint;
 
-fn mnist_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets/mnist")
+fn fixture(dir: &Path) -> PathBuf {
+    let d = dir.join("data");
+    dpgd::data::synthetic::Synthetic::default().write(&d).unwrap();
+    d
 }
 
-fn config(method: &str, extra: &str) -> String {
+fn config(data: &Path, method: &str, extra: &str) -> String {
     let privacy = format!("method = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nsteps = 30");
     let train = format!("lr = 2.0\nseed = 3\neval_every = 4\ncheckpoint_every = 4\nchunk = 8\n{extra}");
     format!(
         "name = \"test-{method}\"\n[data]\ndir = \"{}\"\ntrain_subset = 2000\ntest_subset = 1000\n[model]\npreset = \"opacus-cnn\"\n[privacy]\n{privacy}\n[train]\n{train}\n",
-        mnist_dir().display()
+        data.display()
     )
 }
 
@@ -24,7 +26,8 @@ fn config(method: &str, extra: &str) -> String {
 fn killed_runs_leave_valid_checkpoints_and_resume() {
     let dir = tempfile::tempdir().unwrap();
     let cfg_path = dir.path().join("cfg.toml");
-    let text = config("filtered", "max_steps = 36").replace("checkpoint_every = 4", "checkpoint_every = 1");
+    let text = config(&fixture(dir.path()), "filtered", "max_steps = 36")
+        .replace("checkpoint_every = 4", "checkpoint_every = 1");
     std::fs::write(&cfg_path, text).unwrap();
     let run_dir = dir.path().join("run");
     let bin = env!("CARGO_BIN_EXE_dpgd");

@@ -13,7 +13,7 @@ use dpgd::train::{TrainConfig, checkpoint};
 fn config(method: &str, privacy: &str, extra: &str) -> String {
     let privacy = format!("method = \"{method}\"\n{privacy}\ndelta = 1e-5\nclip = 1.0\nsteps = 10");
     let train = format!("lr = 2.0\nseed = 5\neval_every = 2\ncheckpoint_every = 3\nchunk = 8\n{extra}");
-    common::mnist_config(&format!("stopping-{method}"), "opacus-cnn", (1000, 500), &privacy, &train)
+    common::fixture_config(&format!("stopping-{method}"), "opacus-cnn", (1000, 500), &privacy, &train)
 }
 
 fn metrics(dir: &Path) -> Vec<Vec<String>> {
@@ -127,9 +127,9 @@ fn patience_stops_early_and_a_resumed_run_keeps_the_best_model() {
     let no_patience = tempfile::tempdir().unwrap();
     let full = train(&config("filtered", "epsilon = 4.0", STOP), no_patience.path(), None);
     assert_eq!(a.privacy["epsilon"], full.privacy["epsilon"]);
-    // Interrupted after the first query and resumed: the same run, the same choice.
+    // Interrupted after the first queries and resumed: the same run, the same choice.
     let parts = tempfile::tempdir().unwrap();
-    assert_eq!(train(&text, parts.path(), Some(11)).steps, 11);
+    assert_eq!(train(&text, parts.path(), Some(12)).steps, 12);
     let b = train(&text, parts.path(), None);
     assert_eq!((a.steps, a.selected_step, a.test_accuracy), (b.steps, b.selected_step, b.test_accuracy));
 }

@@ -1,4 +1,4 @@
-//! Sweeps: a 2 × 2 grid on a small MNIST subset end to end, resumable, extendable, and bad
+//! Sweeps: a 2 × 2 grid on a synthetic fixture end to end, resumable, extendable, and bad
 //! sweep files rejected before any run starts.
 
 mod common;
@@ -11,7 +11,7 @@ use dpgd::train::{RunOptions, run};
 fn setup(dir: &Path, grid: &str) -> PathBuf {
     let base = dir.join("base.toml");
     let privacy = "method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nsteps = 4";
-    std::fs::write(&base, common::mnist_config("base", "logistic", (600, 300), privacy, "lr = 1.0\neval_every = 2"))
+    std::fs::write(&base, common::fixture_config("base", "logistic", (600, 300), privacy, "lr = 1.0\neval_every = 2"))
         .unwrap();
     let sweep = dir.join("sweep.toml");
     std::fs::write(

@@ -1,17 +1,17 @@
-//! End to end on real MNIST subsets: plain and filtered GD learn, the ledger stays within
+//! End to end on a synthetic MNIST-format fixture: plain and filtered GD learn, the ledger stays within
 //! budget, checkpoints survive kills, resume continues exactly, and bad configs and data
 //! fail with messages that name the problem.
 
 mod common;
 
-use common::{mnist_dir, train};
+use common::{fixture_dir, train};
 use dpgd::data::Dataset;
 use dpgd::train::{RunOptions, TrainConfig, checkpoint, run};
 
 fn config(method: &str, extra: &str) -> String {
     let privacy = format!("method = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nsteps = 30");
     let train = format!("lr = 2.0\nseed = 3\neval_every = 4\ncheckpoint_every = 4\nchunk = 8\n{extra}");
-    common::mnist_config(&format!("test-{method}"), "opacus-cnn", (2000, 1000), &privacy, &train)
+    common::fixture_config(&format!("test-{method}"), "opacus-cnn", (2000, 1000), &privacy, &train)
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn bad_configs_name_the_field() {
 #[test]
 fn bad_dataset_files_name_the_file_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(mnist_dir()).unwrap() {
+    for f in std::fs::read_dir(fixture_dir()).unwrap() {
         let f = f.unwrap().path();
         if f.extension().is_some_and(|e| e == "gz") {
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
@@ -108,7 +108,7 @@ fn bad_dataset_files_name_the_file_and_the_problem() {
     std::fs::remove_file(dir.path().join("t10k-images-idx3-ubyte.gz")).unwrap();
     let e = Dataset::load(dir.path(), 10).unwrap_err().to_string();
     assert!(e.contains("not found") && e.contains("dpgd data fetch"), "{e}");
-    for f in std::fs::read_dir(mnist_dir()).unwrap() {
+    for f in std::fs::read_dir(fixture_dir()).unwrap() {
         let f = f.unwrap().path();
         if f.extension().is_some_and(|e| e == "gz") {
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();

@@ -70,6 +70,23 @@ pub fn parse(path: &Path, bytes: &[u8], ndim: usize) -> Result<IdxArray> {
     Ok(IdxArray { dims, data: data.to_vec() })
 }
 
+/// Writes an IDX array of unsigned bytes, gzip-compressed, to `path`.
+///
+/// # Errors
+/// If the file cannot be written.
+pub fn write_gz(path: &Path, dims: &[u32], data: &[u8]) -> Result<()> {
+    let mut bytes = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        bytes.extend(d.to_be_bytes());
+    }
+    bytes.extend_from_slice(data);
+    let file = std::fs::File::create(path).map_err(Error::io(path))?;
+    let mut enc = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, &bytes).map_err(Error::io(path))?;
+    enc.finish().map_err(Error::io(path))?;
+    Ok(())
+}
+
 /// Reads and parses an IDX file.
 pub fn read(path: &Path, ndim: usize) -> Result<IdxArray> {
     parse(path, &read_bytes(path)?, ndim)

@@ -3,6 +3,7 @@
 
 pub mod fetch;
 pub mod idx;
+pub mod synthetic;
 
 use std::path::{Path, PathBuf};
 

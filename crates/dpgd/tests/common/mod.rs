@@ -1,29 +1,36 @@
-//! Helpers shared by the end-to-end tests: real MNIST from `../shared` and run configs of one
-//! shape on small subsets of it.
+//! Helpers shared by the end-to-end tests: a synthetic MNIST-format fixture (the tests never
+//! need the real MNIST files) and run configs of one shape on subsets of it.
 #![allow(dead_code)] // each test binary uses its own subset of these helpers
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use dpgd::data::Dataset;
 use dpgd::train::{RunOptions, RunSummary, TrainConfig, run};
 
-/// The real MNIST files (CI provides `../shared` beside the clone).
-pub fn mnist_dir() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/datasets/mnist");
-    assert!(d.exists(), "these tests read real MNIST from {} (CI provides ../shared)", d.display());
-    d
+/// A folder with the synthetic fixture (2,000 training and 500 test images of 28 × 28 pixels,
+/// 10 classes; see `dpgd::data::synthetic`), written once per test process.
+pub fn fixture_dir() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        dpgd::data::synthetic::Synthetic::default().write(dir.path()).unwrap();
+        dir
+    })
+    .path()
+    .to_path_buf()
 }
 
-/// A run config on the first `subsets.0` training and `subsets.1` test examples of MNIST with
+/// A run config on the first `subsets.0` training and `subsets.1` test examples of the fixture with
 /// model `preset`; `privacy` and `train` are the bodies of those sections (`train` may go on
 /// with later sections such as `[stopping]`).
-pub fn mnist_config(name: &str, preset: &str, subsets: (usize, usize), privacy: &str, train: &str) -> String {
+pub fn fixture_config(name: &str, preset: &str, subsets: (usize, usize), privacy: &str, train: &str) -> String {
     format!(
         "name = \"{name}\"\n[data]\ndir = \"{dir}\"\ntrain_subset = {}\ntest_subset = {}\n[model]\npreset = \
          \"{preset}\"\n[privacy]\n{privacy}\n[train]\n{train}\n",
         subsets.0,
         subsets.1,
-        dir = mnist_dir().display()
+        dir = fixture_dir().display()
     )
 }
 

@@ -1,0 +1,49 @@
+//! The real-MNIST suite, selected explicitly (it needs the MNIST files, which `cargo test` must
+//! not): `cargo test -p dpgd --features real-mnist --test real_mnist`. It reads
+//! `$DPGD_MNIST_DIR`, else `datasets/mnist` (filled by `dpgd data fetch mnist`), else
+//! `../shared/datasets/mnist` beside the repository.
+
+use std::path::{Path, PathBuf};
+
+use dpgd::data::Dataset;
+use dpgd::data::fetch::MNIST_SHA256;
+use dpgd::train::{RunOptions, TrainConfig, run};
+
+fn mnist_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let candidates = [
+        std::env::var_os("DPGD_MNIST_DIR").map(PathBuf::from),
+        Some(root.join("datasets/mnist")),
+        Some(root.join("../shared/datasets/mnist")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("train-images-idx3-ubyte.gz").exists() || d.join("train-images-idx3-ubyte").exists())
+        .expect("the real-MNIST suite needs MNIST: run `dpgd data fetch mnist` or set DPGD_MNIST_DIR")
+}
+
+#[test]
+fn the_files_are_mnist() {
+    let d = Dataset::load(&mnist_dir(), 10).unwrap();
+    assert_eq!((d.train.len(), d.test.len(), d.train.rows, d.train.cols), (60_000, 10_000, 28, 28));
+    assert_eq!(MNIST_SHA256.len(), 4);
+}
+
+/// Plain and filtered private GD learn real digits on a 2,000-example subset at ε = 8.
+#[test]
+fn plain_and_filtered_gd_learn_real_digits() {
+    let data = Dataset::load(&mnist_dir(), 10).unwrap();
+    for (method, extra) in [("plain", ""), ("filtered", "max_steps = 40")] {
+        let text = format!(
+            "name = \"mnist-{method}\"\n[data]\ndir = \"{}\"\ntrain_subset = 2000\ntest_subset = 1000\n[model]\n\
+             preset = \"opacus-cnn\"\n[privacy]\nmethod = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\n\
+             steps = 30\n[train]\nlr = 2.0\nseed = 3\neval_every = 10\nchunk = 8\n{extra}\n",
+            mnist_dir().display()
+        );
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let s = run(&cfg, &data, dir.path(), &RunOptions::default()).unwrap();
+        assert!(s.test_accuracy > 0.6, "{method}: test accuracy {} on real MNIST", s.test_accuracy);
+    }
+}
