@@ -45,7 +45,7 @@ use std::str::FromStr;
 
 use super::error::{AccountingError, Result, positive, probability};
 use super::measure::{GaussianDp, Rdp, Zcdp};
-use super::numeric::{increasing_root, largest_where, normal_cdf, smallest_where};
+use super::numeric::{increasing_root, largest_where, normal_cdf, smallest_where, sqrt_up};
 
 /// A named conversion from a Rényi-type guarantee to (ε, δ)-DP. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -97,7 +97,7 @@ impl Conversion {
         match self {
             Conversion::BunSteinke => bun_steinke_epsilon(rho, delta),
             Conversion::Cks => cks_epsilon(rho, delta),
-            Conversion::GaussianExact => gaussian_epsilon((2.0 * rho).sqrt(), delta),
+            Conversion::GaussianExact => gaussian_epsilon(sqrt_up(2.0 * rho), delta),
         }
     }
 }

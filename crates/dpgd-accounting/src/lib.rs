@@ -19,7 +19,7 @@
 //! | [`odometer::FilterOdometer`], [`odometer::MixtureOdometer`], [`odometer::StitchedOdometer`], [`odometer::RogersOdometer`] | time-uniform bounds on privacy loss | 000 Thm 3, Lemma 3; 003 Thm 6.2 |
 //!
 //! ```
-//! use dpgd_accounting::{calibrate_sigma, Conversion, PrivateGd, ToApproxDp, Zcdp};
+//! use dpgd_accounting::{calibrate_sigma, ApproxDp, Conversion, PrivateGd, ToApproxDp, Zcdp};
 //!
 //! // A privacy calculator: what (ε, δ) does 0.05-zCDP give?
 //! let z = Zcdp::new(0.05).unwrap();
@@ -29,11 +29,12 @@
 //!
 //! // Calibrate private GD with filtering for (0.5, 1e-5)-DP over 100 worst-case steps,
 //! // with the tightest conversion valid for it (Gaussian DP).
-//! let sigma = calibrate_sigma(0.5, 1e-5, 100.0, Conversion::GaussianExact).unwrap();
+//! let target = ApproxDp::new(0.5, 1e-5).unwrap();
+//! let sigma = calibrate_sigma(target, 100.0, Conversion::GaussianExact).unwrap();
 //! let run = PrivateGd::new(sigma, 1.0, 100.0).unwrap();
 //! assert!(run.epsilon(1e-5, Conversion::GaussianExact).unwrap() <= 0.5);
 //! // The paper's own conversion would need more noise for the same guarantee:
-//! assert!(calibrate_sigma(0.5, 1e-5, 100.0, Conversion::BunSteinke).unwrap() > sigma);
+//! assert!(calibrate_sigma(target, 100.0, Conversion::BunSteinke).unwrap() > sigma);
 //! ```
 //!
 //! ## Exactness
@@ -50,12 +51,14 @@ pub mod convert;
 mod error;
 pub mod filter;
 mod measure;
+mod neighbours;
 pub mod mechanism;
 pub mod numeric;
 pub mod odometer;
 pub mod session;
 
-pub use calibrate::{PrivateGd, calibrate_sigma};
+pub use calibrate::{GaussianRelease, GdPlan, PrivateGd, calibrate_sigma};
 pub use convert::{Conversion, ToApproxDp};
 pub use error::{AccountingError, Result, non_negative, positive, probability};
 pub use measure::{ApproxDp, GaussianDp, PureDp, Rdp, Zcdp};
+pub use neighbours::Neighbours;

@@ -3,6 +3,7 @@
 //! value of one of these types is always a meaningful guarantee.
 
 use super::error::{Result, non_negative, positive, probability_or_zero};
+use super::numeric::{add_up, mul_up, sqrt_up};
 
 /// Pure ε-differential privacy (001 Def. 2.1 with δ = 0).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
@@ -77,21 +78,27 @@ impl GaussianDp {
     pub fn mu(self) -> f64 {
         self.mu
     }
-    /// The μ-GDP of a ρ-zCDP guarantee **that comes from Gaussian mechanisms**: μ = √(2ρ).
-    /// Not valid for an arbitrary ρ-zCDP mechanism.
+    /// A μ the caller has already validated (finite and > 0).
+    pub(crate) fn validated(mu: f64) -> Self {
+        debug_assert!(mu.is_finite() && mu > 0.0);
+        Self { mu }
+    }
+    /// The μ-GDP of a ρ-zCDP guarantee **that comes from Gaussian mechanisms**: μ = √(2ρ),
+    /// rounded up. Not valid for an arbitrary ρ-zCDP mechanism.
     #[must_use]
     pub fn from_gaussian_zcdp(zcdp: Zcdp) -> Self {
-        Self { mu: (2.0 * zcdp.rho).sqrt() }
+        Self { mu: sqrt_up(2.0 * zcdp.rho) }
     }
-    /// μ-GDP implies (μ²/2)-zCDP.
+    /// μ-GDP implies (μ²/2)-zCDP (rounded up; infinite only if μ > 1.8e154).
     #[must_use]
     pub fn to_zcdp(self) -> Zcdp {
-        Zcdp { rho: 0.5 * self.mu * self.mu }
+        Zcdp { rho: 0.5 * mul_up(self.mu, self.mu) }
     }
-    /// Composition: μ₁-GDP then μ₂-GDP is √(μ₁²+μ₂²)-GDP (Dong, Roth & Su 2022, Cor. 3.3).
+    /// Composition: μ₁-GDP then μ₂-GDP is √(μ₁²+μ₂²)-GDP (Dong, Roth & Su 2022, Cor. 3.3),
+    /// rounded up.
     #[must_use]
     pub fn compose(self, other: GaussianDp) -> GaussianDp {
-        GaussianDp { mu: self.mu.hypot(other.mu) }
+        GaussianDp { mu: sqrt_up(add_up(mul_up(self.mu, self.mu), mul_up(other.mu, other.mu))) }
     }
 }
 

@@ -43,6 +43,37 @@ pub fn sub_down(a: f64, b: f64) -> f64 {
     if err < 0.0 { d.next_down() } else { d }
 }
 
+/// `a · b` rounded towards +∞ (never below the exact product), via the exact FMA residual.
+#[must_use]
+pub fn mul_up(a: f64, b: f64) -> f64 {
+    let p = a * b;
+    if !p.is_finite() {
+        return p;
+    }
+    if a.mul_add(b, -p) > 0.0 { p.next_up() } else { p }
+}
+
+/// `a / b` rounded towards +∞ for `b > 0` (never below the exact quotient).
+#[must_use]
+pub fn div_up(a: f64, b: f64) -> f64 {
+    let q = a / b;
+    if !q.is_finite() || b <= 0.0 {
+        return q;
+    }
+    // a − q·b exactly: positive means q is below the exact quotient.
+    if (-q).mul_add(b, a) > 0.0 { q.next_up() } else { q }
+}
+
+/// `√x` rounded towards +∞ (never below the exact root).
+#[must_use]
+pub fn sqrt_up(x: f64) -> f64 {
+    let r = x.sqrt();
+    if !r.is_finite() {
+        return r;
+    }
+    if r.mul_add(r, -x) < 0.0 { r.next_up() } else { r }
+}
+
 /// The largest `x` in `[lo, ∞)` with `holds(x)`, for a predicate that is true on `[lo, x*]`
 /// and false above `x*` (a monotone threshold). `holds(lo)` must be true.
 ///
@@ -137,6 +168,24 @@ mod tests {
         assert_eq!(sub_down(1.0, 1e-17), 1.0f64.next_down());
         assert_eq!(add_up(2.0, 3.0), 5.0);
         assert_eq!(sub_down(5.0, 3.0), 2.0);
+    }
+
+    #[test]
+    fn upward_products_quotients_and_roots_never_undershoot() {
+        for (a, b) in [(0.1, 0.3), (1.0 / 3.0, 3.0), (7.0, 1e-17), (2.0, 8.0)] {
+            let p = mul_up(a, b);
+            assert!(p >= a * b && p.next_down() <= a * b);
+            assert!(a.mul_add(b, -p) <= 0.0, "{a}·{b} rounded below the exact product");
+            let q = div_up(a, b);
+            assert!((-q).mul_add(b, a) <= 0.0, "{a}/{b} rounded below the exact quotient");
+        }
+        for x in [2.0, 0.1, 1e-300, 3.0, 1e300] {
+            let r = sqrt_up(x);
+            assert!(r.mul_add(r, -x) >= 0.0, "√{x} rounded below the exact root");
+            assert!(r.next_down().mul_add(r.next_down(), -x) < 0.0 || r == x.sqrt());
+        }
+        assert_eq!(sqrt_up(4.0), 2.0);
+        assert_eq!(mul_up(2.0, 3.0), 6.0);
     }
 
     #[test]

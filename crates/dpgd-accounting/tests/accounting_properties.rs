@@ -1,6 +1,6 @@
 //! Property tests of the conversions: monotonicity, ordering between methods, round trips.
 
-use dpgd_accounting::{Conversion, GaussianDp, PrivateGd, ToApproxDp, Zcdp, calibrate_sigma};
+use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, ToApproxDp, Zcdp, calibrate_sigma};
 use proptest::prelude::*;
 
 fn eps(rho: f64, delta: f64, m: Conversion) -> f64 {
@@ -45,7 +45,7 @@ proptest! {
     fn calibrate_then_budget_round_trips(e in 0.05f64..8.0, ld in -12f64..-2.0, k in 1f64..2000.0, clip in 0.01f64..10.0) {
         let delta = 10f64.powf(ld);
         for m in Conversion::ALL {
-            let sigma = calibrate_sigma(e, delta, k, m).unwrap();
+            let sigma = calibrate_sigma(ApproxDp::new(e, delta).unwrap(), k, m).unwrap();
             let back = PrivateGd::new(sigma, clip, k).unwrap().epsilon(delta, m).unwrap();
             prop_assert!(back <= e, "{m}: {back} > {e}");
             prop_assert!(back >= e * (1.0 - 1e-9), "{m}: {back} far below {e}");

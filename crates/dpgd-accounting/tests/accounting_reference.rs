@@ -4,7 +4,7 @@
 //! `tests/reference/accounting_refs.txt`, parsed here.
 
 use dpgd_accounting::convert::{bun_steinke_epsilon, cks_epsilon, gaussian_delta, gaussian_epsilon};
-use dpgd_accounting::{Conversion, GaussianDp, PrivateGd, Rdp, ToApproxDp, Zcdp, calibrate_sigma};
+use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, Rdp, ToApproxDp, Zcdp, calibrate_sigma};
 
 const REFS: &str = include_str!("reference/accounting_refs.txt");
 
@@ -110,7 +110,7 @@ fn calibration_round_trips_and_orders_methods() {
     let (eps, delta, k) = (0.5, 1e-5, 100.0);
     let mut sigmas = vec![];
     for m in Conversion::ALL {
-        let sigma = calibrate_sigma(eps, delta, k, m).unwrap();
+        let sigma = calibrate_sigma(ApproxDp::new(eps, delta).unwrap(), k, m).unwrap();
         let got = PrivateGd::new(sigma, 2.0, k).unwrap().epsilon(delta, m).unwrap();
         assert!(got <= eps, "{m}: calibrated run spends {got} > {eps}");
         assert_rel(got, eps, SOLVED, &format!("{m} round trip"));

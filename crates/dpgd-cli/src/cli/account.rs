@@ -295,7 +295,7 @@ fn max_rho(a: &MaxRhoArgs) -> Result<Value> {
 }
 
 fn calibrate(a: &CalibrateArgs) -> Result<Value> {
-    let sigma = calibrate_sigma(a.epsilon, a.delta, a.steps, a.method)?;
+    let sigma = calibrate_sigma(ApproxDp::new(a.epsilon, a.delta)?, a.steps, a.method)?;
     let run = PrivateGd::new(sigma, a.clip, a.steps)?;
     Ok(json!({
         "command": "calibrate", "epsilon": a.epsilon, "delta": a.delta, "steps": a.steps, "clip": a.clip,

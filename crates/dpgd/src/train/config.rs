@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::accounting::{Conversion, Zcdp, calibrate_sigma, positive, probability};
+use crate::accounting::{ApproxDp, Conversion, GaussianRelease, GdPlan, Zcdp, positive, probability};
 use crate::clip::NonFinitePolicy;
 use crate::data::Normalize;
 use crate::error::{Error, Result};
@@ -389,21 +389,18 @@ impl TrainConfig {
     /// Gaussian DP μ² = k/σ² + Σⱼ 1/sⱼ² (and ρ = μ²/2 for the zCDP conversions).
     fn calibrate(&self, eps: f64, releases: &[ScheduledRelease]) -> Result<f64> {
         let p = &self.privacy;
-        let k = p.steps as f64;
-        if releases.is_empty() {
-            return Ok(calibrate_sigma(eps, p.delta, k, p.conversion)?);
+        let mut plan = GdPlan::new(p.steps as f64)?;
+        for r in releases {
+            plan = plan.with_release(GaussianRelease::new(r.sigma, 1.0, r.count_through(r.last) as u64)?);
         }
-        let rho = p.conversion.max_rho(eps, p.delta)?.rho();
-        let counts: f64 = releases.iter().map(|r| 2.0 * r.total_rho()).sum();
-        let left = 2.0 * rho - counts;
-        if left <= 0.0 {
-            return Err(cfg(
+        plan.calibrate(ApproxDp::new(eps, p.delta)?, p.conversion).map_err(|e| match e {
+            crate::accounting::AccountingError::BudgetExceeded { .. } => cfg(
                 "release",
                 "the scheduled noisy counts (active count, training accuracy) alone exceed the privacy budget; \
                  raise their sigma or release less often",
-            ));
-        }
-        Ok((k / left).sqrt() * (1.0 + 1e-12))
+            ),
+            other => other.into(),
+        })
     }
 
     /// SHA-256 of everything that affects the privacy guarantee or the data it protects: a
