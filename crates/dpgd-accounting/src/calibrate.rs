@@ -22,7 +22,7 @@ use super::convert::{Conversion, ToApproxDp};
 use super::error::{AccountingError, Result, positive, probability};
 use super::measure::{ApproxDp, GaussianDp, Zcdp};
 use super::neighbours::Neighbours;
-use super::numeric::{add_up, div_up, mul_up, sqrt_up, sub_down};
+use super::numeric::{add_up, confirm, div_up, half_up, mul_up, sqrt_up, sub_down, u64_up};
 
 /// The privacy parameters of one run of [FZ21] Algorithm 3 (a validated value: its ρ and μ
 /// are finite and positive).
@@ -178,13 +178,13 @@ impl GaussianRelease {
     #[must_use]
     pub fn mu_squared(&self) -> f64 {
         let one = div_up(self.sensitivity, self.sigma);
-        mul_up(self.count as f64, mul_up(one, one))
+        mul_up(u64_up(self.count), mul_up(one, one))
     }
     /// The zCDP cost of one release, Δ²/(2σ²), rounded up (`None` if it underflows to 0).
     #[must_use]
     pub fn cost_of_one(&self) -> Option<Zcdp> {
         let one = div_up(self.sensitivity, self.sigma);
-        Zcdp::new(0.5 * mul_up(one, one)).ok()
+        Zcdp::new(half_up(mul_up(one, one))).ok()
     }
 }
 
@@ -262,29 +262,41 @@ impl GdPlan {
     /// noise or release less often); or a target so small that σ would not be a finite number.
     pub fn calibrate(&self, target: ApproxDp, method: Conversion) -> Result<f64> {
         let (epsilon, delta) = (positive("epsilon", target.epsilon())?, probability("delta", target.delta())?);
-        let mu_max_sq = 2.0 * method.max_rho(epsilon, delta)?.rho();
-        let left = sub_down(mu_max_sq, self.releases_mu_squared());
+        // 2ρ is exact unless it overflows; f64::MAX is then below it, which only leaves less
+        // budget (more noise): the conservative side.
+        let mu_max_sq = (2.0 * method.max_rho(epsilon, delta)?.rho()).min(f64::MAX);
+        let releases = self.releases_mu_squared();
+        let left = sub_down(mu_max_sq, releases);
         if left.is_nan() || left <= 0.0 {
             return Err(AccountingError::BudgetExceeded {
-                amount: self.releases_mu_squared() / 2.0,
+                amount: releases / 2.0,
                 remaining: mu_max_sq / 2.0,
                 budget: mu_max_sq / 2.0,
             });
         }
         let s = self.neighbours.sum_sensitivity();
-        let mut sigma = mul_up(s, sqrt_up(div_up(self.steps, left)));
-        // Confirm with the forward conversion, exactly as users call it; each nudge is a few
-        // ulps, and 64 of them are far more than rounding can need.
-        for _ in 0..64 {
-            if !sigma.is_finite() {
-                break;
-            }
-            if self.guarantee(sigma)?.epsilon(delta, method)? <= epsilon {
-                return Ok(sigma);
-            }
-            sigma *= 1.0 + 4.0 * f64::EPSILON;
+        let sigma = mul_up(s, sqrt_up(div_up(self.steps, left)));
+        if !sigma.is_finite() {
+            return Err(AccountingError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                expected: "is below what can be calibrated for this many steps: sigma would not be a finite \
+                           number (raise epsilon or delta, or lower the steps)",
+            });
         }
-        Err(AccountingError::NoSolution(
+        if self.guarantee(sigma).is_err() {
+            return Err(AccountingError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                expected: "is above what can be calibrated: sigma would be so small that the guarantee \
+                           sqrt(steps)/sigma overflows (lower epsilon)",
+            });
+        }
+        // Confirm with the forward conversion, exactly as users call it: the closest σ above
+        // the closed form that meets the target (rounding moves it by a few ulps at most).
+        let meets =
+            |sigma: f64| self.guarantee(sigma).and_then(|g| g.epsilon(delta, method)).is_ok_and(|e| e <= epsilon);
+        confirm(sigma, true, meets).ok_or(AccountingError::NoSolution(
             "no finite noise multiplier meets this (epsilon, delta): the target is too small",
         ))
     }

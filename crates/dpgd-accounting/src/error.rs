@@ -7,7 +7,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum AccountingError {
     /// A parameter is out of its domain (NaN, infinite, negative, δ ∉ (0, 1), ...).
-    #[error("invalid {name} = {value}: {expected}")]
+    #[error("invalid {name} = {value:?}: {expected}")]
     InvalidParameter {
         /// The parameter's name as the user wrote it (`rho`, `delta`, `sigma`, ...).
         name: &'static str,

@@ -2,8 +2,9 @@
 //! Gaussian DP μ, and approximate DP (ε, δ). Constructors validate their parameters, so a
 //! value of one of these types is always a meaningful guarantee.
 
+use super::error::AccountingError;
 use super::error::{Result, non_negative, positive, probability_or_zero};
-use super::numeric::{add_up, mul_up, sqrt_up};
+use super::numeric::{add_up, half_up, mul_up, sqrt_up, u64_up};
 
 /// Pure ε-differential privacy (001 Def. 2.1 with δ = 0).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
@@ -13,6 +14,9 @@ pub struct PureDp {
 
 impl PureDp {
     /// ε-DP with finite ε ≥ 0.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` if it is NaN, infinite or < 0.
     pub fn new(epsilon: f64) -> Result<Self> {
         Ok(Self { epsilon: non_negative("epsilon", epsilon)? })
     }
@@ -21,14 +25,21 @@ impl PureDp {
     pub fn epsilon(self) -> f64 {
         self.epsilon
     }
-    /// An ε-DP mechanism is (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4).
+    /// An ε-DP mechanism is (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4), rounded up.
+    ///
+    /// ε = 0 gives the smallest positive ρ (a 0-zCDP mechanism is ρ-zCDP for every ρ > 0);
+    /// ε above about 1.9e154 gives ρ = +∞, a vacuous guarantee (see [`Zcdp`]).
     #[must_use]
     pub fn to_zcdp(self) -> Zcdp {
-        Zcdp { rho: 0.5 * self.epsilon * self.epsilon }
+        Zcdp { rho: half_up(mul_up(self.epsilon, self.epsilon)).max(f64::from_bits(1)) }
     }
 }
 
 /// ρ-zero-concentrated DP: (α, αρ)-RDP for every α ≥ 1 (001 Def. 2.3; Bun & Steinke 2016).
+///
+/// ρ is always > 0. [`Zcdp::new`] takes a finite ρ; arithmetic that overflows `f64`
+/// (a composition, [`PureDp::to_zcdp`] of a huge ε) rounds up to ρ = +∞, the vacuous
+/// guarantee, which every conversion reports as ε = ∞ — never as a finite value.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Zcdp {
     rho: f64,
@@ -36,6 +47,9 @@ pub struct Zcdp {
 
 impl Zcdp {
     /// ρ-zCDP with finite ρ > 0.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `rho` if it is NaN, infinite or ≤ 0.
     pub fn new(rho: f64) -> Result<Self> {
         Ok(Self { rho: positive("rho", rho)? })
     }
@@ -45,19 +59,58 @@ impl Zcdp {
         self.rho
     }
     /// Composition: ρ₁-zCDP then ρ₂-zCDP is (ρ₁+ρ₂)-zCDP, also fully adaptively
-    /// (001 Remark 4.4). Rounded up.
+    /// (001 Remark 4.4). Rounded up; a sum that overflows is ρ = +∞ (vacuous).
     #[must_use]
     pub fn compose(self, other: Zcdp) -> Zcdp {
-        Zcdp { rho: super::numeric::add_up(self.rho, other.rho) }
+        Zcdp { rho: add_up(self.rho, other.rho) }
     }
-    /// The RDP curve α ↦ αρ at the given orders.
+    /// The `n`-fold composition of this guarantee with itself: (n·ρ)-zCDP, rounded up
+    /// (with [`mul_up`](super::numeric::mul_up), and `n` itself rounded up to an `f64`).
+    ///
+    /// ```
+    /// use dpgd_accounting::Zcdp;
+    /// let step = Zcdp::new(0.125).unwrap();
+    /// assert_eq!(step.repeated(8).unwrap().rho(), 1.0);
+    /// assert!(step.repeated(0).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `n` if `n = 0` (no mechanism: not a
+    /// zCDP guarantee with ρ > 0) or if n·ρ overflows `f64`.
+    pub fn repeated(self, n: u64) -> Result<Zcdp> {
+        if n == 0 {
+            return Err(AccountingError::InvalidParameter {
+                name: "n",
+                value: 0.0,
+                expected: "must be at least 1: the 0-fold composition runs nothing",
+            });
+        }
+        let rho = mul_up(u64_up(n), self.rho);
+        if rho.is_finite() {
+            Ok(Zcdp { rho })
+        } else {
+            Err(AccountingError::InvalidParameter {
+                name: "n",
+                value: n as f64,
+                expected: "n * rho must be a finite number: repeat fewer times (or this guarantee is already vacuous)",
+            })
+        }
+    }
+    /// The RDP curve α ↦ αρ at the given orders, each value rounded up.
+    ///
+    /// # Errors
+    /// As [`Rdp::new`]: no orders, an order that is not a finite number > 1, or a value αρ
+    /// that is not finite.
     pub fn to_rdp(self, orders: &[f64]) -> Result<Rdp> {
-        Rdp::new(orders.to_vec(), orders.iter().map(|a| a * self.rho).collect())
+        Rdp::new(orders.to_vec(), orders.iter().map(|&a| mul_up(a, self.rho)).collect())
     }
 }
 
 /// μ-Gaussian differential privacy (Dong, Roth & Su 2022): distinguishing the outputs on
 /// neighbouring datasets is no easier than telling N(0,1) from N(μ,1).
+///
+/// μ is always > 0; it is finite when constructed with [`GaussianDp::new`] and +∞ (vacuous)
+/// only when a composition overflows `f64`.
 ///
 /// This is the guarantee of any (fully adaptive, see [`crate::convert`])
 /// composition of Gaussian mechanisms whose squared individual sensitivities over σ² sum
@@ -70,6 +123,9 @@ pub struct GaussianDp {
 
 impl GaussianDp {
     /// μ-GDP with finite μ > 0.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `mu` if it is NaN, infinite or ≤ 0.
     pub fn new(mu: f64) -> Result<Self> {
         Ok(Self { mu: positive("mu", mu)? })
     }
@@ -78,24 +134,24 @@ impl GaussianDp {
     pub fn mu(self) -> f64 {
         self.mu
     }
-    /// A μ the caller has already validated (finite and > 0).
+    /// A μ the caller has already validated (finite and > 0; every caller constructs it from
+    /// a validated `PrivateGd`, whose constructor checks exactly this).
     pub(crate) fn validated(mu: f64) -> Self {
-        debug_assert!(mu.is_finite() && mu > 0.0);
         Self { mu }
     }
     /// The μ-GDP of a ρ-zCDP guarantee **that comes from Gaussian mechanisms**: μ = √(2ρ),
-    /// rounded up. Not valid for an arbitrary ρ-zCDP mechanism.
+    /// rounded up (+∞ for ρ = +∞). Not valid for an arbitrary ρ-zCDP mechanism.
     #[must_use]
     pub fn from_gaussian_zcdp(zcdp: Zcdp) -> Self {
         Self { mu: sqrt_up(2.0 * zcdp.rho) }
     }
-    /// μ-GDP implies (μ²/2)-zCDP (rounded up; infinite only if μ > 1.8e154).
+    /// μ-GDP implies (μ²/2)-zCDP, rounded up (ρ = +∞, vacuous, only if μ > 1.3e154).
     #[must_use]
     pub fn to_zcdp(self) -> Zcdp {
-        Zcdp { rho: 0.5 * mul_up(self.mu, self.mu) }
+        Zcdp { rho: half_up(mul_up(self.mu, self.mu)) }
     }
     /// Composition: μ₁-GDP then μ₂-GDP is √(μ₁²+μ₂²)-GDP (Dong, Roth & Su 2022, Cor. 3.3),
-    /// rounded up.
+    /// rounded up; a result that overflows is μ = +∞ (vacuous).
     #[must_use]
     pub fn compose(self, other: GaussianDp) -> GaussianDp {
         GaussianDp { mu: sqrt_up(add_up(mul_up(self.mu, self.mu), mul_up(other.mu, other.mu))) }
@@ -112,9 +168,13 @@ pub struct Rdp {
 impl Rdp {
     /// An RDP curve from matching lists of orders (each finite and > 1) and RDP values
     /// (each finite and ≥ 0). Points are sorted by order.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `orders` (empty, or a length mismatch),
+    /// `order` (not a finite number > 1) or `rdp epsilon` (not a finite number ≥ 0).
     pub fn new(orders: Vec<f64>, epsilons: Vec<f64>) -> Result<Self> {
         if orders.is_empty() || orders.len() != epsilons.len() {
-            return Err(super::AccountingError::InvalidParameter {
+            return Err(AccountingError::InvalidParameter {
                 name: "orders",
                 value: orders.len() as f64,
                 expected: "need at least one order and exactly one RDP value per order",
@@ -122,7 +182,7 @@ impl Rdp {
         }
         for &a in &orders {
             if !(a.is_finite() && a > 1.0) {
-                return Err(super::AccountingError::InvalidParameter {
+                return Err(AccountingError::InvalidParameter {
                     name: "order",
                     value: a,
                     expected: "every Rényi order must be a finite number > 1",
@@ -148,17 +208,24 @@ impl Rdp {
         &self.epsilons
     }
     /// Composition at matching orders: ε(α) adds up (Mironov 2017, Prop. 1; fully adaptively
-    /// by 001 Thm 4.3 and Remark 4.4). Errors if the orders differ.
+    /// by 001 Thm 4.3 and Remark 4.4), rounded up.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `orders` if the orders differ, or
+    /// `rdp epsilon` if a sum overflows.
     pub fn compose(&self, other: &Rdp) -> Result<Rdp> {
         if self.orders != other.orders {
-            return Err(super::AccountingError::InvalidParameter {
+            return Err(AccountingError::InvalidParameter {
                 name: "orders",
                 value: other.orders.len() as f64,
                 expected: "RDP curves compose only at identical orders",
             });
         }
-        let eps = self.epsilons.iter().zip(&other.epsilons).map(|(a, b)| super::numeric::add_up(*a, *b));
-        Ok(Rdp { orders: self.orders.clone(), epsilons: eps.collect() })
+        let mut epsilons = Vec::with_capacity(self.epsilons.len());
+        for (a, b) in self.epsilons.iter().zip(&other.epsilons) {
+            epsilons.push(non_negative("rdp epsilon", add_up(*a, *b))?);
+        }
+        Ok(Rdp { orders: self.orders.clone(), epsilons })
     }
 }
 
@@ -172,10 +239,16 @@ pub struct ApproxDp {
 
 impl ApproxDp {
     /// (ε, δ)-DP with finite ε ≥ 0 and δ ∈ [0, 1).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` or `delta`.
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
         Ok(Self { epsilon: non_negative("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
     }
     /// Pure ε-DP, i.e. (ε, 0)-DP.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon`.
     pub fn pure(epsilon: f64) -> Result<Self> {
         Self::new(epsilon, 0.0)
     }

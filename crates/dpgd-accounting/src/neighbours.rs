@@ -1,28 +1,28 @@
-//! Neighbouring datasets: which pairs of datasets a guarantee compares.
-//!
-//! A differential-privacy guarantee is only meaningful together with its neighbouring relation.
-//! Private gradient descent with individual filtering ([FZ21], Algorithm 3) divides the noisy
-//! sum of clipped gradients by the dataset size n and may publish n, so it is stated for
-//! relations that keep n fixed:
-//!
-//! * **zero-out** (replace one example by a null example that contributes nothing; [FZ21] §2,
-//!   the paper's relation): one example changes the clipped sum by at most its own clipped
-//!   gradient, norm ≤ C. This is the default.
-//! * **replace-one** (replace one example by any other example): the clipped sum changes by
-//!   the difference of two clipped gradients, norm ≤ 2C, so the Gaussian noise is calibrated
-//!   for sensitivity 2C. Counts (the number of active examples, of correctly classified
-//!   examples) still change by at most 1.
-//!
-//! Under add-or-remove-one (the relation of much of the DP-SGD literature) n itself differs
-//! between neighbours, so releasing n — or dividing by it — is not private; dpgd does not
-//! claim it.
-//!
-//! [FZ21]: https://arxiv.org/abs/2008.11193
+//! Neighbouring datasets: which pairs of datasets a guarantee compares. See [`Neighbours`].
 
 use std::fmt;
 use std::str::FromStr;
 
-/// A neighbouring relation under which a guarantee holds. See the [module docs](self).
+/// A neighbouring relation under which a guarantee holds.
+///
+/// A differential-privacy guarantee is only meaningful together with its neighbouring relation.
+/// Private gradient descent with individual filtering ([FZ21], Algorithm 3) divides the noisy
+/// sum of clipped gradients by the dataset size n and may publish n, so it is stated for
+/// relations that keep n fixed:
+///
+/// * **zero-out** (replace one example by a null example that contributes nothing; [FZ21] §2,
+///   the paper's relation): one example changes the clipped sum by at most its own clipped
+///   gradient, norm ≤ C. This is the default.
+/// * **replace-one** (replace one example by any other example): the clipped sum changes by
+///   the difference of two clipped gradients, norm ≤ 2C, so the Gaussian noise is calibrated
+///   for sensitivity 2C. Counts (the number of active examples, of correctly classified
+///   examples) still change by at most 1.
+///
+/// Under add-or-remove-one (the relation of much of the DP-SGD literature) n itself differs
+/// between neighbours, so releasing n — or dividing by it — is not private; dpgd does not
+/// claim it.
+///
+/// [FZ21]: https://arxiv.org/abs/2008.11193
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Neighbours {

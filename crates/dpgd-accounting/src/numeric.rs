@@ -43,83 +43,133 @@ pub fn sub_down(a: f64, b: f64) -> f64 {
     if err < 0.0 { d.next_down() } else { d }
 }
 
+/// Below this magnitude an FMA residual can underflow to 0 and lose its sign, so the
+/// directed operations round up unconditionally (by one ulp of a tiny number).
+const TINY: f64 = f64::MIN_POSITIVE * (1u64 << 54) as f64;
+
 /// `a · b` rounded towards +∞ (never below the exact product), via the exact FMA residual.
+/// A nonzero product below about 4e-292 (where the residual may underflow) is rounded up by
+/// one ulp unconditionally.
 #[must_use]
 pub fn mul_up(a: f64, b: f64) -> f64 {
     let p = a * b;
-    if !p.is_finite() {
+    if !p.is_finite() || a == 0.0 || b == 0.0 {
         return p;
+    }
+    if p.abs() < TINY {
+        return p.next_up();
     }
     if a.mul_add(b, -p) > 0.0 { p.next_up() } else { p }
 }
 
-/// `a / b` rounded towards +∞ for `b > 0` (never below the exact quotient).
+/// `a / b` rounded towards +∞ for `b > 0` (never below the exact quotient). A nonzero
+/// quotient below about 4e-292 is rounded up by one ulp unconditionally.
 #[must_use]
 pub fn div_up(a: f64, b: f64) -> f64 {
     let q = a / b;
-    if !q.is_finite() || b <= 0.0 {
+    if !q.is_finite() || b <= 0.0 || a == 0.0 {
         return q;
+    }
+    if q.abs() < TINY {
+        return q.next_up();
     }
     // a − q·b exactly: positive means q is below the exact quotient.
     if (-q).mul_add(b, a) > 0.0 { q.next_up() } else { q }
 }
 
-/// `√x` rounded towards +∞ (never below the exact root).
+/// `√x` rounded towards +∞ (never below the exact root). For x below about 4e-292 the root
+/// is rounded up by one ulp unconditionally.
 #[must_use]
 pub fn sqrt_up(x: f64) -> f64 {
     let r = x.sqrt();
-    if !r.is_finite() {
+    if !r.is_finite() || x == 0.0 {
         return r;
+    }
+    if x < TINY {
+        return r.next_up();
     }
     if r.mul_add(r, -x) < 0.0 { r.next_up() } else { r }
 }
 
+/// At most this many bracket expansions (or contractions) before [`largest_where`] /
+/// [`smallest_where`] give up: enough to walk a bracket across the whole range of finite
+/// doubles (about 2 × 1075 doublings), so that only a threshold that is not a finite number
+/// exhausts it.
+pub const MAX_BRACKET_STEPS: usize = 2200;
+
+/// At most this many bisection steps: halving any bracket of finite doubles down to adjacent
+/// doubles takes fewer; [`SOLVE_REL_TOL`] stops far sooner (about 45 steps).
+pub const MAX_BISECTION_STEPS: usize = 2200;
+
 /// The largest `x` in `[lo, ∞)` with `holds(x)`, for a predicate that is true on `[lo, x*]`
-/// and false above `x*` (a monotone threshold). `holds(lo)` must be true.
+/// and false above `x*` (a monotone threshold).
 ///
-/// The bracket is grown geometrically from `hi` until `holds(hi)` fails, then bisected until
-/// `hi − lo ≤ SOLVE_REL_TOL · hi`. The *lower* end is returned, so the answer always
-/// satisfies the predicate: when the predicate is "this ρ gives at most the target ε", the
-/// answer never overstates the budget. Returns `None` if no failing point is found below
-/// `f64::MAX` (the threshold is infinite).
+/// The bracket `[lo, hi]` is grown (its width doubling each time) until `holds(hi)` fails,
+/// then bisected until `hi − lo ≤ SOLVE_REL_TOL · max(|lo|, |hi|)`. The *lower* end is
+/// returned, so the answer always satisfies the predicate: when the predicate is "this ρ
+/// gives at most the target ε", the answer never overstates the budget.
+///
+/// Returns `None` when the bracket is not usable (`lo`, `hi` not finite, `hi ≤ lo`, or
+/// `holds(lo)` false) or when no failing point is found below `f64::MAX` within
+/// [`MAX_BRACKET_STEPS`] expansions (the threshold is not a finite number). Never loops more
+/// than `MAX_BRACKET_STEPS + MAX_BISECTION_STEPS` times.
 pub fn largest_where(mut lo: f64, mut hi: f64, holds: impl Fn(f64) -> bool) -> Option<f64> {
-    debug_assert!(hi > lo && holds(lo));
-    while holds(hi) {
+    if !(lo.is_finite() && hi.is_finite() && hi > lo && holds(lo)) {
+        return None;
+    }
+    let mut width = hi - lo;
+    for _ in 0..MAX_BRACKET_STEPS {
+        if !holds(hi) {
+            return Some(bisect(lo, hi, holds).0);
+        }
         lo = hi;
-        hi *= 2.0;
+        width *= 2.0;
+        // Grow at least geometrically in magnitude, so that a tiny first bracket far from 0
+        // still reaches f64::MAX within the step budget.
+        hi = (lo + width).max(if lo > 0.0 { 2.0 * lo } else { lo + width });
         if !hi.is_finite() {
             return None;
         }
     }
-    Some(bisect(lo, hi, holds).0)
+    None
 }
 
 /// The smallest `x` in `(0, hi]` with `holds(x)`, for a predicate false on `(0, x*)` and true
-/// on `[x*, ∞)`. `holds(hi)` must be true. The bracket is shrunk geometrically from `lo`
-/// until `holds(lo)` fails (or `lo` reaches the smallest positive normal number, which is
-/// then returned), then bisected; the *upper* end is returned, so the answer satisfies the
-/// predicate.
+/// on `[x*, ∞)`. The bracket is shrunk geometrically from `lo` until `holds(lo)` fails (or
+/// `lo` reaches the smallest positive normal number, which is then returned), then bisected;
+/// the *upper* end is returned, so the answer satisfies the predicate.
+///
+/// Returns NaN — no answer — when the bracket is not usable: `lo`, `hi` not finite,
+/// `lo ≤ 0`, `hi ≤ lo`, or `holds(hi)` false. Never loops more than
+/// `MAX_BRACKET_STEPS + MAX_BISECTION_STEPS` times.
 pub fn smallest_where(mut lo: f64, mut hi: f64, holds: impl Fn(f64) -> bool) -> f64 {
-    debug_assert!(hi > lo && lo > 0.0 && holds(hi));
-    while holds(lo) {
+    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo && holds(hi)) {
+        return f64::NAN;
+    }
+    for _ in 0..MAX_BRACKET_STEPS {
+        if !holds(lo) {
+            return bisect(lo, hi, |x| !holds(x)).1;
+        }
         hi = lo;
         lo *= 0.5;
         if lo < f64::MIN_POSITIVE {
             return hi;
         }
     }
-    bisect(lo, hi, |x| !holds(x)).1
+    // Unreachable in practice: halving a finite positive number reaches MIN_POSITIVE within
+    // about 2100 steps. `hi` satisfies the predicate, so it is still a safe answer.
+    hi
 }
 
 /// Bisects a bracket where `holds(lo)` and `!holds(hi)`, returning the final `(lo, hi)`.
 fn bisect(mut lo: f64, mut hi: f64, holds: impl Fn(f64) -> bool) -> (f64, f64) {
-    // 2000 halvings cover any bracket of finite doubles; the tolerance stops far sooner.
-    for _ in 0..2000 {
+    for _ in 0..MAX_BISECTION_STEPS {
         if hi - lo <= SOLVE_REL_TOL * hi.abs().max(lo.abs()) {
             break;
         }
         let mid = lo + 0.5 * (hi - lo);
-        if mid <= lo || mid >= hi {
+        // Also stops on adjacent doubles and on a NaN bracket (every comparison is false).
+        if !(mid > lo && mid < hi) {
             break;
         }
         if holds(mid) {
@@ -132,10 +182,62 @@ fn bisect(mut lo: f64, mut hi: f64, holds: impl Fn(f64) -> bool) -> (f64, f64) {
 }
 
 /// The root of a strictly increasing continuous `f` on `(lo, hi)` with `f(lo) < 0 < f(hi)`,
-/// to relative tolerance [`SOLVE_REL_TOL`] (the midpoint of the final bracket).
+/// to relative tolerance [`SOLVE_REL_TOL`] (the midpoint of the final bracket). Returns NaN
+/// if `lo`, `hi` are not finite with `lo < hi`.
 pub fn increasing_root(lo: f64, hi: f64, f: impl Fn(f64) -> f64) -> f64 {
+    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+        return f64::NAN;
+    }
     let (a, b) = bisect(lo, hi, |x| f(x) < 0.0);
     0.5 * (a + b)
+}
+
+/// The point closest to `x0` on the side `up` (larger if `true`, smaller if `false`) where
+/// `ok` holds, for a predicate that holds from some point near `x0` onwards in that direction.
+///
+/// Used to confirm an inverse computed in closed form or by a solver with the forward
+/// computation exactly as users call it: `x0` is tried first, then steps of 4, 8, 16, …
+/// ulps-relative away from it (at most 60 of them, up to a relative distance of about 1e3),
+/// and the last bracket is bisected so the answer is as close to the threshold as
+/// [`SOLVE_REL_TOL`] allows. The answer always satisfies `ok`; `None` if no tried point does.
+pub fn confirm(x0: f64, up: bool, ok: impl Fn(f64) -> bool) -> Option<f64> {
+    if !x0.is_finite() {
+        return None;
+    }
+    if ok(x0) {
+        return Some(x0);
+    }
+    let mut failing = x0;
+    let mut step = 4.0 * f64::EPSILON;
+    for _ in 0..60 {
+        let x = if up { x0 * (1.0 + step) } else { x0 * (1.0 - step).max(0.0) };
+        if !x.is_finite() {
+            return None;
+        }
+        if ok(x) {
+            let (a, b) = if up { (failing, x) } else { (x, failing) };
+            // Bisect the bracket keeping the end where `ok` holds.
+            let (lo, hi) = bisect(a, b, |t| if up { !ok(t) } else { ok(t) });
+            return Some(if up { hi } else { lo });
+        }
+        failing = x;
+        step *= 2.0;
+    }
+    None
+}
+
+/// `x / 2` rounded towards +∞: exact unless `x` is subnormal, where halving can round down.
+#[must_use]
+pub fn half_up(x: f64) -> f64 {
+    div_up(x, 2.0)
+}
+
+/// `n` as an `f64`, rounded towards +∞ (`u64` values above 2⁵³ are not all representable).
+#[must_use]
+pub fn u64_up(n: u64) -> f64 {
+    let f = n as f64;
+    // `f as u64` saturates at u64::MAX, which is ≥ n, so the comparison is exact.
+    if (f as u64) < n { f.next_up() } else { f }
 }
 
 #[cfg(test)]
@@ -186,6 +288,18 @@ mod tests {
         }
         assert_eq!(sqrt_up(4.0), 2.0);
         assert_eq!(mul_up(2.0, 3.0), 6.0);
+        assert_eq!(half_up(f64::from_bits(1)), f64::from_bits(1), "half the smallest subnormal rounds up");
+        assert_eq!(half_up(3.0), 1.5);
+        // Products and quotients that underflow still round up (the FMA residual underflows too).
+        let tiny = f64::from_bits(1);
+        assert_eq!(mul_up(tiny, tiny), tiny);
+        assert_eq!(mul_up(1e-200, 1e-200), tiny);
+        assert_eq!(div_up(1e-200, 1e200), tiny);
+        assert_eq!(mul_up(0.0, 1e-300), 0.0);
+        assert!(sqrt_up(tiny) >= tiny.sqrt());
+        assert_eq!(u64_up(u64::MAX), 2f64.powi(64));
+        assert_eq!(u64_up((1 << 53) + 1), ((1u64 << 53) as f64).next_up());
+        assert_eq!(u64_up(7), 7.0);
     }
 
     #[test]
@@ -195,12 +309,31 @@ mod tests {
         assert!(x * x <= t);
         assert!((x - t.sqrt()).abs() <= 1e-12 * t.sqrt());
         assert!(largest_where(0.0, 1.0, |_| true).is_none());
+        // Unusable brackets are refused instead of looping.
+        assert!(largest_where(-1.0, 0.0, |_| true).is_none(), "a bracket ending at 0 used to loop forever");
+        assert!(largest_where(0.0, 0.0, |_| true).is_none());
+        assert!(largest_where(f64::NAN, 1.0, |_| true).is_none());
+        assert!(largest_where(0.0, 1.0, |_| false).is_none());
+        let x = largest_where(-3.0, -2.0, |x| x <= 5.0).unwrap();
+        assert!((x - 5.0).abs() < 1e-12);
     }
 
     #[test]
     fn smallest_where_returns_the_safe_side_of_the_threshold() {
         let x = smallest_where(1.0, 2.0, |x| x >= 1e-3);
         assert!((1e-3..=1e-3 * (1.0 + 1e-12)).contains(&x));
+        assert!(smallest_where(f64::NAN, 1.0, |_| true).is_nan(), "a NaN bracket used to loop forever");
+        assert!(smallest_where(1.0, 2.0, |_| false).is_nan());
+        assert_eq!(smallest_where(1.0, 2.0, |_| true), f64::MIN_POSITIVE);
+        assert!(increasing_root(f64::NAN, 1.0, |x| x).is_nan());
+        // confirm: the closest point on the requested side, always satisfying the predicate.
+        let up = confirm(1.0, true, |x| x >= 1.0 + 1e-9).unwrap();
+        assert!((1.0 + 1e-9..=1.0 + 1.1e-9).contains(&up), "{up}");
+        let down = confirm(1.0, false, |x| x <= 1.0 - 1e-9).unwrap();
+        assert!((1.0 - 1.1e-9..=1.0 - 1e-9).contains(&down), "{down}");
+        assert_eq!(confirm(2.0, true, |_| true), Some(2.0));
+        assert_eq!(confirm(2.0, true, |_| false), None);
+        assert_eq!(confirm(f64::NAN, true, |_| true), None);
         let r = increasing_root(0.0, 10.0, |x| x * x - 2.0);
         assert!((r - 2f64.sqrt()).abs() < 1e-12);
     }

@@ -32,6 +32,7 @@ pub struct Odometer<O> {
 
 impl<O: PrivacyOdometer> Odometer<O> {
     /// A fresh odometer.
+    #[must_use]
     pub fn new(rule: O) -> Self {
         Self { rule, sums: DpSums::default() }
     }
@@ -62,10 +63,11 @@ impl Split {
     fn new(delta_prime: f64, delta_second: f64) -> Result<Self> {
         probability("delta'", delta_prime)?;
         non_negative("delta''", delta_second)?;
-        Ok(Self { log_inv: (1.0 / delta_prime).ln(), delta_prime, delta_second })
+        // −ln δ′ rather than ln(1/δ′): finite even for a subnormal δ′.
+        Ok(Self { log_inv: -delta_prime.ln(), delta_prime, delta_second })
     }
     fn live(&self, s: &DpSums) -> bool {
-        s.delta <= self.delta_second
+        s.is_valid() && s.delta <= self.delta_second
     }
 }
 
@@ -86,12 +88,27 @@ pub struct FilterOdometer {
 
 impl FilterOdometer {
     /// Tight at the intrinsic time where the bound equals `target_epsilon`.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `target epsilon` (not a finite positive
+    /// number, or so small or large that y* is not a finite positive number), `delta'` (not
+    /// in (0, 1)) or `delta''` (not a finite number ≥ 0).
     pub fn new(target_epsilon: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         positive("target epsilon", target_epsilon)?;
         let split = Split::new(delta_prime, delta_second)?;
-        let l2 = 2.0 * split.log_inv;
-        let root = 2.0 * target_epsilon / ((l2 + 2.0 * target_epsilon).sqrt() + l2.sqrt()); // √y*, no cancellation
-        Ok(Self { y_star: root * root, split })
+        let l = split.log_inv;
+        // √y* = √(2L + 2ε) − √(2L) = √2·ε/(√(L + ε) + √L): no cancellation, no overflow of 2ε.
+        let root = std::f64::consts::SQRT_2 * (target_epsilon / ((l + target_epsilon).sqrt() + l.sqrt()));
+        let y_star = root * root;
+        if !(y_star.is_finite() && y_star > 0.0) {
+            return Err(AccountingError::InvalidParameter {
+                name: "target epsilon",
+                value: target_epsilon,
+                expected: "the intrinsic time y* where the odometer is tight must be a finite number > 0: \
+                           choose a target epsilon between about 1e-150 and 1e300",
+            });
+        }
+        Ok(Self { y_star, split })
     }
     /// The intrinsic time y* where the odometer is tight.
     #[must_use]
@@ -106,6 +123,7 @@ impl PrivacyOdometer for FilterOdometer {
         self.split
             .live(s)
             .then(|| (self.y_star * l / 2.0).sqrt() + (l / (2.0 * self.y_star)).sqrt() * s.eps2 + 0.5 * s.eps2)
+            .filter(|b| !b.is_nan())
     }
 }
 
@@ -119,22 +137,42 @@ pub struct MixtureOdometer {
 
 impl MixtureOdometer {
     /// With mixture parameter γ > 0.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `gamma` (not a finite number > 0),
+    /// `delta'` (not in (0, 1)) or `delta''` (not a finite number ≥ 0).
     pub fn new(gamma: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         Ok(Self { gamma: positive("gamma", gamma)?, split: Split::new(delta_prime, delta_second)? })
     }
     /// With γ chosen to minimise the bound at intrinsic time `v_target` (golden-section search
-    /// over ln γ, which the bound is unimodal in).
+    /// over ln γ, which the bound is unimodal in; 200 steps, a fixed amount of work).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `target intrinsic time` (not a finite
+    /// number > 0, or one so extreme that the best γ is not a finite positive number),
+    /// `delta'` or `delta''`.
     pub fn tight_at(v_target: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         positive("target intrinsic time", v_target)?;
         let split = Split::new(delta_prime, delta_second)?;
         let at = |ln_g: f64| mixture(ln_g.exp(), v_target, split.log_inv);
-        let (mut a, mut b) = (v_target.ln() - 30.0, v_target.ln() + 30.0);
+        // The search stays within the exponents of normal positive doubles.
+        let (lowest, highest) = (f64::MIN_POSITIVE.ln(), f64::MAX.ln());
+        let (mut a, mut b) = ((v_target.ln() - 30.0).max(lowest), (v_target.ln() + 30.0).min(highest));
         let g = (5f64.sqrt() - 1.0) / 2.0;
         for _ in 0..200 {
             let (c, d) = (b - g * (b - a), a + g * (b - a));
             if at(c) < at(d) { b = d } else { a = c }
         }
-        Ok(Self { gamma: (0.5 * (a + b)).exp(), split })
+        let gamma = (0.5 * (a + b)).exp();
+        if !(gamma.is_finite() && gamma > 0.0) {
+            return Err(AccountingError::InvalidParameter {
+                name: "target intrinsic time",
+                value: v_target,
+                expected: "no finite positive mixture parameter gamma is tight there: choose a target between \
+                           about 1e-300 and 1e300",
+            });
+        }
+        Ok(Self { gamma, split })
     }
     /// The mixture parameter γ.
     #[must_use]
@@ -149,7 +187,7 @@ fn mixture(gamma: f64, v: f64, log_inv: f64) -> f64 {
 
 impl PrivacyOdometer for MixtureOdometer {
     fn bound(&self, s: &DpSums) -> Option<f64> {
-        self.split.live(s).then(|| mixture(self.gamma, s.eps2, self.split.log_inv))
+        self.split.live(s).then(|| mixture(self.gamma, s.eps2, self.split.log_inv)).filter(|b| !b.is_nan())
     }
 }
 
@@ -163,6 +201,10 @@ pub struct StitchedOdometer {
 
 impl StitchedOdometer {
     /// Nontrivial from intrinsic time v₀ > 0 on.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `v0` (not a finite number > 0),
+    /// `delta'` or `delta''`.
     pub fn new(v0: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         Ok(Self { v0: positive("v0", v0)?, split: Split::new(delta_prime, delta_second)? })
     }
@@ -171,9 +213,13 @@ impl StitchedOdometer {
 impl PrivacyOdometer for StitchedOdometer {
     fn bound(&self, s: &DpSums) -> Option<f64> {
         let v = s.eps2;
-        (self.split.live(s) && v >= self.v0).then(|| {
-            1.7 * (v * ((2.0 * v / self.v0).ln().ln() + 0.72 * (5.2 / self.split.delta_prime).ln())).sqrt() + 0.5 * v
-        })
+        (self.split.live(s) && v >= self.v0)
+            .then(|| {
+                // ln(5.2/δ′) = ln 5.2 + ln(1/δ′): finite for a subnormal δ′.
+                let tail = 5.2f64.ln() + self.split.log_inv;
+                1.7 * (v * ((2.0 * v / self.v0).ln().ln() + 0.72 * tail)).sqrt() + 0.5 * v
+            })
+            .filter(|b| !b.is_nan())
     }
 }
 
@@ -195,6 +241,10 @@ pub struct RogersOdometer {
 
 impl RogersOdometer {
     /// For a dataset of `n ≥ 3` examples, δ′ ≤ 1/e.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `dataset size` (below 3), `delta'` (not
+    /// in (0, 1/e]) or `delta''` (not a finite number ≥ 0).
     pub fn new(dataset_size: u64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         if dataset_size < 3 {
             return Err(AccountingError::InvalidParameter {
@@ -219,16 +269,18 @@ impl PrivacyOdometer for RogersOdometer {
         if !self.split.live(s) {
             return None;
         }
-        let (n, v, dp) = (self.n, s.eps2, self.split.delta_prime);
-        let tail = (4.0 * n.log2() / dp).ln();
+        let (n, v) = (self.n, s.eps2);
+        // ln(4 log₂ n/δ′) = ln(4 log₂ n) + ln(1/δ′): finite for a subnormal δ′.
+        let tail = (4.0 * n.log2()).ln() + self.split.log_inv;
         let mean = s.eps_expm1.max(0.5 * v);
-        Some(if (1.0 / (n * n)..=1.0).contains(&v) {
-            let k =
-                ((110.0 * std::f64::consts::E).ln() + 2.0 * (n.ln() / dp).ln()).max((1.0 + 3f64.sqrt().ln()) * tail);
+        let b = if (1.0 / (n * n)..=1.0).contains(&v) {
+            let k = ((110.0 * std::f64::consts::E).ln() + 2.0 * (n.ln().ln() + self.split.log_inv))
+                .max((1.0 + 3f64.sqrt().ln()) * tail);
             mean + (2.0 * v * k).sqrt()
         } else {
             mean + (2.0 * (1.0 / (n * n) + v) * (1.0 + 0.5 * (n * n * v).ln_1p()) * tail).sqrt()
-        })
+        };
+        (!b.is_nan()).then_some(b)
     }
 }
 

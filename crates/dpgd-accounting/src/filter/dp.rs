@@ -7,7 +7,7 @@
 use super::super::ApproxDp;
 use super::super::convert::{Conversion, bun_steinke_max_rho};
 use super::super::error::{AccountingError, Result, non_negative, positive, probability, probability_or_zero};
-use super::super::numeric::add_up;
+use super::super::numeric::{add_up, half_up, mul_up, u64_up};
 use super::{Decision, PrivacyFilter};
 
 /// Sufficient statistics of a sequence of (εₜ, δₜ): Σε, Σε², Σε(e^ε − 1)/2, Σδ (all
@@ -32,17 +32,30 @@ impl DpSums {
     pub fn with(self, c: ApproxDp) -> Self {
         self.repeated(c, 1)
     }
-    /// The sums after `r` more mechanisms with parameters `c`.
+    /// The sums after `r` more mechanisms with parameters `c`, every product and sum rounded
+    /// up (a sum that overflows is +∞, which no filter admits); the round count saturates at
+    /// `u64::MAX`.
     #[must_use]
     pub fn repeated(self, c: ApproxDp, r: u64) -> Self {
-        let r_f = r as f64;
+        let r_f = u64_up(r);
+        let e = c.epsilon();
+        // libm's expm1 is within 1 ulp: one step up covers it.
+        let mean = half_up(mul_up(e, e.exp_m1().next_up()));
         Self {
-            eps: add_up(self.eps, r_f * c.epsilon()),
-            eps2: add_up(self.eps2, r_f * c.epsilon() * c.epsilon()),
-            eps_expm1: add_up(self.eps_expm1, r_f * c.epsilon() * c.epsilon().exp_m1() / 2.0),
-            delta: add_up(self.delta, r_f * c.delta()),
-            rounds: self.rounds + r,
+            eps: add_up(self.eps, mul_up(r_f, e)),
+            eps2: add_up(self.eps2, mul_up(r_f, mul_up(e, e))),
+            eps_expm1: add_up(self.eps_expm1, mul_up(r_f, mean)),
+            delta: add_up(self.delta, mul_up(r_f, c.delta())),
+            rounds: self.rounds.saturating_add(r),
         }
+    }
+
+    /// Whether every sum is a number ≥ 0 (possibly +∞). The fields are public, so a hand-made
+    /// `DpSums` may hold NaN or negative values; filters admit none of those and odometers
+    /// report them as trivial.
+    #[must_use]
+    pub fn is_valid(&self) -> bool {
+        [self.eps, self.eps2, self.eps_expm1, self.delta].iter().all(|&x| x >= 0.0)
     }
 }
 
@@ -133,7 +146,7 @@ impl BasicFilter {
 
 impl SumsFilter for BasicFilter {
     fn admits(&self, s: &DpSums) -> bool {
-        s.eps <= self.epsilon && s.delta <= self.delta
+        s.is_valid() && s.eps <= self.epsilon && s.delta <= self.delta
     }
 }
 
@@ -169,10 +182,11 @@ impl RogersFilter {
 
 impl SumsFilter for RogersFilter {
     fn admits(&self, s: &DpSums) -> bool {
-        let h = self.epsilon * self.epsilon / (28.04 * (1.0 / self.delta).ln());
-        let bound =
-            s.eps_expm1 + (2.0 * (s.eps2 + h) * (1.0 + 0.5 * (s.eps2 / h).ln_1p()) * (2.0 / self.delta).ln()).sqrt();
-        s.delta <= self.delta / 2.0 && bound <= self.epsilon
+        let l = -self.delta.ln(); // ln(1/δ_g), finite even for a subnormal δ_g
+        let h = self.epsilon * self.epsilon / (28.04 * l);
+        let bound = s.eps_expm1
+            + (2.0 * (s.eps2 + h) * (1.0 + 0.5 * (s.eps2 / h).ln_1p()) * (std::f64::consts::LN_2 + l)).sqrt();
+        s.is_valid() && s.delta <= self.delta / 2.0 && bound <= self.epsilon
     }
 }
 
@@ -204,7 +218,7 @@ impl FzFilter {
 
 impl SumsFilter for FzFilter {
     fn admits(&self, s: &DpSums) -> bool {
-        s.delta == 0.0 && 0.5 * s.eps2 <= self.b_star
+        s.is_valid() && s.delta == 0.0 && 0.5 * s.eps2 <= self.b_star
     }
 }
 
@@ -231,8 +245,8 @@ impl WhitehouseFilter {
 
 impl SumsFilter for WhitehouseFilter {
     fn admits(&self, s: &DpSums) -> bool {
-        let bound = (2.0 * (1.0 / self.delta_prime).ln() * s.eps2).sqrt() + 0.5 * s.eps2;
-        bound <= self.epsilon && s.delta <= self.delta_second
+        let bound = (2.0 * -self.delta_prime.ln() * s.eps2).sqrt() + 0.5 * s.eps2;
+        s.is_valid() && bound <= self.epsilon && s.delta <= self.delta_second
     }
 }
 

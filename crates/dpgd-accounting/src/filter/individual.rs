@@ -50,12 +50,29 @@ pub struct IndividualCharge {
 
 impl IndividualFilter {
     /// A fresh ledger for `n` examples, each with `budget` to spend.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `budget` (not a finite number > 0) or `n`
+    /// (a ledger of `n` examples, 8 bytes each, cannot be allocated).
     pub fn new(n: usize, budget: f64) -> Result<Self> {
-        Ok(Self { budget: positive("budget", budget)?, spent: vec![0.0; n] })
+        let budget = positive("budget", budget)?;
+        let mut spent = Vec::new();
+        spent.try_reserve_exact(n).map_err(|_| AccountingError::InvalidParameter {
+            name: "n",
+            value: n as f64,
+            expected: "a ledger for this many examples (8 bytes each) cannot be allocated",
+        })?;
+        spent.resize(n, 0.0);
+        Ok(Self { budget, spent })
     }
 
     /// Restores a ledger from a checkpoint's per-example spent amounts, checking that each
     /// is finite, non-negative and within the budget.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `budget` or `spent` (NaN, infinite or
+    /// negative), or [`AccountingError::BudgetExceeded`] for an example that spent more than
+    /// the budget.
     pub fn from_spent(budget: f64, spent: Vec<f64>) -> Result<Self> {
         let budget = positive("budget", budget)?;
         for &s in &spent {
@@ -85,10 +102,19 @@ impl IndividualFilter {
         self.spent.is_empty()
     }
 
-    /// What example `i` has spent (rounded up). Panics if `i` is out of range.
+    /// What example `i` has spent (rounded up).
+    ///
+    /// # Panics
+    /// If `i ≥ self.len()`, like slice indexing; [`get_spent`](Self::get_spent) does not panic.
     #[must_use]
     pub fn spent(&self, i: usize) -> f64 {
         self.spent[i]
+    }
+
+    /// What example `i` has spent (rounded up), or `None` if `i` is out of range.
+    #[must_use]
+    pub fn get_spent(&self, i: usize) -> Option<f64> {
+        self.spent.get(i).copied()
     }
 
     /// Every example's spent amount, in index order (for checkpoints).
@@ -97,13 +123,19 @@ impl IndividualFilter {
         &self.spent
     }
 
-    /// What example `i` may still spend (rounded down). Panics if `i` is out of range.
+    /// What example `i` may still spend (rounded down).
+    ///
+    /// # Panics
+    /// If `i ≥ self.len()`, like slice indexing.
     #[must_use]
     pub fn remaining_budget(&self, i: usize) -> f64 {
         remaining(self.budget, self.spent[i])
     }
 
-    /// Whether example `i` has budget left (001 Alg. 2: i ∈ Sₜ). Panics if `i` is out of range.
+    /// Whether example `i` has budget left (001 Alg. 2: i ∈ Sₜ).
+    ///
+    /// # Panics
+    /// If `i ≥ self.len()`, like slice indexing.
     #[must_use]
     pub fn is_active(&self, i: usize) -> bool {
         self.spent[i] < self.budget
@@ -118,6 +150,10 @@ impl IndividualFilter {
 
     /// Charges example `i` exactly `amount`, or refuses (changing nothing) when that would
     /// exceed its budget or `amount` is negative or not finite.
+    ///
+    /// # Errors
+    /// [`AccountingError::IndexOutOfRange`], [`AccountingError::InvalidParameter`] naming
+    /// `amount`, or [`AccountingError::BudgetExceeded`]; the ledger is unchanged.
     pub fn charge(&mut self, i: usize, amount: f64) -> Result<()> {
         let len = self.spent.len();
         let budget = self.budget;
@@ -134,18 +170,37 @@ impl IndividualFilter {
     /// Algorithm 3's clip rule on the ledger: charges example `i` with
     /// min(`requested`, remaining budget) and returns what was granted. A non-finite or
     /// negative request is treated as a request for everything that remains.
-    /// Panics if `i` is out of range.
+    ///
+    /// # Panics
+    /// If `i ≥ self.len()`, like slice indexing; [`try_grant`](Self::try_grant) does not panic.
     pub fn grant(&mut self, i: usize, requested: f64) -> f64 {
         self.slot_mut(i).grant(requested)
     }
 
-    /// Example `i`'s ledger entry. Panics if `i` is out of range.
+    /// [`grant`](Self::grant) without the panic.
+    ///
+    /// # Errors
+    /// [`AccountingError::IndexOutOfRange`] if `i ≥ self.len()`; nothing is charged.
+    pub fn try_grant(&mut self, i: usize, requested: f64) -> Result<f64> {
+        let len = self.spent.len();
+        let budget = self.budget;
+        let spent = self.spent.get_mut(i).ok_or(AccountingError::IndexOutOfRange { index: i, len })?;
+        Ok(LedgerSlot { budget, spent }.grant(requested))
+    }
+
+    /// Example `i`'s ledger entry.
+    ///
+    /// # Panics
+    /// If `i ≥ self.len()`, like slice indexing.
     pub fn slot_mut(&mut self, i: usize) -> LedgerSlot<'_> {
         LedgerSlot { budget: self.budget, spent: &mut self.spent[i] }
     }
 
     /// The ledger entries of the examples in `range`, as a parallel iterator of slots the
-    /// clipping kernel can grant from concurrently. Panics if `range` is out of bounds.
+    /// clipping kernel can grant from concurrently.
+    ///
+    /// # Panics
+    /// If `range` is out of bounds, like slice indexing.
     pub fn slots_mut(&mut self, range: Range<usize>) -> impl IndexedParallelIterator<Item = LedgerSlot<'_>> {
         let budget = self.budget;
         self.spent[range].par_iter_mut().map(move |spent| LedgerSlot { budget, spent })
