@@ -27,25 +27,43 @@
 //! paper's conversion. It is *not* valid for an arbitrary ρ-zCDP mechanism, which is why
 //! [`Zcdp`] refuses it and only [`GaussianDp`] accepts it.
 //!
-//! # Exactness
+//! # Exactness, and why a reported ε is never too small
 //!
 //! * `cks` on zCDP: the objective f(α) = ρα + ln(1−1/α) − (ln δ + ln α)/(α−1) has derivative
 //!   f'(α) = ρ + ln(αδ)/(α−1)² (the other terms cancel), which is increasing on (1, 1/δ), so
 //!   the minimiser is the unique root of ρ(α−1)² + ln α + ln δ = 0 — solved by bisection to
 //!   relative tolerance [`SOLVE_REL_TOL`](super::numeric::SOLVE_REL_TOL), not on a grid.
+//!   The bound holds at *every* α > 1, so the approximate minimiser can only overstate.
 //! * `cks` on an RDP curve known at finitely many orders: RDP is non-decreasing in α, so
 //!   between two listed orders ε(α) ≤ ε(α_{j+1}); and g(α) = ln(1−1/α) − ln(αδ)/(α−1) is
 //!   decreasing for α < 1/δ. Hence the bound at any unlisted α is no better than at the next
 //!   listed order, and the minimum over the listed orders *is* the exact optimum.
-//! * Inverses are solved by bracketing bisection and return the conservative end: the ρ
-//!   returned never gives more than the target ε.
+//! * **Rounding.** Every forward conversion (ρ, μ or an RDP curve → ε; μ, ε → δ) adds an
+//!   explicit bound on its own floating-point error: [`ROUNDING_MARGIN`](super::numeric::ROUNDING_MARGIN) = 2⁻⁴⁶ ≈ 1.4e-14
+//!   (128 ulps) times the magnitude of the terms it sums, weighted by their condition numbers
+//!   (each function's doc gives its error analysis; the actual error is at most about 8 ulps
+//!   of that magnitude). So the ε reported for a guarantee is never below the exact ε at
+//!   the exact input doubles. Measured against 60-digit mpmath values at exact input doubles
+//!   (`tests/reference/accounting_refs.py`, the `strict_*` rows: ρ from 1e-8 to 100, δ from
+//!   1e-300 to 0.9): `bun-steinke` is overstated by 1.4e-14 relative, `cks` by 1.4e-14 to
+//!   1.3e-9 (the larger where its terms nearly cancel, δ near 1), `gaussian-exact` by 2e-13
+//!   to 1.2e-8 (the larger for tiny μ, where the two terms of δ(ε) nearly cancel), and δ(ε)
+//!   itself by at most 5e-9; none is ever below the exact value.
+//! * **Inverses** ([`Conversion::max_rho`], and through it every calibration) are solved
+//!   by bracketing bisection on the forward conversion *with its margin*, and then confirmed
+//!   with that forward conversion exactly as users call it: the ρ returned never gives more
+//!   than the target ε, and is never above the exact inverse (measured: below it by 3e-14
+//!   to 1.2e-8 relative).
 
 use std::fmt;
 use std::str::FromStr;
 
 use super::error::{AccountingError, Result, positive, probability};
 use super::measure::{GaussianDp, Rdp, Zcdp};
-use super::numeric::{confirm, half_up, increasing_root, largest_where, mul_up, normal_cdf, smallest_where, sqrt_up};
+use super::numeric::{
+    add_up, confirm, half_up, increasing_root, largest_where, log_normal_cdf, mul_up, normal_cdf, smallest_where,
+    sqrt_up, with_margin,
+};
 
 /// The smallest ρ an inverse conversion returns (and so the smallest budget that
 /// [`Conversion::max_rho`] and the calibrations accept): below it ρ, σ = √(k/2ρ) and the
@@ -198,8 +216,11 @@ impl ToApproxDp for Rdp {
     fn epsilon(&self, delta: f64, method: Conversion) -> Result<f64> {
         let delta = probability("delta", delta)?;
         let at = |(a, e): (&f64, &f64)| match method {
-            // 001 Fact 2.4 (Mironov 2017, Prop. 3).
-            Conversion::BunSteinke => Ok(e + log_inv(delta) / (a - 1.0)),
+            // 001 Fact 2.4 (Mironov 2017, Prop. 3). Two positive terms, each within 2 ulps.
+            Conversion::BunSteinke => {
+                let tail = log_inv(delta) / (a - 1.0);
+                Ok(with_margin(e + tail, e + tail))
+            }
             Conversion::Cks => Ok(cks_at_order(*a, *e, delta)),
             Conversion::GaussianExact => Err(AccountingError::Unsupported {
                 method: "gaussian-exact",
@@ -215,27 +236,52 @@ impl ToApproxDp for Rdp {
     }
 }
 
-/// `bun-steinke`: ε = ρ + 2√(ρ ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3).
+/// `bun-steinke`: ε = ρ + 2√(ρ ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3), never below the
+/// exact value.
+///
+/// Error analysis: ln is within 1 ulp, the product, root and sum add 1.5 ulps, so the
+/// computed sum is within 3 ulps of ρ + 2√(ρL); the [`ROUNDING_MARGIN`](super::numeric::ROUNDING_MARGIN) of 128 ulps of
+/// that sum is added.
 #[must_use]
 pub fn bun_steinke_epsilon(rho: f64, delta: f64) -> f64 {
-    rho + 2.0 * (rho * log_inv(delta)).sqrt()
+    let eps = rho + 2.0 * (rho * log_inv(delta)).sqrt();
+    with_margin(eps, eps)
 }
 
-/// Inverse of [`bun_steinke_epsilon`] in closed form: ρ = (√(ln(1/δ)+ε) − √ln(1/δ))², the B*
-/// printed in 001 Thm 4.8. Written as (ε/(√(L+ε)+√L))² to avoid cancellation when ε ≪ L.
+/// Inverse of [`bun_steinke_epsilon`]: the largest ρ with `bun_steinke_epsilon(ρ, δ) ≤ ε`,
+/// i.e. ρ = (√(ln(1/δ)+ε) − √ln(1/δ))², the B* printed in 001 Thm 4.8. Evaluated as
+/// (ε/(√(L+ε)+√L))² to avoid cancellation when ε ≪ L, then lowered until the forward
+/// conversion (with its margin) confirms it, so it never overstates the budget. NaN if no
+/// positive ρ is confirmed (invalid inputs).
 #[must_use]
 pub fn bun_steinke_max_rho(epsilon: f64, delta: f64) -> f64 {
     let l = log_inv(delta);
-    (epsilon / ((l + epsilon).sqrt() + l.sqrt())).powi(2)
+    let closed = (epsilon / ((l + epsilon).sqrt() + l.sqrt())).powi(2);
+    if closed.is_nan() || closed <= 0.0 {
+        return closed;
+    }
+    confirm(closed, false, |r| bun_steinke_epsilon(r, delta) <= epsilon).unwrap_or(f64::NAN)
 }
 
-/// The `cks` bound at a single order: ε(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1).
+/// The `cks` bound at a single order, ε(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1), never
+/// below the exact value: each of the four terms is within 3 ulps, the sums add 3 ulps of
+/// the magnitude T = Σ|terms|, and [`ROUNDING_MARGIN`](super::numeric::ROUNDING_MARGIN)·T is added.
 fn cks_at_order(alpha: f64, rdp: f64, delta: f64) -> f64 {
     let x = alpha - 1.0;
-    rdp + (x.ln() - alpha.ln()) - (delta.ln() + alpha.ln()) / x
+    let (log_x, log_a, l) = (x.ln(), alpha.ln(), log_inv(delta));
+    let tail = (l - log_a) / x;
+    let eps = rdp + (log_x - log_a) + tail;
+    let magnitude = rdp + log_x.abs() + log_a.abs() + (l + log_a.abs()) / x;
+    with_margin(eps, magnitude)
 }
 
-/// `cks` for ρ-zCDP, minimised exactly over α (see the [module docs](self#exactness)).
+/// `cks` for ρ-zCDP, minimised over α (see the [module docs](self#exactness)), never below
+/// the exact optimum.
+///
+/// The bound of CKS20 holds at *every* order α > 1, so evaluating it at the solver's α —
+/// within [`SOLVE_REL_TOL`](super::numeric::SOLVE_REL_TOL) of the optimum — can only
+/// overstate; the evaluation's rounding (at most 8 ulps of T = Σ|terms|) is covered by
+/// adding [`ROUNDING_MARGIN`](super::numeric::ROUNDING_MARGIN)·T.
 ///
 /// Defined for every input: ρ = 0 gives 0, ρ = +∞ gives +∞, and NaN, a negative ρ or a δ
 /// outside (0, 1) give NaN.
@@ -253,9 +299,13 @@ pub fn cks_epsilon(rho: f64, delta: f64) -> f64 {
     // second; f64::MAX caps a bound that overflows (ρx² is then far above L).
     let hi = (l / rho).sqrt().min(l.exp_m1()).min(f64::MAX);
     let x = increasing_root(0.0, hi, |x| rho * x * x + x.ln_1p() - l);
-    let alpha = 1.0 + x;
-    let eps = rho * alpha + (x.ln() - x.ln_1p()) - (delta.ln() + x.ln_1p()) / x;
-    eps.max(0.0)
+    // The bound at α = 1 + x (the real number, whatever x is): ρ(1 + x) + ln x − ln(1 + x)
+    // + (L − ln(1 + x))/x.
+    let (log_x, log_1p) = (x.ln(), x.ln_1p());
+    let terms = [rho, rho * x, log_x, -log_1p, (l - log_1p) / x];
+    let eps: f64 = terms.iter().sum();
+    let magnitude = rho + rho * x + log_x.abs() + log_1p + (l + log_1p) / x;
+    with_margin(eps, magnitude).max(0.0)
 }
 
 /// Inverse of [`cks_epsilon`]: the largest ρ whose `cks` ε is at most `epsilon`.
@@ -266,24 +316,49 @@ fn cks_max_rho(epsilon: f64, delta: f64) -> f64 {
     largest_where(lo, (2.0 * lo).min(f64::MAX), |rho| cks_epsilon(rho, delta) <= epsilon).unwrap_or(lo)
 }
 
-/// The exact privacy profile of μ-GDP: δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)
-/// (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13). The second term is
-/// formed in log space so that e^ε never overflows before the tail underflows.
+/// The exact privacy profile of μ-GDP, δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)
+/// (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13), never below the exact value.
+/// The second term is formed in log space so that e^ε never overflows before the tail
+/// underflows.
 ///
-/// NaN for NaN inputs or μ ≤ 0; 0 when ε = +∞.
+/// Error analysis, with S = ε/μ + μ/2 (so both arguments x of Φ have |x| ≤ S): each argument
+/// is within 2 ulps of S; since φ(x)/Φ(x) ≤ |x| + 1, that moves each Φ by at most
+/// 2(S + 1)² ulps relatively, and `erfc` adds a few more; the log-space product adds
+/// (ε + 2|ln Φ|) ulps to the second term, whose ln Φ comes from
+/// [`log_normal_cdf`] so that it never goes through a
+/// subnormal Φ. The [`ROUNDING_MARGIN`](super::numeric::ROUNDING_MARGIN) of 128 ulps of (S + 1)²·(a + b) + b·(ε + 2|ln Φ|) is
+/// added (a, b the two terms), plus 64 subnormal ulps for a result below the normal range.
+/// The margin is below 1e-13 of δ unless
+/// the two terms nearly cancel (small μ): it stays below 1e-8 of δ for the δ ≥ 1e-300 and
+/// μ ≥ 0.01 that the tests cover.
+///
+/// NaN for NaN inputs or μ ≤ 0; only the tiny absolute margin when ε = +∞.
 #[must_use]
 pub fn gaussian_delta(mu: f64, epsilon: f64) -> f64 {
     if mu.is_nan() || mu <= 0.0 || epsilon.is_nan() {
         return f64::NAN;
     }
-    let a = normal_cdf(-epsilon / mu + 0.5 * mu);
-    let tail = normal_cdf(-epsilon / mu - 0.5 * mu);
-    let b = if tail > 0.0 { (epsilon + tail.ln()).exp() } else { 0.0 };
+    let q = epsilon / mu;
+    let (xa, xb) = (-q + 0.5 * mu, -q - 0.5 * mu);
+    let a = normal_cdf(xa);
+    // ln Φ(x_b) directly, so that the second term keeps its relative precision even where
+    // Φ(x_b) itself would underflow (ε large, δ near 1e-300).
+    let log_tail = log_normal_cdf(xb);
+    let b = if log_tail > f64::NEG_INFINITY { (epsilon + log_tail).exp() } else { 0.0 };
     let d = a - b;
-    if d.is_nan() { d } else { d.max(0.0) }
+    if d.is_nan() {
+        return d;
+    }
+    let s1 = q.abs() + 0.5 * mu + 1.0;
+    let magnitude = s1 * s1 * (a + b) + b * (epsilon.abs() + 2.0 * log_tail.abs());
+    // A term below the normal range keeps only an absolute precision of a few subnormal ulps.
+    add_up(with_margin(d.max(0.0), magnitude), 64.0 * f64::from_bits(1))
 }
 
-/// The smallest ε with `gaussian_delta(mu, ε) ≤ delta` (0 if already true at ε = 0).
+/// The smallest ε with `gaussian_delta(mu, ε) ≤ delta` (0 if already true at ε = 0): since
+/// [`gaussian_delta`] never understates δ, this ε never understates the exact one. It is
+/// also never above the `cks` ε of (μ²/2)-zCDP, a valid bound for μ-GDP that is returned when
+/// the exact curve cannot resolve `delta` (δ below about 1e-322).
 ///
 /// Defined for every input: μ = +∞ (or a μ whose ρ = μ²/2 overflows) gives +∞; NaN, μ ≤ 0 or
 /// δ outside (0, 1) give NaN.
@@ -296,21 +371,22 @@ pub fn gaussian_epsilon(mu: f64, delta: f64) -> f64 {
     if holds(0.0) {
         return 0.0;
     }
-    // The exact curve is below `cks`, so the cks ε is a valid upper bracket; grow it (a
-    // bounded number of times) if rounding makes the two touch.
-    let mut hi = cks_epsilon(half_up(mul_up(mu, mu)), delta).max(f64::MIN_POSITIVE);
+    // The exact curve is below `cks`, so the cks ε is an upper bracket unless the margins
+    // make the two touch: then grow it a bounded number of times.
+    let cks = cks_epsilon(half_up(mul_up(mu, mu)), delta);
+    if !cks.is_finite() {
+        return f64::INFINITY;
+    }
+    let mut hi = cks.max(f64::MIN_POSITIVE);
     for _ in 0..MAX_NUDGES {
         if !hi.is_finite() || holds(hi) {
             break;
         }
         hi *= 2.0;
     }
-    if !hi.is_finite() {
-        return f64::INFINITY;
-    }
+    // NaN: no bracket satisfies the predicate (δ too small for the exact curve).
     let e = smallest_where(0.5 * hi, hi, holds);
-    // NaN: the bracket never satisfied the predicate; the cks value is still a valid bound.
-    if e.is_nan() { cks_epsilon(half_up(mul_up(mu, mu)), delta) } else { e }
+    if e.is_nan() { cks } else { e.min(cks) }
 }
 
 /// The largest μ with `gaussian_delta(μ, epsilon) ≤ delta` (at least the μ of the `cks`

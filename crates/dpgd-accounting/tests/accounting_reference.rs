@@ -1,7 +1,8 @@
 //! Every accounting formula against values computed independently with mpmath at 60 digits
 //! by `tests/reference/accounting_refs.py` (golden-section search instead of the
 //! first-order condition, mpmath's ncdf, Opacus's RDP formula); its output is
-//! `tests/reference/accounting_refs.txt`, parsed here.
+//! `tests/reference/accounting_refs.txt`, parsed here. The `strict_*` rows take exact input
+//! doubles and 21-digit results, so that "never understates" can be checked strictly.
 
 use dpgd_accounting::convert::{bun_steinke_epsilon, cks_epsilon, gaussian_delta, gaussian_epsilon};
 use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, Rdp, ToApproxDp, Zcdp, calibrate_sigma};
@@ -87,7 +88,9 @@ fn special_points_in_closed_form() {
     // δ_μ(0) = 2Φ(μ/2) − 1; at μ = 2·Φ⁻¹(0.75) ≈ 1.3489795 this is exactly 0.5.
     let mu = 2.0 * 0.674_489_750_196_081_7;
     assert_rel(gaussian_delta(mu, 0.0), 0.5, CLOSED, "gaussian delta at eps = 0");
-    assert_eq!(gaussian_epsilon(mu, 0.5), 0.0);
+    // Exactly 0.5 up to the rounding of μ: the safety margin of gaussian_delta may move the
+    // answer off 0, by no more than a rounding-sized amount.
+    assert!(gaussian_epsilon(mu, 0.5) < 1e-12);
     // An RDP curve listing one order α gives Mironov's ε(α) + ln(1/δ)/(α−1) exactly.
     let curve = Rdp::new(vec![5.0], vec![0.3]).unwrap();
     assert_rel(curve.epsilon(delta, Conversion::BunSteinke).unwrap(), 0.3 + l / 4.0, CLOSED, "mironov");
@@ -121,4 +124,92 @@ fn calibration_round_trips_and_orders_methods() {
     assert!(sigmas[0] > sigmas[1] && sigmas[1] > sigmas[2], "{sigmas:?}");
     let rho_cks = rows("maxrho").into_iter().find(|r| r[0] == 0.5 && r[1] == 1e-5).unwrap()[3];
     assert_rel(sigmas[1], (k / (2.0 * rho_cks)).sqrt(), SOLVED, "cks sigma vs reference rho");
+}
+
+// ---- "Never understates": strict comparisons with the exact value at the exact input double.
+
+/// A strict reference row: the first `inputs` fields parsed from text are *inputs*, as the
+/// exact doubles the script used; the rest are 21-digit exact results.
+fn strict_rows(kind: &str) -> Vec<Vec<f64>> {
+    rows(kind)
+}
+
+/// `got` never understates the exact `want` (and is within `tol` of it, relatively).
+fn assert_never_below(got: f64, want: f64, tol: f64, what: &str) {
+    assert!(got >= want, "{what}: got {got:e} < exact {want:e} (understated)");
+    assert_rel(got, want, tol, what);
+}
+
+/// `got` (an inverse: a budget) never overstates the exact `want`.
+fn assert_never_above(got: f64, want: f64, tol: f64, what: &str) {
+    assert!(got <= want, "{what}: got {got:e} > exact {want:e} (budget overstated)");
+    assert_rel(got, want, tol, what);
+}
+
+#[test]
+fn forward_conversions_never_understate_epsilon() {
+    for r in strict_rows("strict_zcdp") {
+        let (rho, delta) = (r[0], r[1]);
+        let what = format!("rho={rho:e} delta={delta:e}");
+        assert_never_below(bun_steinke_epsilon(rho, delta), r[2], CLOSED, &format!("bun-steinke {what}"));
+        let z = Zcdp::new(rho).unwrap();
+        assert_never_below(z.epsilon(delta, Conversion::BunSteinke).unwrap(), r[2], CLOSED, &what);
+        if r[3] == 0.0 {
+            assert!(cks_epsilon(rho, delta) < 1e-12, "cks {what}: {} for an exact 0", cks_epsilon(rho, delta));
+        } else {
+            assert_never_below(cks_epsilon(rho, delta), r[3], SOLVED, &format!("cks {what}"));
+        }
+        // μ = √(2ρ) exactly is not a double: the script used the exact real √(2ρ), and
+        // gaussian_epsilon is increasing in μ, so the rounded-up μ must give at least r[4].
+        let mu = dpgd_accounting::numeric::sqrt_up(2.0 * rho);
+        if r[4] == 0.0 {
+            assert!(gaussian_epsilon(mu, delta) < 1e-12, "gaussian {what}");
+        } else {
+            assert_never_below(gaussian_epsilon(mu, delta), r[4], SOLVED, &format!("gaussian-exact {what}"));
+            let g = GaussianDp::new(mu).unwrap();
+            assert_never_below(g.epsilon(delta, Conversion::GaussianExact).unwrap(), r[4], SOLVED, &what);
+        }
+    }
+}
+
+#[test]
+fn gaussian_privacy_profile_never_understates_delta() {
+    for r in strict_rows("strict_gdelta") {
+        let (mu, eps, want) = (r[0], r[1], r[2]);
+        // The margin covers the rounding error of a difference of two nearly equal terms when μ
+        // is small (see gaussian_delta's error analysis): within 1e-8 here.
+        assert_never_below(gaussian_delta(mu, eps), want, 1e-8, &format!("delta_mu({eps}) at mu={mu}"));
+    }
+}
+
+#[test]
+fn inverses_never_overstate_the_budget() {
+    for r in strict_rows("strict_maxrho") {
+        let (eps, delta) = (r[0], r[1]);
+        for (m, want) in [(Conversion::BunSteinke, r[2]), (Conversion::Cks, r[3]), (Conversion::GaussianExact, r[4])] {
+            let got = m.max_rho(eps, delta).unwrap().rho();
+            assert_never_above(got, want, SOLVED, &format!("max rho {m} eps={eps} delta={delta:e}"));
+        }
+    }
+}
+
+#[test]
+fn rdp_curve_conversions_never_understate() {
+    for r in strict_rows("strict_rdp") {
+        let (alpha, rdp, delta) = (r[0], r[1], r[2]);
+        let curve = Rdp::new(vec![alpha], vec![rdp]).unwrap();
+        let what = format!("alpha={alpha} rdp={rdp} delta={delta:e}");
+        assert_never_below(
+            curve.epsilon(delta, Conversion::BunSteinke).unwrap(),
+            r[3],
+            CLOSED,
+            &format!("mironov {what}"),
+        );
+        let got = curve.epsilon(delta, Conversion::Cks).unwrap();
+        if r[4] == 0.0 {
+            assert!(got < 1e-12, "cks {what}: {got}");
+        } else {
+            assert_never_below(got, r[4], CLOSED, &format!("cks {what}"));
+        }
+    }
 }

@@ -87,3 +87,85 @@ for eps in ['0.1', '0.5', '1', '4']:
 print("# sigma steps delta opacus_default_alphas_epsilon")
 for sigma, steps in [('1.1', '1'), ('8', '100'), ('30', '60'), ('2', '1000')]:
     print("opacus", sigma, steps, "1e-5", fmt(opacus_eps(mpf(sigma), mpf(steps), mpf('1e-5'))))
+
+# --- Strict references: "never understates" (tests/accounting_reference.rs, strict_*) -------
+# Inputs are exact binary doubles (mpf(float)), so the comparison is with the exact value of
+# the conversion at exactly the f64 the Rust code receives. Printed with 21 digits.
+print("# strict: inputs are exact doubles; rho delta bun_steinke cks gaussian_exact(mu = sqrt(2 rho) exactly)")
+
+def sfmt(x):
+    return mp.nstr(x, 21, min_fixed=-5, max_fixed=5)
+
+def ex(x):
+    return mpf(float(x))
+
+def geps_strict(mu, delta):
+    # Smallest eps with gdelta(mu, eps) <= delta, by bisection (gdelta is decreasing in eps).
+    if gdelta(mu, 0) <= delta:
+        return mpf(0)
+    lo, hi = mpf(0), cks(mu * mu / 2, delta) + 1
+    for _ in range(220):
+        mid = (lo + hi) / 2
+        if gdelta(mu, mid) <= delta: hi = mid
+        else: lo = mid
+    return hi
+
+RHOS = ['1e-8', '1e-6', '1e-4', '0.01', '0.1', '0.5', '1', '3', '10', '30', '100']
+DELTAS = ['1e-300', '1e-100', '1e-30', '1e-12', '1e-8', '1e-5', '1e-3', '0.05', '0.3', '0.9']
+for rho in RHOS:
+    for delta in DELTAS:
+        r, d = ex(rho), ex(delta)
+        print("strict_zcdp", rho, delta, sfmt(bun_steinke(r, d)), sfmt(cks(r, d)), sfmt(geps_strict(sqrt(2 * r), d)))
+
+print("# strict: mu epsilon gaussian_delta (exact doubles)")
+for mu in ['0.01', '0.1', '0.5', '1', '2', '5', '10', '30']:
+    for eps in ['0', '0.1', '0.5', '1', '2', '5', '8', '20', '50', '100']:
+        v = gdelta(ex(mu), ex(eps))
+        if v > mpf('1e-300'):
+            print("strict_gdelta", mu, eps, sfmt(v))
+
+def cks_max_rho_dual(eps, delta):
+    # rho* = max over alpha of (eps - g(alpha)) / alpha, g(alpha) = ln(1 - 1/alpha) - (ln delta + ln alpha)/(alpha - 1):
+    # a different derivation from the Rust code's bisection on the forward conversion.
+    def h(t):
+        a = 1 + exp(t)
+        g = log((a - 1) / a) - (log(delta) + log(a)) / (a - 1)
+        return (eps - g) / a
+    a, b = mpf(-40), mpf(60)
+    gr = (sqrt(5) - 1) / 2
+    c, d = b - gr * (b - a), a + gr * (b - a)
+    hc, hd = h(c), h(d)
+    for _ in range(300):
+        if hc > hd:
+            b, d, hd = d, c, hc
+            c = b - gr * (b - a); hc = h(c)
+        else:
+            a, c, hc = c, d, hd
+            d = a + gr * (b - a); hd = h(d)
+    return h((a + b) / 2)
+
+def gmu_strict(eps, delta):
+    lo, hi = mpf(0), mpf(1)
+    while gdelta(hi, eps) <= delta:
+        hi *= 2
+    for _ in range(220):
+        mid = (lo + hi) / 2
+        if gdelta(mid, eps) <= delta: lo = mid
+        else: hi = mid
+    return lo
+
+print("# strict: epsilon delta max_rho_bun_steinke max_rho_cks max_rho_gaussian (exact doubles)")
+for eps in ['0.01', '0.1', '0.5', '1', '2', '4', '10', '50']:
+    for delta in ['1e-300', '1e-30', '1e-10', '1e-5', '1e-2', '0.5']:
+        e, d = ex(eps), ex(delta)
+        bs = (sqrt(log(1 / d) + e) - sqrt(log(1 / d))) ** 2
+        print("strict_maxrho", eps, delta, sfmt(bs), sfmt(cks_max_rho_dual(e, d)), sfmt(gmu_strict(e, d) ** 2 / 2))
+
+print("# strict: order rdp delta mironov cks_at_order (one-order RDP curves, exact doubles)")
+for alpha in ['1.0001', '1.5', '2', '8', '32', '1000', '1e6']:
+    for rdp in ['0', '1e-6', '0.01', '1', '50']:
+        for delta in ['1e-300', '1e-5', '0.1']:
+            a, r, d = ex(alpha), ex(rdp), ex(delta)
+            mir = r + log(1 / d) / (a - 1)
+            ck = max(r + log((a - 1) / a) - (log(d) + log(a)) / (a - 1), mpf(0))
+            print("strict_rdp", alpha, rdp, delta, sfmt(mir), sfmt(ck))
