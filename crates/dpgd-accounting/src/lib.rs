@@ -60,5 +60,5 @@ pub mod session;
 pub use calibrate::{GaussianRelease, GdPlan, PrivateGd, calibrate_sigma};
 pub use convert::{Conversion, ToApproxDp};
 pub use error::{AccountingError, Result, non_negative, positive, probability};
-pub use measure::{ApproxDp, GaussianDp, PureDp, Rdp, Zcdp};
+pub use measure::{ApproxDp, GaussianDp, ProbabilisticDp, PureDp, Rdp, Zcdp};
 pub use neighbours::Neighbours;

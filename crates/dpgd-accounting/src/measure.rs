@@ -264,6 +264,63 @@ impl ApproxDp {
     }
 }
 
+/// (ε, δ)-probabilistic differential privacy, pDP ([WRRW23] §4.1, after Kasiviswanathan &
+/// Smith 2014's point-wise indistinguishability): for every pair of neighbours, the privacy
+/// loss exceeds ε in absolute value with probability at most δ over the mechanism's output.
+///
+/// pDP implies (ε, δ)-DP ([WRRW23] Lemma 2), but not conversely: an (ε, δ)-DP mechanism is in
+/// general only (2ε, 2δ/(εe^ε))-pDP by that lemma's printed conversion. For δ = 0 the two
+/// coincide with pure ε-DP. The privacy odometers of [WRRW23] Thm 3 (and its Lemma 3) are
+/// valid only for pDP mechanisms, which is why [`crate::odometer::Odometer`] takes this type
+/// for mechanisms with δ > 0 and refuses a plain [`ApproxDp`] with δ > 0.
+///
+/// [WRRW23]: https://arxiv.org/abs/2203.05481
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct ProbabilisticDp {
+    epsilon: f64,
+    delta: f64,
+}
+
+impl ProbabilisticDp {
+    /// (ε, δ)-pDP with finite ε ≥ 0 and δ ∈ [0, 1).
+    ///
+    /// ```
+    /// use dpgd_accounting::ProbabilisticDp;
+    /// let p = ProbabilisticDp::new(0.1, 1e-9).unwrap();
+    /// assert_eq!(p.to_approx_dp().delta(), 1e-9);
+    /// assert!(ProbabilisticDp::new(0.1, 1.0).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` or `delta`.
+    pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
+        Ok(Self { epsilon: non_negative("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
+    }
+    /// The ε.
+    #[must_use]
+    pub fn epsilon(self) -> f64 {
+        self.epsilon
+    }
+    /// The δ.
+    #[must_use]
+    pub fn delta(self) -> f64 {
+        self.delta
+    }
+    /// The (ε, δ)-DP guarantee it implies ([WRRW23] Lemma 2).
+    ///
+    /// [WRRW23]: https://arxiv.org/abs/2203.05481
+    #[must_use]
+    pub fn to_approx_dp(self) -> ApproxDp {
+        ApproxDp { epsilon: self.epsilon, delta: self.delta }
+    }
+    /// Pure ε-DP, which is exactly (ε, 0)-pDP; `None` for an [`ApproxDp`] with δ > 0, which is
+    /// not pDP in general.
+    #[must_use]
+    pub fn from_pure(dp: ApproxDp) -> Option<Self> {
+        (dp.delta == 0.0).then_some(Self { epsilon: dp.epsilon, delta: 0.0 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

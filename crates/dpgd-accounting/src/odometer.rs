@@ -12,12 +12,31 @@
 //! | [`MixtureOdometer`] | overall, best near a chosen time (γ) | 000 Thm 3.2 |
 //! | [`StitchedOdometer`] | at all times up to log log factors, after V ≥ v₀ | 000 Thm 3.3 |
 //! | [`RogersOdometer`] | the original; depends on the dataset size | 003 Thm 6.2 / 000 Lemma 3 |
+//!
+//! # Mechanisms with δₘ > 0 need probabilistic DP
+//!
+//! 000 Thm 3 (and Lemma 3, stated in its setup) assumes every mechanism is (εₘ, δₘ)-pDP
+//! conditioned on the earlier outputs ([`ProbabilisticDp`]): its privacy loss exceeds εₘ
+//! with probability at most δₘ. For δₘ = 0 that is pure εₘ-DP, but for δₘ > 0 it is strictly
+//! stronger than (εₘ, δₘ)-DP, and the paper conjectures (§4.1) that the odometers fail for
+//! approximate-DP mechanisms. So [`Odometer`] refuses an [`ApproxDp`] cost with δ > 0
+//! ([`Odometer::record`] errs, and as a [`PrivacyFilter`](crate::filter::PrivacyFilter) it
+//! answers HALT), and takes such
+//! mechanisms only as [`ProbabilisticDp`] through [`Odometer::record_pdp`]. A bare
+//! [`PrivacyOdometer::bound`] cannot tell where its sums came from: sums of δₘ > 0 must come
+//! from pDP parameters ([`DpSums::with_pdp`]). To account for approximate-DP mechanisms
+//! with a budget fixed in advance, use the filter of 000 Thm 2
+//! ([`WhitehouseFilter`](crate::filter::WhitehouseFilter)), which takes them directly.
 
-use super::ApproxDp;
 use super::error::{AccountingError, Result, non_negative, positive, probability};
 use super::filter::DpSums;
+use super::{ApproxDp, ProbabilisticDp};
 
 /// An odometer's bound as a function of the running sums of realised (εₘ, δₘ).
+///
+/// The sums must come from pure-DP or (εₘ, δₘ)-pDP mechanisms (see the
+/// [module docs](self#mechanisms-with-δₘ--0-need-probabilistic-dp)): a bound computed from
+/// the δₘ > 0 of merely approximate-DP mechanisms is not valid.
 pub trait PrivacyOdometer {
     /// The bound on the privacy loss of everything run so far, or `None` while trivial (∞).
     fn bound(&self, sums: &DpSums) -> Option<f64>;
@@ -36,9 +55,28 @@ impl<O: PrivacyOdometer> Odometer<O> {
     pub fn new(rule: O) -> Self {
         Self { rule, sums: DpSums::default() }
     }
-    /// Records a mechanism that ran with parameters `c`.
-    pub fn record(&mut self, c: ApproxDp) {
-        self.sums = self.sums.with(c);
+    /// Records a mechanism that ran with parameters `c`, which must be pure DP (δ = 0).
+    ///
+    /// # Errors
+    /// [`AccountingError::Unsupported`] for δ > 0: the odometers of 000 Thm 3 are not valid
+    /// for (ε, δ)-DP mechanisms with δ > 0 (see the
+    /// [module docs](self#mechanisms-with-δₘ--0-need-probabilistic-dp)); state the mechanism's
+    /// probabilistic-DP parameters and use [`record_pdp`](Self::record_pdp). Nothing is
+    /// recorded then.
+    pub fn record(&mut self, c: ApproxDp) -> Result<()> {
+        let pdp = ProbabilisticDp::from_pure(c).ok_or(AccountingError::Unsupported {
+            method: "a privacy odometer",
+            guarantee: "an (epsilon, delta)-DP mechanism with delta > 0",
+            why: "the odometers of Whitehouse et al. 2023 (Thm 3) need (epsilon, delta)-probabilistic DP \
+                  when delta > 0; record the mechanism's pDP parameters with Odometer::record_pdp, or use \
+                  WhitehouseFilter, which takes approximate DP",
+        })?;
+        self.record_pdp(pdp);
+        Ok(())
+    }
+    /// Records an (ε, δ)-pDP mechanism (for δ = 0, any pure ε-DP mechanism).
+    pub fn record_pdp(&mut self, c: ProbabilisticDp) {
+        self.sums = self.sums.with_pdp(c);
     }
     /// The current bound (`None` while trivial).
     pub fn bound(&self) -> Option<f64> {
@@ -287,6 +325,7 @@ impl PrivacyOdometer for RogersOdometer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::{Decision, PrivacyFilter};
 
     fn after(rounds: u64, eps0: f64) -> DpSums {
         DpSums::default().repeated(ApproxDp::pure(eps0).unwrap(), rounds)
@@ -328,9 +367,32 @@ mod tests {
     #[test]
     fn odometers_become_trivial_when_mechanism_deltas_exceed_delta_second() {
         let o = MixtureOdometer::new(0.1, 1e-6, 1e-6).unwrap();
-        let s = DpSums::default().repeated(ApproxDp::new(0.1, 4e-7).unwrap(), 2);
+        let p = ProbabilisticDp::new(0.1, 4e-7).unwrap();
+        let s = DpSums::default().with_pdp(p).with_pdp(p);
         assert!(o.bound(&s).is_some());
-        assert!(o.bound(&s.with(ApproxDp::new(0.1, 4e-7).unwrap())).is_none());
+        assert!(o.bound(&s.with_pdp(p)).is_none());
+    }
+
+    #[test]
+    fn approximate_dp_with_positive_delta_is_refused_and_pdp_is_accepted() {
+        // [WRRW23] Thm 3 needs pDP: an (ε, δ)-DP mechanism with δ > 0 must not be recorded.
+        let mut o = Odometer::new(MixtureOdometer::new(0.1, 1e-6, 1e-6).unwrap());
+        o.record(ApproxDp::pure(0.1).unwrap()).unwrap();
+        let before = o.clone();
+        let approx = ApproxDp::new(0.1, 1e-9).unwrap();
+        let e = o.record(approx).unwrap_err();
+        assert!(matches!(e, AccountingError::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("record_pdp"), "the error names the fix: {e}");
+        assert_eq!(o, before, "a refused mechanism is not recorded");
+        assert_eq!(o.decide(&approx), Decision::Halt);
+        assert!(o.try_charge(approx).is_err());
+        assert_eq!(o, before);
+        assert_eq!(o.decide(&ApproxDp::pure(0.1).unwrap()), Decision::Continue);
+        // The same parameters stated as pDP are recorded, and their δ counts against δ″.
+        o.record_pdp(ProbabilisticDp::new(0.1, 1e-9).unwrap());
+        assert_eq!(o.sums().delta, 1e-9);
+        assert_eq!(o.sums().rounds, 2);
+        assert!(o.bound().is_some());
     }
 
     #[test]

@@ -114,15 +114,17 @@ where
     }
 }
 
-/// An odometer accepts every query and records it; read its bound with
-/// [`PrivacySession::inspect`].
+/// An odometer accepts every pure-DP query and records it; read its bound with
+/// [`PrivacySession::inspect`]. A query with δ > 0 is refused (HALT, and
+/// [`AccountingError::Unsupported`](super::AccountingError::Unsupported) from `try_charge`):
+/// the odometers need probabilistic DP for it (see
+/// [`odometer`](super::odometer#mechanisms-with-δₘ--0-need-probabilistic-dp)).
 impl<O: PrivacyOdometer> PrivacyFilter for Odometer<O> {
     type Cost = ApproxDp;
-    fn decide(&self, _next: &ApproxDp) -> Decision {
-        Decision::Continue
+    fn decide(&self, next: &ApproxDp) -> Decision {
+        if next.delta() == 0.0 { Decision::Continue } else { Decision::Halt }
     }
     fn try_charge(&mut self, next: ApproxDp) -> Result<()> {
-        self.record(next);
-        Ok(())
+        self.record(next)
     }
 }

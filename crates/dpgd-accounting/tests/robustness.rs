@@ -288,7 +288,7 @@ proptest! {
         if let Ok(rule) = MixtureOdometer::new(0.1, 1e-6, 0.0) {
             let mut o = Odometer::new(rule);
             if let Ok(c) = ApproxDp::new(v, w) {
-                timed("Odometer::record", || o.record(c));
+                let _ = timed("Odometer::record", || o.record(c));
                 let _ = o.bound();
             }
         }

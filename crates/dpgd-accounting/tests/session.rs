@@ -73,3 +73,19 @@ fn an_odometer_session_records_every_query() {
     assert_eq!(session.log().len(), 100);
     assert!(session.inspect(|o| o.bound().unwrap()) > before);
 }
+
+#[test]
+fn an_odometer_session_refuses_approximate_dp_with_positive_delta() {
+    // Whitehouse et al. 2023, Thm 3 needs probabilistic DP for delta > 0: such a query is
+    // refused, releases nothing and is not logged.
+    let session = PrivacySession::new(Odometer::new(MixtureOdometer::new(0.1, 1e-6, 1e-6).unwrap()));
+    let m = session.mechanism("gaussian count");
+    let mut released = false;
+    let e = m.query(ApproxDp::new(0.5, 1e-9).unwrap(), || released = true).unwrap_err();
+    assert!(e.to_string().contains("probabilistic DP"), "{e}");
+    assert!(!released);
+    assert!(session.log().is_empty());
+    assert_eq!(session.inspect(|o| o.sums().rounds), 0);
+    m.query(ApproxDp::pure(0.5).unwrap(), || ()).unwrap();
+    assert_eq!(session.log().len(), 1);
+}

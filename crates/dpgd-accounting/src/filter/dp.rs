@@ -4,10 +4,10 @@
 //! ([`DpSums`]), so the number of rounds a filter allows for a fixed ε₀ is found by
 //! bisection ([`rounds_allowed`]) rather than by charging one round at a time.
 
-use super::super::ApproxDp;
 use super::super::convert::{Conversion, bun_steinke_max_rho};
 use super::super::error::{AccountingError, Result, non_negative, positive, probability, probability_or_zero};
 use super::super::numeric::{add_up, half_up, mul_up, u64_up};
+use super::super::{ApproxDp, ProbabilisticDp};
 use super::{Decision, PrivacyFilter};
 
 /// Sufficient statistics of a sequence of (εₜ, δₜ): Σε, Σε², Σε(e^ε − 1)/2, Σδ (all
@@ -31,6 +31,12 @@ impl DpSums {
     #[must_use]
     pub fn with(self, c: ApproxDp) -> Self {
         self.repeated(c, 1)
+    }
+    /// The sums after one more (ε, δ)-pDP mechanism (for odometers, which need pDP when
+    /// δ > 0; see [`crate::odometer`]).
+    #[must_use]
+    pub fn with_pdp(self, c: ProbabilisticDp) -> Self {
+        self.repeated(c.to_approx_dp(), 1)
     }
     /// The sums after `r` more mechanisms with parameters `c`, every product and sum rounded
     /// up (a sum that overflows is +∞, which no filter admits); the round count saturates at
