@@ -6,7 +6,7 @@
 
 use super::super::convert::{Conversion, bun_steinke_max_rho};
 use super::super::error::{AccountingError, Result, non_negative, positive, probability, probability_or_zero};
-use super::super::numeric::{add_up, half_up, mul_up, u64_up};
+use super::super::numeric::{add_up, half_up, mul_up, u64_up, with_margin};
 use super::super::{ApproxDp, ProbabilisticDp};
 use super::{Decision, PrivacyFilter};
 
@@ -70,6 +70,10 @@ impl DpSums {
 pub trait SumsFilter {
     /// Whether a composition whose realised parameters have these sums stays in budget.
     fn admits(&self, sums: &DpSums) -> bool;
+    /// The target ε_g of the composition, if the rule has one (for error messages).
+    fn target_epsilon(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// A [`SumsFilter`] with its running sums.
@@ -102,10 +106,18 @@ impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
     fn try_charge(&mut self, next: ApproxDp) -> Result<()> {
         let after = self.sums.with(next);
         if !self.rule.admits(&after) {
+            // What is left, in the units of the refused charge: the largest ε of a pure
+            // mechanism the rule would still admit (0 if none).
+            let fits = |e: f64| ApproxDp::pure(e).is_ok_and(|c| self.rule.admits(&self.sums.with(c)));
+            let remaining = if fits(0.0) {
+                super::super::numeric::largest_where(0.0, next.epsilon().max(f64::MIN_POSITIVE), fits).unwrap_or(0.0)
+            } else {
+                0.0
+            };
             return Err(AccountingError::BudgetExceeded {
                 amount: next.epsilon(),
-                remaining: f64::NAN,
-                budget: f64::NAN,
+                remaining,
+                budget: self.rule.target_epsilon().unwrap_or(f64::NAN),
             });
         }
         self.sums = after;
@@ -154,6 +166,9 @@ impl SumsFilter for BasicFilter {
     fn admits(&self, s: &DpSums) -> bool {
         s.is_valid() && s.eps <= self.epsilon && s.delta <= self.delta
     }
+    fn target_epsilon(&self) -> Option<f64> {
+        Some(self.epsilon)
+    }
 }
 
 /// Rogers, Roth, Ullman & Vadhan 2016, Theorem 5.1 (paper 003; quoted in 001 §4.3): HALT if
@@ -192,7 +207,11 @@ impl SumsFilter for RogersFilter {
         let h = self.epsilon * self.epsilon / (28.04 * l);
         let bound = s.eps_expm1
             + (2.0 * (s.eps2 + h) * (1.0 + 0.5 * (s.eps2 / h).ln_1p()) * (std::f64::consts::LN_2 + l)).sqrt();
-        s.is_valid() && s.delta <= self.delta / 2.0 && bound <= self.epsilon
+        // All terms are positive and each is within a few ulps: the margin covers the rounding.
+        s.is_valid() && s.delta <= self.delta / 2.0 && with_margin(bound, bound) <= self.epsilon
+    }
+    fn target_epsilon(&self) -> Option<f64> {
+        Some(self.epsilon)
     }
 }
 
@@ -204,16 +223,28 @@ impl SumsFilter for RogersFilter {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FzFilter {
     b_star: f64,
+    epsilon: f64,
 }
 
 impl FzFilter {
     /// B* from the formula printed in 001 Thm 4.8.
     pub fn printed(epsilon: f64, delta: f64) -> Result<Self> {
-        Ok(Self { b_star: bun_steinke_max_rho(positive("epsilon", epsilon)?, probability("delta", delta)?) })
+        let (epsilon, delta) = (positive("epsilon", epsilon)?, probability("delta", delta)?);
+        let b_star = bun_steinke_max_rho(epsilon, delta);
+        // bun_steinke_max_rho is NaN only for invalid inputs (checked above) or a B* that
+        // underflows: refuse that like the `cks` inverse does.
+        if b_star.is_nan() || b_star < super::super::convert::MIN_RHO {
+            return Err(AccountingError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                expected: "is too small for this delta: B* would be below 1e-300",
+            });
+        }
+        Ok(Self { b_star, epsilon })
     }
     /// B* from the tighter `cks` conversion.
     pub fn cks(epsilon: f64, delta: f64) -> Result<Self> {
-        Ok(Self { b_star: Conversion::Cks.max_rho(epsilon, delta)?.rho() })
+        Ok(Self { b_star: Conversion::Cks.max_rho(epsilon, delta)?.rho(), epsilon })
     }
     /// The zCDP budget B*.
     #[must_use]
@@ -224,7 +255,10 @@ impl FzFilter {
 
 impl SumsFilter for FzFilter {
     fn admits(&self, s: &DpSums) -> bool {
-        s.is_valid() && s.delta == 0.0 && 0.5 * s.eps2 <= self.b_star
+        s.is_valid() && s.delta == 0.0 && half_up(s.eps2) <= self.b_star
+    }
+    fn target_epsilon(&self) -> Option<f64> {
+        Some(self.epsilon)
     }
 }
 
@@ -252,7 +286,11 @@ impl WhitehouseFilter {
 impl SumsFilter for WhitehouseFilter {
     fn admits(&self, s: &DpSums) -> bool {
         let bound = (2.0 * -self.delta_prime.ln() * s.eps2).sqrt() + 0.5 * s.eps2;
-        s.is_valid() && bound <= self.epsilon && s.delta <= self.delta_second
+        // Two positive terms, each within 2 ulps: the margin covers the rounding.
+        s.is_valid() && with_margin(bound, bound) <= self.epsilon && s.delta <= self.delta_second
+    }
+    fn target_epsilon(&self) -> Option<f64> {
+        Some(self.epsilon)
     }
 }
 
@@ -313,6 +351,22 @@ impl PrivacyFilter for ApproxZcdpFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_charge_says_what_remains() {
+        let mut f = DpFilter::new(BasicFilter::new(1.0, 1e-6).unwrap());
+        f.try_charge(ApproxDp::pure(0.75).unwrap()).unwrap();
+        match f.try_charge(ApproxDp::pure(0.5).unwrap()) {
+            Err(AccountingError::BudgetExceeded { amount, remaining, budget }) => {
+                assert_eq!((amount, budget), (0.5, 1.0));
+                assert!(remaining <= 0.25 && remaining > 0.25 * (1.0 - 1e-12), "{remaining}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut w = DpFilter::new(WhitehouseFilter::new(1.0, 1e-6, 0.0).unwrap());
+        let e = w.try_charge(ApproxDp::pure(2.0).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("of 1 remains"), "{e}");
+    }
 
     #[test]
     fn basic_filter_allows_floor_of_budget_over_epsilon() {
