@@ -55,6 +55,7 @@ pub mod mechanism;
 mod neighbours;
 pub mod numeric;
 pub mod odometer;
+pub mod sampling;
 pub mod session;
 
 pub use calibrate::{GaussianRelease, GdPlan, PrivateGd, calibrate_sigma};

@@ -21,6 +21,7 @@ use dpgd_accounting::numeric::{
 use dpgd_accounting::odometer::{
     FilterOdometer, MixtureOdometer, Odometer, PrivacyOdometer, RogersOdometer, StitchedOdometer,
 };
+use dpgd_accounting::sampling::{DiscreteGaussian, DiscreteLaplace, bernoulli_exp};
 use dpgd_accounting::session::PrivacySession;
 use dpgd_accounting::{
     ApproxDp, Conversion, GaussianDp, GaussianRelease, GdPlan, Neighbours, PrivateGd, PureDp, Rdp, ToApproxDp, Zcdp,
@@ -295,6 +296,23 @@ proptest! {
         if let Ok(c) = ApproxDp::new(v, 0.0) {
             let s = timed("DpSums::repeated", || DpSums::default().repeated(c, r));
             prop_assert!(s.rounds == r);
+        }
+    }
+
+    #[test]
+    fn samplers(sigma in any_f64(), delta in any_f64(), num in any::<u128>(), den in any::<u128>(), scale in any::<u64>()) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        if let Ok(g) = timed("DiscreteGaussian::new", || DiscreteGaussian::new(sigma)) {
+            for _ in 0..4 {
+                timed("DiscreteGaussian::sample", || g.sample(&mut rng));
+            }
+            if let Ok(z) = timed("DiscreteGaussian::zcdp", || g.zcdp(delta)) {
+                prop_assert!(z.rho() > 0.0 && z.rho().is_finite());
+            }
+        }
+        let _ = timed("bernoulli_exp", || bernoulli_exp(num, den, &mut rng));
+        if let Ok(lap) = timed("DiscreteLaplace::new", || DiscreteLaplace::new(scale)) {
+            timed("DiscreteLaplace::sample", || lap.sample(&mut rng));
         }
     }
 
