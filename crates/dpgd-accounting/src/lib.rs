@@ -46,6 +46,7 @@
 //! relative precision. Budgets are added with upward and subtracted with downward
 //! rounding.
 
+pub mod audit;
 mod calibrate;
 pub mod convert;
 mod error;

@@ -6,6 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+use dpgd_accounting::audit::{
+    AuditOptions, MAX_TRIALS, approx_dp_epsilon_lower_bound, audit_scores, clopper_pearson, gdp_mu_lower_bound,
+    normal_quantile,
+};
 use dpgd_accounting::convert::{
     bun_steinke_epsilon, bun_steinke_max_rho, cks_epsilon, gaussian_delta, gaussian_epsilon,
 };
@@ -313,6 +317,30 @@ proptest! {
         let _ = timed("bernoulli_exp", || bernoulli_exp(num, den, &mut rng));
         if let Ok(lap) = timed("DiscreteLaplace::new", || DiscreteLaplace::new(scale)) {
             timed("DiscreteLaplace::sample", || lap.sample(&mut rng));
+        }
+    }
+
+    #[test]
+    fn audit_statistics(p in any_f64(), q in any_f64(), d in any_f64(), k in any::<u64>(), n in any::<u64>(), small in 0u64..2000, scores in proptest::collection::vec(any_f64(), 0..40)) {
+        if let Ok(x) = timed("normal_quantile", || normal_quantile(p)) {
+            prop_assert!(x.is_finite());
+        }
+        let n_any = n % (MAX_TRIALS + 10);
+        for (k, n) in [(k % (n_any + 2), n_any), (small / 2, small), (k, n)] {
+            if let Ok(ci) = timed("clopper_pearson", || clopper_pearson(k, n, p)) {
+                prop_assert!(0.0 <= ci.lower && ci.lower <= ci.upper && ci.upper <= 1.0, "{ci:?}");
+            }
+        }
+        if let Ok(m) = timed("gdp_mu_lower_bound", || gdp_mu_lower_bound(p, q)) {
+            prop_assert!(m >= 0.0);
+        }
+        if let Ok(e) = timed("approx_dp_epsilon_lower_bound", || approx_dp_epsilon_lower_bound(p, q, d)) {
+            prop_assert!(e >= 0.0);
+        }
+        let half = scores.len() / 2;
+        let options = AuditOptions { delta: d.abs().min(0.5), ..AuditOptions::default() };
+        if let Ok(b) = timed("audit_scores", || audit_scores(&scores[..half], &scores[half..], &options)) {
+            prop_assert!(b.mu_lower >= 0.0 && b.epsilon_lower >= 0.0 && b.epsilon_lower_gdp >= 0.0, "{b:?}");
         }
     }
 
