@@ -7,8 +7,8 @@
 //! (FPR, α) and a false-negative rate (FNR, β), and a private mechanism limits how small both
 //! can be at once:
 //!
-//! * under μ-Gaussian DP the trade-off function is β ≥ Φ(Φ⁻¹(1 − α) − μ) ([DRS19] Def. 2.7,
-//!   Prop. 2.9), so μ ≥ Φ⁻¹(1 − α) − Φ⁻¹(β) ([`gdp_mu_lower_bound`]);
+//! * under μ-Gaussian DP the trade-off function is β ≥ Φ(Φ⁻¹(1 − α) − μ) ([DRS19]: testing
+//!   N(0, 1) against N(μ, 1)), so μ ≥ Φ⁻¹(1 − α) − Φ⁻¹(β) ([`gdp_mu_lower_bound`]);
 //! * under (ε, δ)-DP, α + e^ε β ≥ 1 − δ and β + e^ε α ≥ 1 − δ, so
 //!   ε ≥ max(ln((1 − δ − β)/α), ln((1 − δ − α)/β)) ([`approx_dp_epsilon_lower_bound`]).
 //!

@@ -5,25 +5,23 @@
 //!
 //! | name | formula | applies to |
 //! |---|---|---|
-//! | `bun-steinke` | ε = ρ + 2√(ρ ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3; the B* of 001 Thm 4.8); for an RDP curve Mironov's ε = min_α ε(α) + ln(1/δ)/(α−1) (001 Fact 2.4) | zCDP, GDP, RDP |
-//! | `cks` | ε = min_{α>1} ε(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) (Canonne, Kamath & Steinke 2020, Prop. 12; = Balle et al. 2020, Thm 21, as in Opacus) | zCDP, GDP, RDP |
-//! | `gaussian-exact` | δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13) | GDP only |
+//! | `bun-steinke` | ε = ρ + 2√(ρ ln(1/δ)) ([BS16, Prop. 1.3]; the B* of [FZ21, Thm 4.8]); for an RDP curve Mironov's ε = min_α ε(α) + ln(1/δ)/(α−1) ([FZ21, Fact 2.4]) | zCDP, GDP, RDP |
+//! | `cks` | ε = min_{α>1} ε(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) ([CKS20, Prop. 12]; = [BBGHS20, Thm 21], as in Opacus) | zCDP, GDP, RDP |
+//! | `gaussian-exact` | δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) ([BW18, Thm 8]; [DRS19, Cor. 2.13]) | GDP only |
 //!
 //! For every guarantee `gaussian-exact ≤ cks ≤ bun-steinke`.
 //!
-//! # Why `gaussian-exact` is valid for private GD with filtering (001 Algorithm 3)
+//! # Why `gaussian-exact` is valid for private GD with filtering ([FZ21, Algorithm 3])
 //!
 //! Fix an example xᵢ. Step t releases Σⱼ ḡₜ(xⱼ) + N(0, σ²C²I): with respect to adding or
 //! removing xᵢ this is a Gaussian mechanism with sensitivity ‖ḡₜ(xᵢ)‖, i.e. μₜ-GDP with
 //! μₜ = ‖ḡₜ(xᵢ)‖/(σC). μₜ is *predictable*: it depends on the data only through the
 //! released θₜ. Algorithm 3 clips so that Σₜ‖ḡₜ(xᵢ)‖² ≤ B_norm on every run, hence
 //! Σₜ μₜ² ≤ B_norm/(σ²C²) almost surely. The fully adaptive composition theorem for Gaussian
-//! DP — the Gaussian-DP filter of Smith & Thakurta (2022, "Fully adaptive composition for
-//! Gaussian differential privacy") and its individual form in Koskela, Tobaben & Honkela
-//! (2023, "Individual privacy accounting with Gaussian differential privacy", Thm 4.3) —
+//! DP — the Gaussian-DP filter of [ST22] and its individual form in [KTH23, Thm 4.3] —
 //! states that such a composition is μ-GDP with μ² = B_norm/(σ²C²), whatever the number of
 //! steps. Its exact (ε, δ) curve is the one above. Note μ²/2 = B_norm/(2σ²C²) is exactly the
-//! ρ of 001 Prop. 5.1, so this conversion reports the same run with a smaller ε than the
+//! ρ of [FZ21, Prop. 5.1], so this conversion reports the same run with a smaller ε than the
 //! paper's conversion. It is *not* valid for an arbitrary ρ-zCDP mechanism, which is why
 //! [`Zcdp`] refuses it and only [`GaussianDp`] accepts it.
 //!
@@ -54,6 +52,8 @@
 //!   with that forward conversion exactly as users call it: the ρ returned never gives more
 //!   than the target ε, and is never above the exact inverse (measured: below it by 3e-14
 //!   to 1.2e-8 relative).
+//!
+//! [ST22]: https://arxiv.org/abs/2210.17520
 
 use std::fmt;
 use std::str::FromStr;
@@ -82,11 +82,13 @@ fn log_inv(delta: f64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Conversion {
-    /// ε = ρ + 2√(ρ ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3).
+    /// ε = ρ + 2√(ρ ln(1/δ)) ([BS16, Prop. 1.3]).
     BunSteinke,
-    /// Canonne, Kamath & Steinke 2020, Prop. 12, optimised exactly over α.
+    /// [CKS20, Prop. 12], optimised exactly over α.
     Cks,
-    /// The exact (ε, δ) curve of μ-Gaussian DP (Balle & Wang 2018). GDP guarantees only.
+    /// The exact (ε, δ) curve of μ-Gaussian DP ([BW18]). GDP guarantees only.
+    ///
+    /// [BW18]: https://arxiv.org/abs/1805.06530
     GaussianExact,
 }
 
@@ -183,7 +185,13 @@ impl FromStr for Conversion {
 
 /// A guarantee that converts to approximate DP.
 pub trait ToApproxDp {
-    /// The smallest ε such that the guarantee implies (ε, δ)-DP under `method`.
+    /// The smallest ε such that the guarantee implies (ε, δ)-DP under `method`, never below
+    /// the exact value (see the [module docs](self#exactness-and-why-a-reported-ε-is-never-too-small));
+    /// +∞ for a vacuous guarantee.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `delta` if it is not in (0, 1);
+    /// [`AccountingError::Unsupported`] for `gaussian-exact` on anything but [`GaussianDp`].
     fn epsilon(&self, delta: f64, method: Conversion) -> Result<f64>;
 }
 
@@ -216,7 +224,7 @@ impl ToApproxDp for Rdp {
     fn epsilon(&self, delta: f64, method: Conversion) -> Result<f64> {
         let delta = probability("delta", delta)?;
         let at = |(a, e): (&f64, &f64)| match method {
-            // 001 Fact 2.4 (Mironov 2017, Prop. 3). Two positive terms, each within 2 ulps.
+            // [FZ21, Fact 2.4] ([Mir17, Prop. 3]). Two positive terms, each within 2 ulps.
             Conversion::BunSteinke => {
                 let tail = log_inv(delta) / (a - 1.0);
                 Ok(with_margin(e + tail, e + tail))
@@ -236,7 +244,7 @@ impl ToApproxDp for Rdp {
     }
 }
 
-/// `bun-steinke`: ε = ρ + 2√(ρ ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3), never below the
+/// `bun-steinke`: ε = ρ + 2√(ρ ln(1/δ)) ([BS16, Prop. 1.3]), never below the
 /// exact value.
 ///
 /// Error analysis: ln is within 1 ulp, the product, root and sum add 1.5 ulps, so the
@@ -249,7 +257,7 @@ pub fn bun_steinke_epsilon(rho: f64, delta: f64) -> f64 {
 }
 
 /// Inverse of [`bun_steinke_epsilon`]: the largest ρ with `bun_steinke_epsilon(ρ, δ) ≤ ε`,
-/// i.e. ρ = (√(ln(1/δ)+ε) − √ln(1/δ))², the B* printed in 001 Thm 4.8. Evaluated as
+/// i.e. ρ = (√(ln(1/δ)+ε) − √ln(1/δ))², the B* printed in [FZ21, Thm 4.8]. Evaluated as
 /// (ε/(√(L+ε)+√L))² to avoid cancellation when ε ≪ L, then lowered until the forward
 /// conversion (with its margin) confirms it, so it never overstates the budget. NaN if no
 /// positive ρ is confirmed (invalid inputs).
@@ -317,7 +325,7 @@ fn cks_max_rho(epsilon: f64, delta: f64) -> f64 {
 }
 
 /// The exact privacy profile of μ-GDP, δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)
-/// (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13), never below the exact value.
+/// ([BW18, Thm 8]; [DRS19, Cor. 2.13]), never below the exact value.
 /// The second term is formed in log space so that e^ε never overflows before the tail
 /// underflows.
 ///

@@ -53,6 +53,16 @@ pub enum AccountingError {
 pub type Result<T, E = AccountingError> = std::result::Result<T, E>;
 
 /// Checks `value` is finite and `> 0`.
+///
+/// ```
+/// use dpgd_accounting::positive;
+/// assert_eq!(positive("sigma", 2.0), Ok(2.0));
+/// let e = positive("sigma", f64::NAN).unwrap_err().to_string();
+/// assert_eq!(e, "invalid sigma = NaN: must be a finite number > 0");
+/// ```
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] named `name` otherwise.
 pub fn positive(name: &'static str, value: f64) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
@@ -62,6 +72,9 @@ pub fn positive(name: &'static str, value: f64) -> Result<f64> {
 }
 
 /// Checks `value` is finite and `≥ 0`.
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] named `name` otherwise.
 pub fn non_negative(name: &'static str, value: f64) -> Result<f64> {
     if value.is_finite() && value >= 0.0 {
         Ok(value)
@@ -71,6 +84,9 @@ pub fn non_negative(name: &'static str, value: f64) -> Result<f64> {
 }
 
 /// Checks `0 <= value < 1` (a failure probability δ that may be zero, as for pure DP).
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] named `name` otherwise.
 pub fn probability_or_zero(name: &'static str, value: f64) -> Result<f64> {
     if (0.0..1.0).contains(&value) {
         Ok(value)
@@ -80,6 +96,9 @@ pub fn probability_or_zero(name: &'static str, value: f64) -> Result<f64> {
 }
 
 /// Checks `0 < value < 1` (a failure probability δ).
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] named `name` otherwise.
 pub fn probability(name: &'static str, value: f64) -> Result<f64> {
     if value > 0.0 && value < 1.0 {
         Ok(value)

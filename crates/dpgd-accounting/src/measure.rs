@@ -6,7 +6,7 @@ use super::error::AccountingError;
 use super::error::{Result, non_negative, positive, probability_or_zero};
 use super::numeric::{add_up, half_up, mul_up, sqrt_up, u64_up};
 
-/// Pure ε-differential privacy (001 Def. 2.1 with δ = 0).
+/// Pure ε-differential privacy ([FZ21, Def. 2.1] with δ = 0).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct PureDp {
     epsilon: f64,
@@ -25,7 +25,7 @@ impl PureDp {
     pub fn epsilon(self) -> f64 {
         self.epsilon
     }
-    /// An ε-DP mechanism is (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4), rounded up.
+    /// An ε-DP mechanism is (ε²/2)-zCDP ([BS16, Prop. 1.4]), rounded up.
     ///
     /// ε = 0 gives the smallest positive ρ (a 0-zCDP mechanism is ρ-zCDP for every ρ > 0);
     /// ε above about 1.9e154 gives ρ = +∞, a vacuous guarantee (see [`Zcdp`]).
@@ -35,11 +35,13 @@ impl PureDp {
     }
 }
 
-/// ρ-zero-concentrated DP: (α, αρ)-RDP for every α ≥ 1 (001 Def. 2.3; Bun & Steinke 2016).
+/// ρ-zero-concentrated DP: (α, αρ)-RDP for every α ≥ 1 ([FZ21, Def. 2.3]; [BS16]).
 ///
 /// ρ is always > 0. [`Zcdp::new`] takes a finite ρ; arithmetic that overflows `f64`
 /// (a composition, [`PureDp::to_zcdp`] of a huge ε) rounds up to ρ = +∞, the vacuous
 /// guarantee, which every conversion reports as ε = ∞ — never as a finite value.
+///
+/// [BS16]: https://arxiv.org/abs/1605.02065
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Zcdp {
     rho: f64,
@@ -59,7 +61,7 @@ impl Zcdp {
         self.rho
     }
     /// Composition: ρ₁-zCDP then ρ₂-zCDP is (ρ₁+ρ₂)-zCDP, also fully adaptively
-    /// (001 Remark 4.4). Rounded up; a sum that overflows is ρ = +∞ (vacuous).
+    /// ([FZ21, Remark 4.4]). Rounded up; a sum that overflows is ρ = +∞ (vacuous).
     #[must_use]
     pub fn compose(self, other: Zcdp) -> Zcdp {
         Zcdp { rho: add_up(self.rho, other.rho) }
@@ -106,7 +108,7 @@ impl Zcdp {
     }
 }
 
-/// μ-Gaussian differential privacy (Dong, Roth & Su 2022): distinguishing the outputs on
+/// μ-Gaussian differential privacy ([DRS19]): distinguishing the outputs on
 /// neighbouring datasets is no easier than telling N(0,1) from N(μ,1).
 ///
 /// μ is always > 0; it is finite when constructed with [`GaussianDp::new`] and +∞ (vacuous)
@@ -115,7 +117,9 @@ impl Zcdp {
 /// This is the guarantee of any (fully adaptive, see [`crate::convert`])
 /// composition of Gaussian mechanisms whose squared individual sensitivities over σ² sum
 /// to at most μ²; it implies (μ²/2)-zCDP, and its exact (ε, δ) curve is
-/// [`gaussian_delta`](crate::convert::gaussian_delta) (Balle & Wang 2018, Thm 8).
+/// [`gaussian_delta`](crate::convert::gaussian_delta) ([BW18, Thm 8]).
+///
+/// [DRS19]: https://arxiv.org/abs/1905.02383
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct GaussianDp {
     mu: f64,
@@ -150,7 +154,7 @@ impl GaussianDp {
     pub fn to_zcdp(self) -> Zcdp {
         Zcdp { rho: half_up(mul_up(self.mu, self.mu)) }
     }
-    /// Composition: μ₁-GDP then μ₂-GDP is √(μ₁²+μ₂²)-GDP (Dong, Roth & Su 2022, Cor. 3.3),
+    /// Composition: μ₁-GDP then μ₂-GDP is √(μ₁²+μ₂²)-GDP ([DRS19, Cor. 3.3]),
     /// rounded up; a result that overflows is μ = +∞ (vacuous).
     #[must_use]
     pub fn compose(self, other: GaussianDp) -> GaussianDp {
@@ -158,7 +162,9 @@ impl GaussianDp {
     }
 }
 
-/// Rényi DP as a curve: (αⱼ, εⱼ)-RDP at each listed order αⱼ > 1 (Mironov 2017; 001 Def. 2.2).
+/// Rényi DP as a curve: (αⱼ, εⱼ)-RDP at each listed order αⱼ > 1 ([Mir17]; [FZ21, Def. 2.2]).
+///
+/// [Mir17]: https://arxiv.org/abs/1702.07476
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rdp {
     orders: Vec<f64>,
@@ -207,8 +213,8 @@ impl Rdp {
     pub fn epsilons(&self) -> &[f64] {
         &self.epsilons
     }
-    /// Composition at matching orders: ε(α) adds up (Mironov 2017, Prop. 1; fully adaptively
-    /// by 001 Thm 4.3 and Remark 4.4), rounded up.
+    /// Composition at matching orders: ε(α) adds up ([Mir17, Prop. 1]; fully adaptively
+    /// by [FZ21, Thm 4.3 and Remark 4.4]), rounded up.
     ///
     /// # Errors
     /// [`AccountingError::InvalidParameter`] naming `orders` if the orders differ, or
@@ -229,7 +235,7 @@ impl Rdp {
     }
 }
 
-/// Approximate (ε, δ)-differential privacy (001 Def. 2.1); δ = 0 is pure ε-DP. Also the cost
+/// Approximate (ε, δ)-differential privacy ([FZ21, Def. 2.1]); δ = 0 is pure ε-DP. Also the cost
 /// of one mechanism charged to an (ε, δ) filter ([`super::filter::DpFilter`]).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct ApproxDp {
@@ -264,8 +270,7 @@ impl ApproxDp {
     }
 }
 
-/// (ε, δ)-probabilistic differential privacy, pDP ([WRRW23] §4.1, after Kasiviswanathan &
-/// Smith 2014's point-wise indistinguishability): for every pair of neighbours, the privacy
+/// (ε, δ)-probabilistic differential privacy, pDP ([WRRW23] §4.1, after [KS14]'s point-wise indistinguishability): for every pair of neighbours, the privacy
 /// loss exceeds ε in absolute value with probability at most δ over the mechanism's output.
 ///
 /// pDP implies (ε, δ)-DP ([WRRW23] Lemma 2), but not conversely: an (ε, δ)-DP mechanism is in
@@ -275,6 +280,7 @@ impl ApproxDp {
 /// for mechanisms with δ > 0 and refuses a plain [`ApproxDp`] with δ > 0.
 ///
 /// [WRRW23]: https://arxiv.org/abs/2203.05481
+/// [KS14]: https://arxiv.org/abs/0803.3946
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct ProbabilisticDp {
     epsilon: f64,

@@ -1,6 +1,6 @@
 //! Mechanisms to run inside a session: the Gaussian mechanism for counts and sums, and the
 //! individually filtered Gaussian mechanism for adaptively chosen linear queries
-//! (001 §4.2, Cor. 4.7, Thm 1.2) — of which private GD with filtering is one instance.
+//! ([FZ21, §4.2, Cor. 4.7, Thm 1.2]) — of which private GD with filtering is one instance.
 
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -11,7 +11,7 @@ use super::measure::Zcdp;
 use super::numeric::{div_up, half_up, mul_up, sqrt_up};
 
 /// The Gaussian mechanism: a statistic with ℓ₂-sensitivity Δ plus N(0, σ²) per coordinate,
-/// Δ²/(2σ²)-zCDP (Bun & Steinke 2016, Prop. 1.6).
+/// Δ²/(2σ²)-zCDP ([BS16, Prop. 1.6]).
 ///
 /// ```
 /// use dpgd_accounting::mechanism::GaussianMechanism;
@@ -70,10 +70,10 @@ impl GaussianMechanism {
 }
 
 /// Adaptively chosen d-dimensional linear queries answered under an individual filter
-/// (001 Cor. 4.7): each user's contribution qₜ(xᵢ) is scaled to norm
+/// ([FZ21, Cor. 4.7]): each user's contribution qₜ(xᵢ) is scaled to norm
 /// min(‖qₜ(xᵢ)‖, √(B_norm − spentᵢ)), users whose budget is spent contribute nothing, and the
 /// sum gets N(0, σ²I) with σ² = B_norm/(2κ) (σ rounded up). The whole sequence is κ-zCDP
-/// however many queries are asked (001 Thm 4.5), and answers are accurate on the still-active
+/// however many queries are asked ([FZ21, Thm 4.5]), and answers are accurate on the still-active
 /// users.
 ///
 /// ```

@@ -1,21 +1,21 @@
 //! Privacy odometers: at every time, a bound on the privacy loss so far that holds
-//! simultaneously over all times with probability ≥ 1 − δ (Rogers et al. 2016, 003 §3;
-//! Whitehouse et al. 2023, 000 §4).
+//! simultaneously over all times with probability ≥ 1 − δ ([RRUV16, §3];
+//! [WRRW23, §4]).
 //!
-//! All bounds are functions of the *intrinsic time* Vₙ = Σ_{m≤n} ε_m² (000 Thm 3) and are
+//! All bounds are functions of the *intrinsic time* Vₙ = Σ_{m≤n} ε_m² ([WRRW23, Thm 3]) and are
 //! trivial (`None`, i.e. ∞) once the mechanisms' own δₘ exceed δ″: with δ = δ′ + δ″, the bound
-//! at time n is finite only while Σ_{m≤n} δₘ ≤ δ″ (this is n ≤ N in 000 Thm 3).
+//! at time n is finite only while Σ_{m≤n} δₘ ≤ δ″ (this is n ≤ N in [WRRW23, Thm 3]).
 //!
 //! | odometer | tight | source |
 //! |---|---|---|
-//! | [`FilterOdometer`] | at one preselected intrinsic time y* | 000 Thm 3.1 |
-//! | [`MixtureOdometer`] | overall, best near a chosen time (γ) | 000 Thm 3.2 |
-//! | [`StitchedOdometer`] | at all times up to log log factors, after V ≥ v₀ | 000 Thm 3.3 |
-//! | [`RogersOdometer`] | the original; depends on the dataset size | 003 Thm 6.2 / 000 Lemma 3 |
+//! | [`FilterOdometer`] | at one preselected intrinsic time y* | [WRRW23, Thm 3.1] |
+//! | [`MixtureOdometer`] | overall, best near a chosen time (γ) | [WRRW23, Thm 3.2] |
+//! | [`StitchedOdometer`] | at all times up to log log factors, after V ≥ v₀ | [WRRW23, Thm 3.3] |
+//! | [`RogersOdometer`] | the original; depends on the dataset size | [RRUV16, Thm 6.2] / [WRRW23, Lemma 3] |
 //!
 //! # Mechanisms with δₘ > 0 need probabilistic DP
 //!
-//! 000 Thm 3 (and Lemma 3, stated in its setup) assumes every mechanism is (εₘ, δₘ)-pDP
+//! [WRRW23, Thm 3] (and Lemma 3, stated in its setup) assumes every mechanism is (εₘ, δₘ)-pDP
 //! conditioned on the earlier outputs ([`ProbabilisticDp`]): its privacy loss exceeds εₘ
 //! with probability at most δₘ. For δₘ = 0 that is pure εₘ-DP, but for δₘ > 0 it is strictly
 //! stronger than (εₘ, δₘ)-DP, and the paper conjectures (§4.1) that the odometers fail for
@@ -25,7 +25,7 @@
 //! mechanisms only as [`ProbabilisticDp`] through [`Odometer::record_pdp`]. A bare
 //! [`PrivacyOdometer::bound`] cannot tell where its sums came from: sums of δₘ > 0 must come
 //! from pDP parameters ([`DpSums::with_pdp`]). To account for approximate-DP mechanisms
-//! with a budget fixed in advance, use the filter of 000 Thm 2
+//! with a budget fixed in advance, use the filter of [WRRW23, Thm 2]
 //! ([`WhitehouseFilter`](crate::filter::WhitehouseFilter)), which takes them directly.
 
 use super::error::{AccountingError, Result, non_negative, positive, probability};
@@ -58,7 +58,7 @@ impl<O: PrivacyOdometer> Odometer<O> {
     /// Records a mechanism that ran with parameters `c`, which must be pure DP (δ = 0).
     ///
     /// # Errors
-    /// [`AccountingError::Unsupported`] for δ > 0: the odometers of 000 Thm 3 are not valid
+    /// [`AccountingError::Unsupported`] for δ > 0: the odometers of [WRRW23, Thm 3] are not valid
     /// for (ε, δ)-DP mechanisms with δ > 0 (see the
     /// [module docs](self#mechanisms-with-δₘ--0-need-probabilistic-dp)); state the mechanism's
     /// probabilistic-DP parameters and use [`record_pdp`](Self::record_pdp). Nothing is
@@ -88,7 +88,7 @@ impl<O: PrivacyOdometer> Odometer<O> {
     }
 }
 
-/// The split δ = δ′ + δ″ every odometer of 000 Thm 3 uses.
+/// The split δ = δ′ + δ″ every odometer of [WRRW23, Thm 3] uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Split {
     /// ln(1/δ′).
@@ -109,15 +109,17 @@ impl Split {
     }
 }
 
-/// The filter odometer of 000 Thm 3.1: with L = ln(1/δ′),
+/// The filter odometer of [WRRW23, Thm 3.1]: with L = ln(1/δ′),
 /// uₙ = √(y* L/2) + √(L/(2y*))·Vₙ + ½Vₙ — the line a + bV with ab = L/2 (the linear-boundary
-/// bound, 000 Thm 4) that touches the advanced-composition curve √(2LV) + V/2 at V = y*.
+/// bound, [WRRW23, Thm 4]) that touches the advanced-composition curve √(2LV) + V/2 at V = y*.
 ///
-/// **Reading of y\*.** 000 prints y* = (−√(2L) + √(2L + ε))² and says it solves f(y) = ε for
+/// **Reading of y\*.** [WRRW23] prints y* = (−√(2L) + √(2L + ε))² and says it solves f(y) = ε for
 /// f(y) = √(2Ly) + y/2; but f of that value is ε/2. The root of f(y) = ε is
 /// y* = (√(2L + 2ε) − √(2L))², used here: the odometer then equals ε exactly at Vₙ = y*, the
-/// stopping point of the (ε, δ) filter of 000 Thm 2. Any y* > 0 gives a valid odometer (only
+/// stopping point of the (ε, δ) filter of [WRRW23, Thm 2]. Any y* > 0 gives a valid odometer (only
 /// ab = L/2 matters for validity), so both readings are valid; ours is tight where intended.
+///
+/// [WRRW23]: https://arxiv.org/abs/2203.05481
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FilterOdometer {
     y_star: f64,
@@ -165,8 +167,10 @@ impl PrivacyOdometer for FilterOdometer {
     }
 }
 
-/// The mixture odometer of 000 Thm 3.2 (method of mixtures, Howard et al. 2021):
+/// The mixture odometer of [WRRW23, Thm 3.2] (method of mixtures, [HRMS21]):
 /// uₙ = √(2(γ + Vₙ) ln((1/δ′)·√((Vₙ + γ)/γ))) + ½Vₙ.
+///
+/// [HRMS21]: https://arxiv.org/abs/1810.08240
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MixtureOdometer {
     gamma: f64,
@@ -229,8 +233,10 @@ impl PrivacyOdometer for MixtureOdometer {
     }
 }
 
-/// The stitched odometer of 000 Thm 3.3 (stitching, Howard et al. 2021): for Vₙ ≥ v₀,
+/// The stitched odometer of [WRRW23, Thm 3.3] (stitching, [HRMS21]): for Vₙ ≥ v₀,
 /// uₙ = 1.7·√(Vₙ (ln ln(2Vₙ/v₀) + 0.72 ln(5.2/δ′))) + ½Vₙ, and trivial before.
+///
+/// [HRMS21]: https://arxiv.org/abs/1810.08240
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StitchedOdometer {
     v0: f64,
@@ -261,16 +267,19 @@ impl PrivacyOdometer for StitchedOdometer {
     }
 }
 
-/// The odometer of Rogers, Roth, Ullman & Vadhan 2016 (003 Thm 6.2; restated as 000 Lemma 3),
+/// The odometer of [RRUV16, Thm 6.2] (restated as [WRRW23, Lemma 3]),
 /// for a dataset of n examples and δ′ ≤ 1/e. With M = Σεₘ(e^εₘ − 1)/2:
 ///
 /// * for Vₙ ∈ [1/n², 1]: M + √(2Vₙ · K), K = max(ln(110e) + 2 ln(ln(n)/δ′), (1 + ln√3)·ln(4 log₂(n)/δ′));
 /// * otherwise: M + √(2(1/n² + Vₙ)(1 + ½ ln(1 + n²Vₙ)) ln(4 log₂(n)/δ′)).
 ///
-/// **Reading.** The two extractions disagree in the constant K of the first case (000 Lemma 3
-/// prints ln(110e) + 2 ln(ln|x|/δ′), 003 Thm 6.2 (1 + ln√3) ln(4 log₂ n/δ′)) and in the mean
-/// term (000: ½Vₙ for pDP mechanisms; 003: M ≥ ½Vₙ). We take the larger of each, which is
+/// **Reading.** The two extractions disagree in the constant K of the first case ([WRRW23, Lemma 3]
+/// prints ln(110e) + 2 ln(ln|x|/δ′), [RRUV16, Thm 6.2] (1 + ln√3) ln(4 log₂ n/δ′)) and in the mean
+/// term (½Vₙ for pDP mechanisms in [WRRW23], M ≥ ½Vₙ in [RRUV16]). We take the larger of each, which is
 /// valid whichever printing is the correct one.
+///
+/// [WRRW23]: https://arxiv.org/abs/2203.05481
+/// [RRUV16]: https://arxiv.org/abs/1605.08294
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RogersOdometer {
     n: f64,

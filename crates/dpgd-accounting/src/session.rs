@@ -1,9 +1,9 @@
-//! Concurrent composition (Haney et al., paper 004): several interactive mechanisms — a
+//! Concurrent composition ([HSTVVXZ23]): several interactive mechanisms — a
 //! training run, periodic noisy accuracy queries, an active-set counter — queried in any
 //! interleaving from any threads, all charged against one filter (or recorded by one
 //! odometer).
 //!
-//! 004 shows that filters and odometers stay valid when the interactive mechanisms they
+//! [HSTVVXZ23] shows that filters and odometers stay valid when the interactive mechanisms they
 //! account for are interleaved, provided every query is charged before its answer is
 //! released and a refused query releases nothing. A [`PrivacySession`] enforces exactly that:
 //! [`Mechanism::query`] charges under one lock (so two threads can never both pass a check
@@ -24,6 +24,8 @@
 //! assert_eq!(counts.query(Zcdp::new(0.125).unwrap(), || 124).unwrap(), 124); // a cheaper one fits
 //! assert_eq!(session.log().len(), 2);
 //! ```
+//!
+//! [HSTVVXZ23]: https://arxiv.org/abs/2309.05901
 
 use std::sync::{Arc, Mutex};
 
@@ -97,6 +99,10 @@ where
 {
     /// Charges `cost`; if the accountant accepts, runs `release` and returns its answer. A
     /// refused query runs nothing, releases nothing and changes no state.
+    ///
+    /// # Errors
+    /// The accountant's refusal ([`PrivacyFilter::try_charge`]), typically
+    /// [`AccountingError::BudgetExceeded`](super::AccountingError::BudgetExceeded).
     pub fn query<T>(&self, cost: F::Cost, release: impl FnOnce() -> T) -> Result<T> {
         {
             let mut st = self.session.lock();

@@ -54,7 +54,7 @@ proptest! {
         }
     }
 
-    /// 000's filter allows at least as many rounds as Rogers et al.'s on the paper's settings.
+    /// [WRRW23]'s filter allows at least as many rounds as Rogers et al.'s on the paper's settings.
     #[test]
     fn whitehouse_allows_at_least_as_many_rounds_as_rogers(eps0 in 1e-3f64..0.5, eps in 0.1f64..5.0, ld in -10f64..-2.0) {
         let delta = 10f64.powf(ld);

@@ -1,7 +1,6 @@
 //! Filters for (ε, δ)-DP mechanisms with adaptively chosen parameters: basic composition,
-//! Rogers et al. 2016 (003 Thm 5.1), Feldman–Zrnic (001 Thm 4.8) and Whitehouse et al.
-//! (000 Thm 2). Each decides from sufficient statistics of the realised parameters
-//! ([`DpSums`]), so the number of rounds a filter allows for a fixed ε₀ is found by
+//! [RRUV16, Thm 5.1], [FZ21, Thm 4.8] and [WRRW23, Thm 2]. Each decides from sufficient
+//! statistics of the realised parameters ([`DpSums`]), so the number of rounds a filter allows for a fixed ε₀ is found by
 //! bisection ([`rounds_allowed`]) rather than by charging one round at a time.
 
 use super::super::convert::{Conversion, bun_steinke_max_rho};
@@ -18,7 +17,9 @@ pub struct DpSums {
     pub eps: f64,
     /// Σεₜ².
     pub eps2: f64,
-    /// Σεₜ(e^εₜ − 1)/2, the mean privacy loss term of Rogers et al.
+    /// Σεₜ(e^εₜ − 1)/2, the mean privacy loss term of [RRUV16].
+    ///
+    /// [RRUV16]: https://arxiv.org/abs/1605.08294
     pub eps_expm1: f64,
     /// Σδₜ.
     pub delta: f64,
@@ -126,7 +127,12 @@ impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
 }
 
 /// The number of ε₀-DP (pure) mechanisms `rule` lets run, by bisection on the round count;
-/// `None` if it allows more than 2⁵³ (effectively unbounded).
+/// `None` if it allows more than 2⁵³ (effectively unbounded). At most about 110 evaluations
+/// of the rule.
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] naming `per-round epsilon` if `eps0` is not a finite
+/// number > 0.
 pub fn rounds_allowed(rule: &(impl SumsFilter + ?Sized), eps0: f64) -> Result<Option<u64>> {
     let c = ApproxDp::pure(positive("per-round epsilon", eps0)?)?;
     let ok = |r: u64| rule.admits(&DpSums::default().repeated(c, r));
@@ -148,7 +154,7 @@ pub fn rounds_allowed(rule: &(impl SumsFilter + ?Sized), eps0: f64) -> Result<Op
     Ok(Some(lo))
 }
 
-/// Basic composition (Dwork et al. 2006): CONT while Σεₜ ≤ ε_g and Σδₜ ≤ δ_g.
+/// Basic composition ([RRUV16, Thm 2.9], after Dwork et al. 2006): CONT while Σεₜ ≤ ε_g and Σδₜ ≤ δ_g.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BasicFilter {
     epsilon: f64,
@@ -157,6 +163,10 @@ pub struct BasicFilter {
 
 impl BasicFilter {
     /// Target (ε_g, δ_g), δ_g ∈ [0, 1).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` (not a finite number > 0) or
+    /// `delta` (not in [0, 1)).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
         Ok(Self { epsilon: positive("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
     }
@@ -171,12 +181,12 @@ impl SumsFilter for BasicFilter {
     }
 }
 
-/// Rogers, Roth, Ullman & Vadhan 2016, Theorem 5.1 (paper 003; quoted in 001 §4.3): HALT if
+/// The filter of [RRUV16, Thm 5.1] (quoted in [FZ21, §4.3]): HALT if
 /// Σδₜ > δ_g/2, or if
 ///
 /// Σεₜ(e^εₜ − 1)/2 + √(2 (Σεₜ² + H) (1 + ½ ln(Σεₜ²/H + 1)) ln(2/δ_g)) > ε_g,
 ///
-/// with H = ε_g²/(28.04 ln(1/δ_g)); valid for δ_g ∈ (0, 1/e). 001 §4.3 quotes the rule with
+/// with H = ε_g²/(28.04 ln(1/δ_g)); valid for δ_g ∈ (0, 1/e). [FZ21, §4.3] quotes the rule with
 /// ln(1/δ_g) for pure mechanisms; we keep the original's ln(2/δ_g), which is the larger (safe)
 /// reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -187,6 +197,10 @@ pub struct RogersFilter {
 
 impl RogersFilter {
     /// Target (ε_g, δ_g) with δ_g ∈ (0, 1/e).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` (not a finite number > 0) or
+    /// `delta` (not in (0, 1/e)).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
         positive("epsilon", epsilon)?;
         probability("delta", delta)?;
@@ -215,7 +229,7 @@ impl SumsFilter for RogersFilter {
     }
 }
 
-/// Feldman & Zrnic 2021, Theorem 4.8 (001): for ε-DP mechanisms (pure, in the pDP sense), CONT
+/// The filter of [FZ21, Thm 4.8]: for ε-DP mechanisms (pure, in the pDP sense), CONT
 /// while ½Σεₜ² ≤ B*, where B*-zCDP implies (ε_g, δ_g)-DP. The theorem allows any such B*:
 /// [`FzFilter::printed`] uses the B* printed there ((√(ln(1/δ)+ε) − √ln(1/δ))², the
 /// `bun-steinke` inverse); [`FzFilter::cks`] the larger B* of the `cks` conversion.
@@ -227,7 +241,11 @@ pub struct FzFilter {
 }
 
 impl FzFilter {
-    /// B* from the formula printed in 001 Thm 4.8.
+    /// B* from the formula printed in [FZ21, Thm 4.8].
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` (not a finite number > 0, or so
+    /// small that B* would be below 1e-300) or `delta` (not in (0, 1)).
     pub fn printed(epsilon: f64, delta: f64) -> Result<Self> {
         let (epsilon, delta) = (positive("epsilon", epsilon)?, probability("delta", delta)?);
         let b_star = bun_steinke_max_rho(epsilon, delta);
@@ -243,6 +261,10 @@ impl FzFilter {
         Ok(Self { b_star, epsilon })
     }
     /// B* from the tighter `cks` conversion.
+    ///
+    /// # Errors
+    /// As [`Conversion::max_rho`]: `epsilon` or `delta` out of range, or an ε so small that B*
+    /// would be below 1e-300.
     pub fn cks(epsilon: f64, delta: f64) -> Result<Self> {
         Ok(Self { b_star: Conversion::Cks.max_rho(epsilon, delta)?.rho(), epsilon })
     }
@@ -262,7 +284,7 @@ impl SumsFilter for FzFilter {
     }
 }
 
-/// Whitehouse, Ramdas, Rogers & Wu 2023, Theorem 2 (000): with δ = δ′ + δ″, CONT while
+/// The filter of [WRRW23, Thm 2]: with δ = δ′ + δ″, CONT while
 ///
 /// √(2 ln(1/δ′) Σεₜ²) + ½Σεₜ² ≤ ε  and  Σδₜ ≤ δ″.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -275,6 +297,10 @@ pub struct WhitehouseFilter {
 impl WhitehouseFilter {
     /// Target ε and the split δ = δ′ + δ″ (δ′ > 0 for the concentration bound, δ″ ≥ 0 for the
     /// mechanisms' own δₜ).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `epsilon` (not a finite number > 0),
+    /// `delta'` (not in (0, 1)) or `delta''` (not a finite number ≥ 0).
     pub fn new(epsilon: f64, delta_prime: f64, delta_second: f64) -> Result<Self> {
         positive("epsilon", epsilon)?;
         probability("delta'", delta_prime)?;
@@ -294,7 +320,7 @@ impl SumsFilter for WhitehouseFilter {
     }
 }
 
-/// Whitehouse et al. 2023, Theorem 1 (000): the approximate-zCDP filter. For δₜ-approximate
+/// The approximate-zCDP filter of [WRRW23, Thm 1]. For δₜ-approximate
 /// ρₜ-zCDP mechanisms, CONT while Σρₜ ≤ ρ and Σδₜ ≤ δ; the composition is δ-approximate ρ-zCDP.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApproxZcdpFilter {
@@ -315,6 +341,10 @@ pub struct ApproxZcdp {
 
 impl ApproxZcdpFilter {
     /// Budget: δ-approximate ρ-zCDP.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `rho` (not a finite number > 0) or `delta`
+    /// (not in [0, 1)).
     pub fn new(rho: f64, delta: f64) -> Result<Self> {
         Ok(Self {
             rho: positive("rho", rho)?,

@@ -1,4 +1,4 @@
-//! The individual Rényi filter (001 Algorithm 2, Theorem 4.5): a per-example ledger.
+//! The individual Rényi filter ([FZ21, Algorithm 2, Thm 4.5]): a per-example ledger.
 
 use std::ops::Range;
 
@@ -8,13 +8,13 @@ use super::super::error::{AccountingError, Result, non_negative, positive};
 use super::super::numeric::{add_up, sub_down};
 use super::{Decision, PrivacyFilter};
 
-/// The individual privacy filter of 001 Algorithm 2 / Theorem 4.5: one Rényi filter per
+/// The individual privacy filter of [FZ21, Algorithm 2 / Thm 4.5]: one Rényi filter per
 /// example. Example i stays active while its individual losses sum to at most the budget;
-/// the composition over all examples is then (α, B)-RDP (Thm 4.5), and for Gaussian steps
-/// κ-zCDP (Cor. 4.7).
+/// the composition over all examples is then (α, B)-RDP ([FZ21, Thm 4.5]), and for Gaussian
+/// steps κ-zCDP ([FZ21, Cor. 4.7]).
 ///
 /// The ledger is kept in the units of the mechanism's individual loss. In private gradient
-/// descent (001 Algorithm 3) the unit is the *squared clipped gradient norm*: example i's
+/// descent ([FZ21, Algorithm 3]) the unit is the *squared clipped gradient norm*: example i's
 /// individual RDP at step t is α‖ḡₜ(xᵢ)‖²/(2σ²C²), so a squared-norm budget B_norm is an RDP
 /// budget αB_norm/(2σ²C²) at every order α.
 ///
@@ -132,7 +132,7 @@ impl IndividualFilter {
         remaining(self.budget, self.spent[i])
     }
 
-    /// Whether example `i` has budget left (001 Alg. 2: i ∈ Sₜ).
+    /// Whether example `i` has budget left ([FZ21, Alg. 2]: i ∈ Sₜ).
     ///
     /// # Panics
     /// If `i ≥ self.len()`, like slice indexing.

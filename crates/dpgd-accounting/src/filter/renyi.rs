@@ -1,11 +1,11 @@
-//! Rényi, zCDP and multi-order RDP filters (001 Thm 4.3, Remark 4.4).
+//! Rényi, zCDP and multi-order RDP filters ([FZ21, Thm 4.3, Remark 4.4]).
 
 use super::super::error::{AccountingError, Result, non_negative, positive};
 use super::super::measure::{Rdp, Zcdp};
 use super::super::numeric::add_up;
 use super::{Decision, PrivacyFilter};
 
-/// The Rényi filter F_{α,B} of 001 Thm 4.3: CONT while Σₜ ρₜ ≤ B, where ρₜ is the
+/// The Rényi filter F_{α,B} of [FZ21, Thm 4.3]: CONT while Σₜ ρₜ ≤ B, where ρₜ is the
 /// (possibly adaptively chosen) RDP parameter of order α of mechanism t. The composition
 /// of the mechanisms it lets run is (α, B)-RDP.
 ///
@@ -25,6 +25,10 @@ pub struct RenyiFilter {
 
 impl RenyiFilter {
     /// A filter at order α > 1 with budget B > 0.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `order` (not a finite number > 1) or
+    /// `budget` (not a finite number > 0).
     pub fn new(order: f64, budget: f64) -> Result<Self> {
         if !(order.is_finite() && order > 1.0) {
             return Err(AccountingError::InvalidParameter {
@@ -63,7 +67,7 @@ impl PrivacyFilter for RenyiFilter {
     }
 }
 
-/// The zCDP filter of 001 Remark 4.4: CONT while Σₜ κₜ ≤ κ for κₜ-zCDP mechanisms; the
+/// The zCDP filter of [FZ21, Remark 4.4]: CONT while Σₜ κₜ ≤ κ for κₜ-zCDP mechanisms; the
 /// composition is κ-zCDP (the Rényi filter's rule is the same at every order).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ZcdpFilter {
@@ -100,7 +104,7 @@ impl PrivacyFilter for ZcdpFilter {
     }
 }
 
-/// Rényi filters at several orders at once (001 Remark 4.4): CONT while *every* order stays
+/// Rényi filters at several orders at once ([FZ21, Remark 4.4]): CONT while *every* order stays
 /// within its budget, so the composition is (αⱼ, Bⱼ)-RDP at every listed order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MultiOrderRdpFilter {
@@ -110,6 +114,9 @@ pub struct MultiOrderRdpFilter {
 
 impl MultiOrderRdpFilter {
     /// A filter whose budget at each order αⱼ is the curve's value Bⱼ (each must be > 0).
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `budget` if a value is 0.
     pub fn new(budget: Rdp) -> Result<Self> {
         for &b in budget.epsilons() {
             positive("budget", b)?;
