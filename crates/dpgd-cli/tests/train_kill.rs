@@ -1,77 +1,168 @@
-//! Kill the `dpgd` binary while it trains and resume it.
+//! Crash safety of `dpgd train`: SIGKILL the binary at random instants (during steps, during
+//! state and record writes, right after a resume starts), resume it, and repeat until it
+//! finishes. After every kill: every file parses, no example is over budget, no released row
+//! was lost or changed; at the end, the result is the uninterrupted run's, bit for bit.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use dpgd::train::checkpoint;
+use dpgd::arch::Preset;
+use dpgd::per_example::Network;
+use dpgd::train::outputs::{MetricsRow, RunResult};
+use dpgd::train::state::{self, Expect, Snapshot};
+use dpgd::train::{RunFolder, read_json};
 
-fn fixture(dir: &Path) -> PathBuf {
-    let d = dir.join("data");
-    dpgd::data::synthetic::Synthetic::default().write(&d).unwrap();
-    d
-}
+const EXAMPLES: usize = 600;
+const MAX_STEPS: usize = 30;
+const BUDGET: f64 = 12.0; // k = 12 steps at C = 1
 
-fn config(data: &Path, method: &str, extra: &str) -> String {
-    let privacy = format!("method = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nsteps = 30");
-    let train = format!("lr = 2.0\nseed = 3\neval_every = 4\ncheckpoint_every = 4\nchunk = 8\n{extra}");
+fn config(data: &Path) -> String {
     format!(
-        "name = \"test-{method}\"\n[data]\ndir = \"{}\"\ntrain_subset = 2000\ntest_subset = 1000\n[model]\npreset = \"opacus-cnn\"\n[privacy]\n{privacy}\n[train]\n{train}\n",
+        "name = \"kill\"\n[data]\ndir = \"{}\"\ntrain_subset = {EXAMPLES}\n[model]\npreset = \"logistic\"\n\
+         [privacy]\nmethod = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 12\n\
+         [train]\nlr = 1.0\nseed = 7\neval_every = 3\nchunk = 16\nmax_steps = {MAX_STEPS}\n\
+         [release]\nactive_count = \"noisy\"\nactive_count_sigma = 20.0\nactive_count_every = 2\n\
+         [stopping]\nrule = \"best-train-accuracy\"\nevery = 3\nsigma = 30.0\n",
         data.display()
     )
 }
 
-/// Kill the trainer at arbitrary moments: the checkpoint is never torn, the ledger never
-/// exceeds the budget, and the run resumes to completion.
+fn dpgd(args: &[&str], extra: &[&Path]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpgd"));
+    cmd.args(args).args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd
+}
+
+fn start(cfg: &Path, run: &Path) -> Command {
+    let mut c = dpgd(&["train", "--quiet", "--config"], &[cfg]);
+    c.arg("--out").arg(run);
+    c
+}
+
+fn resume(run: &Path) -> Command {
+    dpgd(&["train", "--quiet", "--resume"], &[run])
+}
+
+fn expect() -> Expect {
+    let params = Network::new(&Preset::Logistic.spec()).unwrap().num_params();
+    Expect { params, examples: EXAMPLES, max_steps: MAX_STEPS }
+}
+
+fn rows(run: &Path) -> Vec<MetricsRow> {
+    let path = RunFolder::new(run).metrics_jsonl();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Every invariant that must hold after a kill at any instant; returns the released rows.
+fn check(run: &Path, before: &[MetricsRow]) -> Vec<MetricsRow> {
+    let folder = RunFolder::new(run);
+    let snap: Option<Snapshot> = state::read(&folder.state(), expect()).expect("the state must never be torn");
+    let rows = rows(run);
+    if let Some(s) = &snap {
+        assert!(s.spent.iter().all(|&x| x <= BUDGET), "an example exceeded its budget");
+        let last = rows.last().map_or(0, |r| r.step);
+        assert!(last == s.meta.step || last + 1 == s.meta.step, "records end at {last}, state at {}", s.meta.step);
+    } else {
+        assert!(rows.is_empty(), "rows released without a durable state");
+    }
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.step, i + 1, "rows are not the steps 1, 2, … in order");
+    }
+    assert!(rows.len() >= before.len(), "released rows vanished: {} before, {} now", before.len(), rows.len());
+    assert_eq!(&rows[..before.len()], before, "a released row changed");
+    let csv = std::fs::read_to_string(folder.metrics_csv()).unwrap_or_default();
+    assert!(csv.is_empty() || csv.lines().count() >= rows.len(), "metrics.csv is behind metrics.jsonl");
+    for f in [folder.result(), folder.privacy()] {
+        if f.exists() {
+            let _: serde_json::Value = read_json(&f).unwrap();
+        }
+    }
+    rows
+}
+
+/// A small deterministic generator for the kill delays.
+struct Lcg(u64);
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
 #[test]
-fn killed_runs_leave_valid_checkpoints_and_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("cfg.toml");
-    let text = config(&fixture(dir.path()), "filtered", "max_steps = 36")
-        .replace("checkpoint_every = 4", "checkpoint_every = 1");
-    std::fs::write(&cfg_path, text).unwrap();
-    let run_dir = dir.path().join("run");
-    let bin = env!("CARGO_BIN_EXE_dpgd");
-    for (i, delay_ms) in [700u64, 1100, 1500].into_iter().enumerate() {
-        let mut cmd = Command::new(bin);
-        if i == 0 {
-            cmd.args(["train", "--quiet", "--config"]).arg(&cfg_path).arg("--out").arg(&run_dir);
-        } else {
-            cmd.args(["train", "--quiet", "--resume"]).arg(&run_dir);
-        }
-        let mut child = cmd.spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        let _ = child.kill(); // SIGKILL: no chance to clean up
-        let _ = child.wait();
-        if let Some(state) =
-            checkpoint::read(&checkpoint::state_path(&run_dir)).expect("checkpoint must never be corrupt")
-        {
-            assert!(state.spent.iter().all(|&s| s <= 30.0));
-            if let Some(j) =
-                checkpoint::read(&checkpoint::journal_path(&run_dir)).expect("journal must never be corrupt")
-            {
-                assert!(j.meta.step >= state.meta.step);
+fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_same_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: EXAMPLES, test: 200, side: 28, seed: 3 }.write(&data).unwrap();
+    let cfg = tmp.path().join("cfg.toml");
+    std::fs::write(&cfg, config(&data)).unwrap();
+
+    let reference = tmp.path().join("reference");
+    let t0 = Instant::now();
+    assert!(start(&cfg, &reference).status().unwrap().success());
+    let whole = t0.elapsed().as_millis() as u64;
+    let want_result: RunResult = read_json(&RunFolder::new(&reference).result()).unwrap();
+    let want_rows = rows(&reference);
+    let want_state = state::read(&RunFolder::new(&reference).state(), expect()).unwrap().unwrap();
+
+    let mut rng = Lcg(0x5eed);
+    let mut kills = 0;
+    for trial in 0..8 {
+        let run: PathBuf = tmp.path().join(format!("trial-{trial}"));
+        let mut seen = Vec::new();
+        for attempt in 0.. {
+            if RunFolder::new(&run).is_finished() {
+                break;
             }
+            let mut cmd = if RunFolder::new(&run).config().exists() { resume(&run) } else { start(&cfg, &run) };
+            if attempt >= 30 {
+                assert!(cmd.status().unwrap().success(), "trial {trial}: the final resume failed");
+                continue;
+            }
+            // Half the kills early (process start, resume, first writes), half anywhere.
+            let delay = if rng.below(2) == 0 { rng.below(whole / 4 + 1) } else { rng.below(whole + 1) };
+            let mut child = cmd.spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(delay));
+            let _ = child.kill(); // SIGKILL: no chance to clean up
+            let status = child.wait().unwrap();
+            kills += usize::from(!status.success());
+            seen = check(&run, &seen);
         }
-    }
-    let out = Command::new(bin).args(["train", "--quiet", "--resume"]).arg(&run_dir).output().unwrap();
-    if !out.status.success() {
-        // The first kill may have come before any checkpoint: then start it afresh.
-        assert!(
-            checkpoint::read(&checkpoint::state_path(&run_dir)).unwrap().is_none(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let got: RunResult = read_json(&RunFolder::new(&run).result()).unwrap();
+        assert_eq!(got, want_result, "trial {trial}: the resumed run's result differs");
+        assert_eq!(rows(&run), want_rows, "trial {trial}: the released rows differ");
+        let s = state::read(&RunFolder::new(&run).state(), expect()).unwrap().unwrap();
+        assert_eq!(
+            (s.theta, s.spent),
+            (want_state.theta.clone(), want_state.spent.clone()),
+            "trial {trial}: state differs"
         );
-        let out = Command::new(bin)
-            .args(["train", "--quiet", "--config"])
-            .arg(&cfg_path)
-            .arg("--out")
-            .arg(&run_dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let state = checkpoint::read(&checkpoint::state_path(&run_dir)).unwrap().unwrap();
-    assert_eq!(state.meta.step, 36);
-    assert!(state.spent.iter().all(|&s| s <= 30.0));
-    assert!(run_dir.join("privacy.json").exists());
+    assert!(kills >= 8, "only {kills} kills landed before a run finished: the test did not test much");
+}
+
+#[test]
+fn a_folder_without_state_but_with_a_journal_from_the_old_format_is_refused_not_restarted() {
+    // A run folder whose records exist but whose state is gone cannot be resumed silently.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: EXAMPLES, test: 200, side: 28, seed: 3 }.write(&data).unwrap();
+    let cfg = tmp.path().join("cfg.toml");
+    std::fs::write(&cfg, config(&data)).unwrap();
+    let run = tmp.path().join("run");
+    let mut c = start(&cfg, &run);
+    c.arg("--stop-after").arg("4");
+    assert!(c.status().unwrap().success());
+    std::fs::remove_file(RunFolder::new(&run).state()).unwrap();
+    let out = resume(&run).stderr(Stdio::piped()).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no training state"), "{err}");
 }

@@ -38,8 +38,9 @@ pub enum Error {
     },
     /// A per-example gradient was NaN or infinite and the policy is to stop.
     #[error(
-        "non-finite gradient for training example {example} at step {step}: nothing from this step was released; \
-         lower the learning rate, or set privacy.on_nonfinite = \"skip\" to drop such examples (charged the worst case)"
+        "non-finite gradient for training example {example} at step {step}: nothing from this step was released. \
+         Lower the learning rate, or remove privacy.on_nonfinite = \"error\" (the default, \"skip\", drops such \
+         examples from the step and charges them the worst case)"
     )]
     NonFiniteGradient {
         /// Index of the example in the training set.
@@ -47,14 +48,17 @@ pub enum Error {
         /// The step (1-based).
         step: usize,
     },
-    /// A checkpoint cannot be used to resume.
-    #[error("checkpoint {}: {message}", path.display())]
-    Checkpoint {
-        /// The run directory or checkpoint file.
+    /// A run folder's saved state cannot be used (damaged, inconsistent, or from another run).
+    #[error("run state {}: {message}", path.display())]
+    RunState {
+        /// The run folder or state file.
         path: PathBuf,
-        /// Why it cannot be used.
+        /// Why it cannot be used, and what to do.
         message: String,
     },
+    /// Training state that should be consistent is not (a bug or a damaged checkpoint).
+    #[error("inconsistent training state: {0}")]
+    State(String),
     /// A sweep's run folder holds a run made with other settings than the sweep file now gives
     /// that run (the file was edited after the run).
     #[error(
@@ -65,13 +69,33 @@ pub enum Error {
     StaleRun {
         /// The run folder.
         path: PathBuf,
-        /// The differing fields, e.g. `privacy.steps: 200 -> 300`.
+        /// The differing fields, e.g. `privacy.worst_case_steps: 200 -> 300`.
         differences: String,
     },
-    /// A burn record could not be written or read.
-    #[error("model record: {0}")]
+    /// Something would need more memory than the limit allows; nothing was allocated.
+    #[error(
+        "{what} would need {:.1} GiB, more than the limit of {:.1} GiB; nothing was allocated. {fix}",
+        *needed as f64 / GIB, *limit as f64 / GIB
+    )]
+    TooLarge {
+        /// What would be allocated.
+        what: String,
+        /// Bytes it would need.
+        needed: u64,
+        /// The limit in bytes.
+        limit: u64,
+        /// How to make it fit.
+        fix: String,
+    },
+    /// A model record or a result file could not be written or read.
+    #[error("{0}")]
     Record(String),
+    /// The environment failed (e.g. the operating system's random source).
+    #[error("{0}")]
+    Environment(String),
 }
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Result type of the library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -81,5 +105,10 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { path, source }
+    }
+
+    /// An [`Error::Config`] for `field`.
+    pub fn config(field: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Config { field: field.into(), message: message.into() }
     }
 }

@@ -24,10 +24,12 @@
 #![warn(missing_docs)]
 
 pub use dpgd_accounting as accounting;
+pub mod arch;
 pub mod clip;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod memory;
 pub mod model;
 pub mod noise;
 pub mod per_example;

@@ -1,48 +1,110 @@
-//! Gaussian noise from a cryptographically secure generator (ChaCha20).
+//! Noise from a cryptographically secure generator (ChaCha20), in independent streams.
 //!
-//! By default every draw is seeded from the operating system. A fixed seed — for experiments
-//! and tests only — derives one ChaCha20 stream per step, so a resumed run draws the same
-//! noise as an uninterrupted one; runs with a fixed seed say so in their output.
+//! By default every stream is keyed from the operating system. A fixed seed — for experiments
+//! and tests only — derives every stream from the seed, so a resumed run draws the same noise
+//! as an uninterrupted one; but the noise is then a public function of the seed, so **a run
+//! with a fixed seed is not private** and says so in its `privacy.json`.
+//!
+//! Two samplers: the floating-point Gaussian (the default) and the discrete Gaussian of
+//! [CKS20], which avoids the floating-point attacks on Gaussian sampling ([Mir12], [JMRO22]).
+//!
+//! [CKS20]: https://arxiv.org/abs/2004.00010
+//! [Mir12]: https://doi.org/10.1145/2382196.2382264
+//! [JMRO22]: https://arxiv.org/abs/2112.05307
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// Where the noise comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NoiseSeed {
-    /// A fresh ChaCha20 key from the operating system for every step (the default).
+    /// A fresh ChaCha20 key from the operating system for every stream (the default).
     Os,
-    /// A fixed seed: reproducible, for experiments and tests only — not for published runs.
+    /// A fixed seed: reproducible, for experiments and tests only — NOT private.
     Fixed(u64),
 }
 
-impl NoiseSeed {
-    /// The generator for step `step` (1-based).
-    ///
-    /// # Panics
-    /// If the operating system's random source fails (training cannot continue safely).
+/// Which noise distribution is added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NoiseSampler {
+    /// Gaussian noise sampled in floating point (Box–Muller-free ziggurat of `rand_distr`).
+    #[default]
+    Gaussian,
+    /// The discrete Gaussian of Canonne, Kamath & Steinke 2020 on a fixed grid, sampled
+    /// exactly with integer arithmetic; accounted through zCDP.
+    DiscreteGaussian,
+}
+
+impl NoiseSampler {
+    /// A short description for reports.
     #[must_use]
-    pub fn rng_for_step(self, step: u64) -> ChaCha20Rng {
+    pub fn describe(self) -> &'static str {
         match self {
-            NoiseSeed::Os => ChaCha20Rng::try_from_rng(&mut rand::rngs::SysRng).expect("the OS random source failed"),
-            NoiseSeed::Fixed(seed) => {
-                let mut rng = ChaCha20Rng::seed_from_u64(seed);
-                rng.set_stream(step);
-                rng
+            NoiseSampler::Gaussian => "Gaussian, sampled in floating point",
+            NoiseSampler::DiscreteGaussian => {
+                "discrete Gaussian on a fixed grid, sampled exactly (Canonne, Kamath & Steinke 2020)"
             }
         }
+    }
+}
+
+/// One independent noise stream: each step's update and each release have their own, so a
+/// resumed run with a fixed seed draws exactly the noise of an uninterrupted one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream(u64);
+
+impl Stream {
+    /// The stream of step `step`'s update (1-based).
+    #[must_use]
+    pub fn update(step: usize) -> Self {
+        Stream(step as u64)
+    }
+    /// The stream of a release made after step `step`, for a mechanism whose streams count
+    /// down from `base` (far above any step number).
+    #[must_use]
+    pub fn release(base: u64, step: usize) -> Self {
+        Stream(base - step as u64)
+    }
+}
+
+impl NoiseSeed {
+    /// The generator of `stream`.
+    ///
+    /// # Errors
+    /// If the operating system's random source fails (training cannot continue safely).
+    pub fn rng(self, stream: Stream) -> Result<ChaCha20Rng> {
+        match self {
+            NoiseSeed::Os => ChaCha20Rng::try_from_rng(&mut rand::rngs::SysRng)
+                .map_err(|e| Error::Environment(format!("the operating system's random source failed: {e}"))),
+            NoiseSeed::Fixed(seed) => {
+                let mut rng = ChaCha20Rng::seed_from_u64(seed);
+                rng.set_stream(stream.0);
+                Ok(rng)
+            }
+        }
+    }
+
+    /// Whether the noise is a public function of a seed (and so not private).
+    #[must_use]
+    pub fn is_fixed(self) -> bool {
+        matches!(self, NoiseSeed::Fixed(_))
     }
 
     /// A one-line description for run output.
     #[must_use]
     pub fn describe(self) -> String {
         match self {
-            NoiseSeed::Os => "ChaCha20 CSPRNG seeded from the OS".to_string(),
+            NoiseSeed::Os => "ChaCha20 CSPRNG keyed from the operating system".to_string(),
             NoiseSeed::Fixed(s) => {
-                format!("ChaCha20 with FIXED seed {s} (reproducible; for experiments only, not for release)")
+                format!(
+                    "ChaCha20 with FIXED seed {s}: reproducible, NOT private (the noise can be regenerated from the seed)"
+                )
             }
         }
     }
@@ -63,7 +125,7 @@ mod tests {
     #[test]
     fn gaussian_noise_has_the_requested_moments() {
         let mut v = vec![0.0f32; 200_000];
-        add_gaussian(&mut v, 3.0, &mut NoiseSeed::Fixed(1).rng_for_step(1));
+        add_gaussian(&mut v, 3.0, &mut NoiseSeed::Fixed(1).rng(Stream::update(1)).unwrap());
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
         let var = v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n;
@@ -73,14 +135,18 @@ mod tests {
     }
 
     #[test]
-    fn fixed_seeds_reproduce_per_step_and_os_seeds_differ() {
-        let draw = |s: NoiseSeed, step| {
+    fn fixed_seeds_reproduce_per_stream_and_os_seeds_differ() {
+        let draw = |s: NoiseSeed, stream| {
             let mut v = vec![0.0f32; 4];
-            add_gaussian(&mut v, 1.0, &mut s.rng_for_step(step));
+            add_gaussian(&mut v, 1.0, &mut s.rng(stream).unwrap());
             v
         };
-        assert_eq!(draw(NoiseSeed::Fixed(5), 3), draw(NoiseSeed::Fixed(5), 3));
-        assert_ne!(draw(NoiseSeed::Fixed(5), 3), draw(NoiseSeed::Fixed(5), 4));
-        assert_ne!(draw(NoiseSeed::Os, 1), draw(NoiseSeed::Os, 1));
+        assert_eq!(draw(NoiseSeed::Fixed(5), Stream::update(3)), draw(NoiseSeed::Fixed(5), Stream::update(3)));
+        assert_ne!(draw(NoiseSeed::Fixed(5), Stream::update(3)), draw(NoiseSeed::Fixed(5), Stream::update(4)));
+        assert_ne!(
+            draw(NoiseSeed::Fixed(5), Stream::update(3)),
+            draw(NoiseSeed::Fixed(5), Stream::release(u64::MAX, 3))
+        );
+        assert_ne!(draw(NoiseSeed::Os, Stream::update(1)), draw(NoiseSeed::Os, Stream::update(1)));
     }
 }

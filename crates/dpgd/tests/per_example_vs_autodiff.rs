@@ -2,7 +2,8 @@
 //! every supported layer and the Opacus CNN agree to ≤ 1e-4 relative error.
 
 use burn::tensor::{Tensor, TensorData};
-use dpgd::model::{BurnModel, LayerSpec, ModelSpec};
+use dpgd::arch::{LayerSpec, ModelSpec};
+use dpgd::model::BurnModel;
 use dpgd::per_example::Network;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -21,7 +22,7 @@ fn check(spec: ModelSpec, n: usize) {
     let mut losses = vec![0.0; n];
     net.backward(&theta, &mut ws, &labels, &mut fast, &mut losses);
 
-    let device = dpgd::device::parse("ndarray").unwrap().autodiff();
+    let device = dpgd::device::DeviceKind::Ndarray.device().unwrap().autodiff();
     let model = BurnModel::from_params(&net, &theta, &device);
     let reference = model.per_example_gradients_autodiff(&net, &x, &labels).unwrap();
 

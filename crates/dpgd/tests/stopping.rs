@@ -5,24 +5,13 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::train;
-use dpgd::train::{TrainConfig, checkpoint};
+use common::{metrics, result, snapshot, train};
+use dpgd::train::TrainConfig;
 
 fn config(method: &str, privacy: &str, extra: &str) -> String {
     let privacy = format!("method = \"{method}\"\n{privacy}\ndelta = 1e-5\nclip = 1.0\nsteps = 10");
-    let train = format!("lr = 2.0\nseed = 5\neval_every = 2\ncheckpoint_every = 3\nchunk = 8\n{extra}");
+    let train = format!("lr = 2.0\nseed = 5\neval_every = 2\nchunk = 8\n{extra}");
     common::fixture_config(&format!("stopping-{method}"), "opacus-cnn", (1000, 500), &privacy, &train)
-}
-
-fn metrics(dir: &Path) -> Vec<Vec<String>> {
-    std::fs::read_to_string(dir.join("metrics.csv"))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect()
 }
 
 const STOP: &str = "max_steps = 18\n[stopping]\nrule = \"best-train-accuracy\"\nevery = 2\nsigma = 20.0\n";
@@ -35,15 +24,14 @@ fn plain_gd_is_the_first_k_steps_of_filtered_gd() {
     let filtered = train(&config("filtered", "sigma = 3.0", "max_steps = 16"), filtered_dir.path(), None);
     // Up to step k no example can run out of budget, so the clipped sums, the noise and the
     // parameters are identical, and so is the test accuracy after k steps.
-    assert_eq!(filtered.test_accuracy_at_k, Some(plain.test_accuracy));
-    assert_eq!(plain.test_accuracy_at_k, Some(plain.test_accuracy));
-    // The filtered run's state after exactly k steps (checkpointed every step).
+    assert_eq!(result(&filtered).test_accuracy_at_k, Some(result(&plain).test_accuracy));
+    assert_eq!(result(&plain).test_accuracy_at_k, Some(result(&plain).test_accuracy));
+    // The filtered run's state after exactly k steps (the state is saved every step).
     let at_k = tempfile::tempdir().unwrap();
-    let every_step =
-        config("filtered", "sigma = 3.0", "max_steps = 16").replace("checkpoint_every = 3", "checkpoint_every = 1");
-    assert_eq!(train(&every_step, at_k.path(), Some(10)).steps, 10);
-    let a = checkpoint::read(&checkpoint::state_path(plain_dir.path())).unwrap().unwrap();
-    let b = checkpoint::read(&checkpoint::state_path(at_k.path())).unwrap().unwrap();
+    let filtered_text = config("filtered", "sigma = 3.0", "max_steps = 16");
+    assert_eq!(train(&filtered_text, at_k.path(), Some(10)).steps, 10);
+    let a = snapshot(&config("plain", "sigma = 3.0", ""), plain_dir.path());
+    let b = snapshot(&filtered_text, at_k.path());
     assert_eq!((a.meta.step, b.meta.step), (10, 10));
     assert_eq!(a.theta, b.theta, "the parameters after k steps differ");
     assert_eq!(a.spent, b.spent, "the ledgers after k steps differ");
@@ -52,14 +40,11 @@ fn plain_gd_is_the_first_k_steps_of_filtered_gd() {
 
 #[test]
 fn lr_after_k_changes_only_the_steps_after_k() {
-    let every_step = |extra: &str| {
-        config("filtered", "sigma = 3.0", &format!("max_steps = 16\n{extra}"))
-            .replace("checkpoint_every = 3", "checkpoint_every = 1")
-    };
+    let every_step = |extra: &str| config("filtered", "sigma = 3.0", &format!("max_steps = 16\n{extra}"));
     let theta_after = |text: &str, steps: usize| {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(train(text, dir.path(), Some(steps)).steps, steps);
-        checkpoint::read(&checkpoint::state_path(dir.path())).unwrap().unwrap().theta
+        snapshot(text, dir.path()).theta
     };
     let (same, slow) = (every_step(""), every_step("lr_after_k = 0.5"));
     let at_k = theta_after(&same, 10);
@@ -80,37 +65,32 @@ fn lr_after_k_changes_only_the_steps_after_k() {
 fn the_stopping_rule_is_accounted_and_returns_the_best_released_model() {
     let dir = tempfile::tempdir().unwrap();
     let s = train(&config("filtered", "epsilon = 4.0", STOP), dir.path(), None);
-    let p = &s.privacy;
+    let p = s.privacy.as_ref().unwrap().accounting.clone().unwrap();
     // Queries after steps 10, 12, …, 18: five noisy counts of std 20, each 1/(2·20²)-zCDP.
-    let releases = p["releases"].as_array().unwrap();
-    assert_eq!(releases.len(), 1);
-    assert_eq!(releases[0]["mechanism"], "train-accuracy");
-    assert_eq!(releases[0]["scheduled"], 5);
-    let charged = &p["session"]["charged_rho"];
-    assert!((charged["train-accuracy"].as_f64().unwrap() - 5.0 / 800.0).abs() < 1e-15);
-    let training = charged["training"].as_f64().unwrap();
-    assert!((training + 5.0 / 800.0 - p["rho"].as_f64().unwrap()).abs() < 1e-15);
-    assert!(p["epsilon"].as_f64().unwrap() <= 4.0 + 1e-9, "{}", p["epsilon"]);
-    assert!(p["epsilon"].as_f64().unwrap() > 4.0 - 1e-6, "the budget is used");
+    assert_eq!(p.releases.len(), 1);
+    assert_eq!(p.releases[0].mechanism.name(), "train-accuracy");
+    assert_eq!(p.releases[0].scheduled, 5);
+    let charged = &p.session.charged_rho;
+    assert!((charged["train-accuracy"] - 5.0 / 800.0).abs() < 1e-15);
+    assert!((charged["training"] + 5.0 / 800.0 - p.rho).abs() < 1e-12);
+    let eps = p.epsilon.unwrap();
+    assert!(eps <= 4.0 + 1e-9 && eps > 4.0 - 1e-6, "the budget is used: {eps}");
     // σ pays for the queries: larger than without them.
     let without = TrainConfig::from_toml(&config("filtered", "epsilon = 4.0", "max_steps = 18"), &[])
         .unwrap()
         .validate()
         .unwrap();
-    assert!(p["training"]["sigma"].as_f64().unwrap() > without.sigma.unwrap());
+    assert!(p.training.sigma > without.sigma().unwrap());
     // The released accuracies appear at exactly the query steps; the returned model is the
     // first step with the highest one, and its test accuracy is the one recorded there.
     let rows = metrics(dir.path());
-    let released: Vec<(usize, f64)> =
-        rows.iter().filter(|r| !r[5].is_empty()).map(|r| (r[0].parse().unwrap(), r[5].parse().unwrap())).collect();
+    let released: Vec<(usize, f64)> = rows.iter().filter_map(|r| r.train_accuracy_noisy.map(|a| (r.step, a))).collect();
     assert_eq!(released.iter().map(|r| r.0).collect::<Vec<_>>(), vec![10, 12, 14, 16, 18]);
     let best = released.iter().fold(released[0], |b, &r| if r.1 > b.1 { r } else { b });
-    assert_eq!(s.selected_step, best.0);
-    let recorded: f64 = rows[best.0 - 1][3].parse().unwrap();
-    assert!((s.test_accuracy - recorded).abs() < 1e-6, "{} vs {recorded}", s.test_accuracy);
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap()).unwrap();
-    assert_eq!(result["selected_step"], best.0);
+    let r = result(&s);
+    assert_eq!(r.selected_step, best.0);
+    let recorded = rows[best.0 - 1].test_accuracy.unwrap();
+    assert!((r.test_accuracy - recorded).abs() < 1e-6, "{} vs {recorded}", r.test_accuracy);
 }
 
 #[test]
@@ -119,19 +99,22 @@ fn patience_stops_early_and_a_resumed_run_keeps_the_best_model() {
     let whole = tempfile::tempdir().unwrap();
     let a = train(&text, whole.path(), None);
     let rows = metrics(whole.path());
-    let released: Vec<f64> = rows.iter().filter(|r| !r[5].is_empty()).map(|r| r[5].parse().unwrap()).collect();
+    let released: Vec<f64> = rows.iter().filter_map(|r| r.train_accuracy_noisy).collect();
     // It stops at the first query that is not a new best (or runs to the end).
     let first_stale = released.windows(2).position(|w| w[1] <= w[0]).map(|i| 10 + 2 * (i + 1));
     assert_eq!(a.steps, first_stale.unwrap_or(18));
     // Stopping early does not lower the guarantee: every scheduled query was paid for.
     let no_patience = tempfile::tempdir().unwrap();
     let full = train(&config("filtered", "epsilon = 4.0", STOP), no_patience.path(), None);
-    assert_eq!(a.privacy["epsilon"], full.privacy["epsilon"]);
-    // Interrupted after the first queries and resumed: the same run, the same choice.
+    assert_eq!(
+        a.privacy.as_ref().unwrap().accounting.as_ref().unwrap().epsilon,
+        full.privacy.as_ref().unwrap().accounting.as_ref().unwrap().epsilon
+    );
+    // Interrupted after the first query and resumed: the same run, the same choice.
     let parts = tempfile::tempdir().unwrap();
-    assert_eq!(train(&text, parts.path(), Some(12)).steps, 12);
+    assert_eq!(train(&text, parts.path(), Some(11)).steps, 11);
     let b = train(&text, parts.path(), None);
-    assert_eq!((a.steps, a.selected_step, a.test_accuracy), (b.steps, b.selected_step, b.test_accuracy));
+    assert_eq!(result(&a), result(&b));
 }
 
 #[test]

@@ -5,8 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use dpgd::sweep::{ExecuteOptions, execute, plan, report};
-use dpgd::train::{RunOptions, run};
+use dpgd::sweep::{ExecuteOptions, QuietSweep, execute, plan, report};
+use dpgd::train::{RunOptions, Silent, run};
 
 fn setup(dir: &Path, grid: &str) -> PathBuf {
     let base = dir.join("base.toml");
@@ -31,36 +31,41 @@ fn a_tiny_grid_runs_resumes_and_extends() {
     assert_eq!(runs.len(), 4);
     // Interrupt one run half way, as a killed sweep would leave it.
     let first = &runs[0];
-    let data = dpgd::data::Dataset::load(&first.config.config.data.dir, 10).unwrap();
+    let data = dpgd::data::Dataset::load(&first.config.config().data.dir, 10).unwrap();
     let partial = run(
         &first.config,
         &data,
         &out.join("runs").join(&first.id),
         &RunOptions { stop_after: Some(2), ..Default::default() },
+        &mut Silent,
     )
     .unwrap();
     assert_eq!(partial.steps, 2);
-    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 4, "three fresh runs and the resumed one");
+    assert_eq!(
+        execute(&out, &runs, &ExecuteOptions::default(), &QuietSweep).unwrap(),
+        4,
+        "three fresh runs and the resumed one"
+    );
     let rows = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     assert_eq!(rows.lines().count(), 4);
     assert!(
         std::fs::read_to_string(out.join("results.csv"))
             .unwrap()
-            .starts_with("id,privacy.method,train.seed,test_accuracy,test_accuracy_at_k,k,steps_run")
+            .starts_with("id,privacy.method,train.seed,private,epsilon,epsilon_of_configuration,sigma,test_accuracy")
     );
     // Nothing finished is redone.
-    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 0);
+    assert_eq!(execute(&out, &runs, &ExecuteOptions::default(), &QuietSweep).unwrap(), 0);
     // Editing the sweep under finished runs is refused, naming run and field, and loses nothing.
     let edited = std::fs::read_to_string(&sweep).unwrap().replace("\"train.chunk\" = 8", "\"train.lr\" = 0.5");
     std::fs::write(&sweep, edited).unwrap();
     let (_, changed) = plan(&sweep).unwrap();
-    let e = execute(&out, &changed, &ExecuteOptions::default()).unwrap_err().to_string();
+    let e = execute(&out, &changed, &ExecuteOptions::default(), &QuietSweep).unwrap_err().to_string();
     assert!(e.contains(&changed[0].id) && e.contains("train.lr: 1.0 -> 0.5"), "{e}");
     assert_eq!(std::fs::read_to_string(out.join("results.jsonl")).unwrap(), rows);
     // Adding grid points runs only the new ones.
     let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1, 2, 3]\n");
     let (_, runs) = plan(&sweep).unwrap();
-    assert_eq!(execute(&out, &runs, &ExecuteOptions::default()).unwrap(), 2);
+    assert_eq!(execute(&out, &runs, &ExecuteOptions::default(), &QuietSweep).unwrap(), 2);
     let table = report(&out).unwrap();
     assert!(table.contains("privacy.method=filtered | 3 |"), "{table}");
     assert!(table.contains("privacy.method=plain | 3 |"), "{table}");
@@ -77,21 +82,21 @@ fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
     assert_eq!(file.cases.len(), 2);
     let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["case-noisy-count_seed-1", "case-small_seed-1", "case-noisy-count_seed-2", "case-small_seed-2"]);
-    assert_eq!(runs[1].config.config.privacy.clip, 0.5);
-    assert_eq!(runs[0].config.max_steps, 6);
+    assert_eq!(runs[1].config.config().privacy.clip, 0.5);
+    assert_eq!(runs[0].config.max_steps(), 6);
     // A subset first (as when a table is filled in over several invocations), then the rest.
     let only = ExecuteOptions { only: vec![("case".into(), "small".into())], ..Default::default() };
-    assert_eq!(execute(&out, &runs, &only).unwrap(), 2);
+    assert_eq!(execute(&out, &runs, &only, &QuietSweep).unwrap(), 2);
     assert_eq!(std::fs::read_to_string(out.join("results.jsonl")).unwrap().lines().count(), 2);
     let opts = ExecuteOptions { jobs: 2, ..Default::default() };
-    assert_eq!(execute(&out, &runs, &opts).unwrap(), 2);
+    assert_eq!(execute(&out, &runs, &opts, &QuietSweep).unwrap(), 2);
     let table = report(&out).unwrap();
     assert!(table.contains("case=small | 2 |"), "{table}");
     assert!(out.join("report.png").exists());
     assert!(out.join("active.png").exists(), "the noisy active counts are plotted");
     // Two at a time gives the same results as one at a time (fixed seeds, deterministic sums).
     let serial = tmp.path().join("serial");
-    execute(&serial, &runs, &ExecuteOptions::default()).unwrap();
+    execute(&serial, &runs, &ExecuteOptions::default(), &QuietSweep).unwrap();
     let acc = |dir: &Path| std::fs::read_to_string(dir.join("results.csv")).unwrap();
     assert_eq!(acc(&out), acc(&serial));
     // Another sweep with one identical run copies it instead of training it.
@@ -101,7 +106,7 @@ fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
     std::fs::write(&other, text.replace("name = \"tiny\"", &header)).unwrap();
     let (file, runs) = plan(&other).unwrap();
     let opts = ExecuteOptions { reuse: file.reuse.clone(), ..Default::default() };
-    assert_eq!(execute(&tmp.path().join("other"), &runs, &opts).unwrap(), 0, "both runs were copied");
+    assert_eq!(execute(&tmp.path().join("other"), &runs, &opts, &QuietSweep).unwrap(), 0, "both runs were copied");
     assert_eq!(std::fs::read_to_string(tmp.path().join("other/results.jsonl")).unwrap().lines().count(), 2);
 }
 
@@ -117,10 +122,10 @@ fn a_case_with_its_own_seeds_runs_at_those_instead_of_the_grids() {
         ids,
         ["case-more_seed-1", "case-usual_seed-1", "case-more_seed-2", "case-usual_seed-2", "case-more_seed-3"]
     );
-    let seeds: Vec<Option<u64>> = runs.iter().map(|r| r.config.config.train.seed).collect();
+    let seeds: Vec<Option<u64>> = runs.iter().map(|r| r.config.config().train.seed).collect();
     assert_eq!(seeds, [Some(1), Some(1), Some(2), Some(2), Some(3)]);
-    assert_eq!(runs[4].config.config.privacy.clip, 0.5);
-    assert_eq!(runs[3].config.config.privacy.clip, 2.0);
+    assert_eq!(runs[4].config.config().privacy.clip, 0.5);
+    assert_eq!(runs[3].config.config().privacy.clip, 2.0);
 }
 
 #[test]

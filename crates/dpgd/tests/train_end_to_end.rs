@@ -1,12 +1,12 @@
-//! End to end on a synthetic MNIST-format fixture: plain and filtered GD learn, the ledger stays within
-//! budget, checkpoints survive kills, resume continues exactly, and bad configs and data
-//! fail with messages that name the problem.
+//! End to end on a synthetic MNIST-format fixture: plain and filtered GD learn, the ledger stays
+//! within budget, the run folder separates publishable from confidential files, resume continues
+//! exactly, and bad configs and data fail with messages that name the problem.
 
 mod common;
 
-use common::{fixture_dir, train};
+use common::{fixture_dir, result, snapshot, train, try_train};
 use dpgd::data::Dataset;
-use dpgd::train::{RunOptions, TrainConfig, checkpoint, run};
+use dpgd::train::{RunFolder, TrainConfig};
 
 fn config(method: &str, extra: &str) -> String {
     let privacy = format!("method = \"{method}\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nsteps = 30");
@@ -18,9 +18,11 @@ fn config(method: &str, extra: &str) -> String {
 fn plain_and_filtered_gd_learn_and_respect_the_budget() {
     for (method, extra) in [("plain", ""), ("filtered", "max_steps = 40")] {
         let dir = tempfile::tempdir().unwrap();
-        let s = train(&config(method, extra), dir.path(), None);
-        assert!(s.test_accuracy > 0.6, "{method}: test accuracy {} is not well above chance", s.test_accuracy);
-        let state = checkpoint::read(&checkpoint::state_path(dir.path())).unwrap().unwrap();
+        let text = config(method, extra);
+        let s = train(&text, dir.path(), None);
+        let r = result(&s);
+        assert!(r.test_accuracy > 0.6, "{method}: test accuracy {} is not well above chance", r.test_accuracy);
+        let state = snapshot(&text, dir.path());
         let budget = 30.0;
         assert!(state.spent.iter().all(|&s| s <= budget), "{method}: an example exceeded B_norm");
         if method == "filtered" {
@@ -28,11 +30,26 @@ fn plain_and_filtered_gd_learn_and_respect_the_budget() {
             assert!(exhausted > 0, "filtered GD ran past B_norm/C^2 steps, so some examples must be exhausted");
             assert_eq!(s.steps, 40);
         }
-        let privacy = &s.privacy;
-        assert!(privacy["epsilon"].as_f64().unwrap() <= 8.0 + 1e-9);
-        assert_eq!(privacy["fixed_seed"], true);
-        for f in ["metrics.csv", "privacy.json", "config.toml", "model.bpk", "accuracy.png"] {
-            assert!(dir.path().join(f).exists(), "{method}: {f} missing");
+        let privacy = s.privacy.as_ref().unwrap();
+        let accounted = privacy.accounting.as_ref().unwrap().epsilon.unwrap();
+        assert!(accounted <= 8.0 + 1e-9 && accounted > 7.99, "{accounted}");
+        assert!(privacy.noise.seeded && !privacy.private, "a fixed seed is not private");
+        let folder = RunFolder::new(dir.path());
+        for f in [
+            "metrics.csv",
+            "metrics.jsonl",
+            "privacy.json",
+            "result.json",
+            "config.toml",
+            "model.bpk",
+            "model.json",
+            "accuracy.png",
+            "README.txt",
+        ] {
+            assert!(folder.publishable().join(f).exists(), "{method}: publishable/{f} missing");
+        }
+        for f in ["state.bin", "steps.jsonl", "diagnostics.json", "README.txt"] {
+            assert!(folder.confidential().join(f).exists(), "{method}: confidential/{f} missing");
         }
     }
 }
@@ -43,21 +60,22 @@ fn stopping_and_resuming_continues_the_same_run() {
     let whole = tempfile::tempdir().unwrap();
     train(&text, whole.path(), None);
     let parts = tempfile::tempdir().unwrap();
-    let first = train(&text, parts.path(), Some(32));
-    assert_eq!(first.steps, 32);
+    let first = train(&text, parts.path(), Some(33));
+    assert_eq!((first.steps, first.finished), (33, false));
     let second = train(&text, parts.path(), None);
     assert_eq!(second.steps, 36);
-    let a = checkpoint::read(&checkpoint::state_path(whole.path())).unwrap().unwrap();
-    let b = checkpoint::read(&checkpoint::state_path(parts.path())).unwrap().unwrap();
+    let a = snapshot(&text, whole.path());
+    let b = snapshot(&text, parts.path());
     // A fixed seed and a deterministic reduction: the resumed run is bit-for-bit the same.
     assert_eq!(a.theta, b.theta, "resumed θ differs from the uninterrupted run");
     assert_eq!(a.spent, b.spent, "resumed ledger differs from the uninterrupted run");
-    // Resuming with a different privacy configuration is refused.
+    assert_eq!(result(&second), result(&train(&text, whole.path(), None)), "a finished run is read back, not redone");
+    // Resuming with a different configuration is refused, naming the field.
+    let stopped = tempfile::tempdir().unwrap();
+    train(&text, stopped.path(), Some(3));
     let changed = text.replace("clip = 1.0", "clip = 2.0");
-    let cfg = TrainConfig::from_toml(&changed, &[]).unwrap().validate().unwrap();
-    let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
-    let e = run(&cfg, &data, parts.path(), &RunOptions::default()).unwrap_err().to_string();
-    assert!(e.contains("privacy-relevant configuration"), "{e}");
+    let e = try_train(&changed, stopped.path(), None).unwrap_err().to_string();
+    assert!(e.contains("privacy.clip: 1.0 -> 2.0"), "{e}");
 }
 
 #[test]
@@ -65,6 +83,7 @@ fn bad_configs_name_the_field() {
     let base = config("plain", "");
     let cases = [
         (base.replace("epsilon = 8.0", "epsilonn = 8.0"), "epsilonn"),
+        (base.replace("steps = 30", "worst_case_steps = 0"), "privacy.worst_case_steps"),
         (base.replace("epsilon = 8.0", "sigma = -1.0"), "privacy.sigma"),
         (base.replace("delta = 1e-5", "delta = 1.0"), "privacy.delta"),
         (base.replace("epsilon = 8.0", "epsilon = 0.0"), "privacy.epsilon"),
@@ -80,7 +99,8 @@ fn bad_configs_name_the_field() {
         let e = TrainConfig::from_toml(&text, &[]).and_then(|c| c.validate().map(|_| ())).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in: {e}");
     }
-    let e = TrainConfig::from_toml(&base, &["privacy.clip=0".into()]).unwrap().validate().unwrap_err().to_string();
+    let clip = dpgd::train::Override::parse_set("privacy.clip=0").unwrap();
+    let e = TrainConfig::from_toml(&base, &[clip]).unwrap().validate().unwrap_err().to_string();
     assert!(e.contains("privacy.clip"), "{e}");
 }
 

@@ -269,8 +269,17 @@ fn convert(a: &ConvertArgs) -> Result<Value> {
     } else {
         let (zcdp, source) = match (g.zcdp, g.pure) {
             (Some(rho), _) => (Zcdp::new(rho)?, "zcdp"),
-            (_, Some(eps)) => (PureDp::new(eps)?.to_zcdp(), "pure"),
-            _ => unreachable!("clap requires one guarantee"),
+            (_, Some(eps)) => {
+                if a.method == Some(Conversion::GaussianExact) {
+                    anyhow::bail!(
+                        "--method gaussian-exact does not apply to --pure: it is the (epsilon, delta) curve of Gaussian \
+                         mechanisms, and a pure epsilon-DP mechanism is not one (randomized response needs a larger \
+                         epsilon); use --method cks or --method bun-steinke"
+                    );
+                }
+                (PureDp::new(eps)?.to_zcdp(), "pure")
+            }
+            _ => anyhow::bail!("give one guarantee: --zcdp RHO, --gdp MU or --pure EPS"),
         };
         out[source] = json!(g.zcdp.or(g.pure));
         out["rho"] = json!(zcdp.rho());

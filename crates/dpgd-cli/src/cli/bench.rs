@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
+use dpgd::arch::Preset;
 use dpgd::clip::NonFinitePolicy;
 use dpgd::data::{Dataset, Normalize};
-use dpgd::model::ModelSpec;
 use dpgd::noise::NoiseSeed;
+use dpgd::noise::Stream;
 use dpgd::per_example::Network;
-use dpgd::train::step::{Combine, GradientPlan, apply_update};
+use dpgd::train::step::{Aggregation, GradientPlan, apply_update};
 use dpgd_accounting::filter::IndividualFilter;
 use rand::SeedableRng;
 use serde_json::json;
@@ -23,37 +24,48 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 60_000)]
     examples: usize,
     /// Timed steps (after one warm-up step).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    reps: u32,
     /// Examples per micro-batch.
-    #[arg(long, default_value_t = 16)]
-    chunk: usize,
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    chunk: u32,
     /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    threads: u32,
     /// Model preset: opacus-cnn, mlp or logistic.
     #[arg(long, default_value = "opacus-cnn")]
-    model: String,
+    model: Preset,
     /// Folder with the MNIST IDX files.
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
-    let data = Dataset::load(&a.data, 10)?;
-    let train = data.train.truncated(a.examples);
-    let net = Network::new(&ModelSpec::preset(&a.model)?)?;
+    let net = Network::new(&a.model.spec())?;
+    let data = Dataset::load(&a.data, net.classes())?;
+    let train = data.train.head(a.examples);
+    if train.pixels() != net.input_len() {
+        anyhow::bail!(
+            "the images in {} have {} pixels but the {} model expects {} input values",
+            a.data.display(),
+            train.pixels(),
+            a.model,
+            net.input_len()
+        );
+    }
+    let (chunk, reps) = (a.chunk as usize, a.reps as usize);
     let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
     // A budget no example exhausts, so every step does the full work.
     let mut ledger = IndividualFilter::new(train.len(), 1e12)?;
-    let combine = Combine::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Error };
-    let plan = GradientPlan::new(&net, &train, Normalize::MNIST, combine, a.chunk);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads).build()?;
+    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip };
+    let n = train.len();
+    let plan = GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads as usize).build()?;
     let mut times = Vec::new();
-    for rep in 0..=a.reps {
+    for rep in 0..=reps {
         let t0 = Instant::now();
-        let sum = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
-        apply_update(&mut theta, sum, 1.0, 0.1, train.len(), &mut NoiseSeed::Fixed(1).rng_for_step(rep as u64));
+        let (sum, _) = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
+        apply_update(&mut theta, sum, 1.0, 0.1, n, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?);
         let dt = t0.elapsed().as_secs_f64();
         eprintln!("step {rep}{}: {dt:.3} s", if rep == 0 { " (warm-up)" } else { "" });
         if rep > 0 {
@@ -61,14 +73,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
     }
     times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    let (min, median, max) = (times[0], times[times.len() / 2], times[times.len() - 1]);
     println!(
         "{}",
         json!({
-            "model": a.model, "params": net.num_params(), "examples": train.len(), "chunk": a.chunk,
-            "threads": pool.current_num_threads(), "reps": a.reps,
-            "step_s": { "median": median, "min": times[0], "max": times[times.len() - 1] },
-            "examples_per_s": train.len() as f64 / median,
+            "model": a.model.name(), "params": plan.net().num_params(), "examples": n, "chunk": chunk,
+            "threads": pool.current_num_threads(), "reps": reps,
+            "step_s": { "median": median, "min": min, "max": max },
+            "examples_per_s": n as f64 / median,
             "peak_rss_mib": peak_rss_mib(),
         })
     );

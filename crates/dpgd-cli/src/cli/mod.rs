@@ -3,6 +3,7 @@
 mod account;
 mod bench;
 mod data;
+mod progress;
 mod sweep;
 mod train;
 

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use super::progress::{Mode, SweepProgress};
+
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
     /// The sweep file (e.g. experiments/tiny.toml).
@@ -41,22 +43,24 @@ pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
     let dir = a.out.unwrap_or_else(|| PathBuf::from("experiments").join(&sweep.name));
     let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
     if let Some((k, _)) = a.only.iter().find(|(k, _)| !fields.contains(k)) {
-        anyhow::bail!("--only {k}=…: {k} is not a case or grid field of this sweep (fields: {fields:?})");
+        let names: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+        anyhow::bail!("--only {k}=…: {k} is not a case or grid field of this sweep (fields: {})", names.join(", "));
     }
     for (k, v) in &a.only {
-        let values: std::collections::BTreeSet<&str> =
-            runs.iter().filter_map(|r| r.point.get(k)).map(|p| p.trim_matches('"')).collect();
-        if !values.contains(v.trim_matches('"')) {
-            anyhow::bail!("--only {k}={v}: no run has this value (values of {k}: {values:?})");
+        if !runs.iter().any(|r| r.has(k, v)) {
+            let values: std::collections::BTreeSet<String> =
+                runs.iter().filter_map(|r| r.point.get(k)).map(dpgd::sweep::value_text).collect();
+            anyhow::bail!(
+                "--only {k}={v}: no run has this value (values of {k}: {})",
+                values.into_iter().collect::<Vec<_>>().join(", ")
+            );
         }
     }
-    let opts = dpgd::sweep::ExecuteOptions {
-        progress: !a.quiet,
-        jobs: a.jobs as usize,
-        reuse: sweep.reuse.clone(),
-        only: a.only.clone(),
-    };
-    let executed = dpgd::sweep::execute(&dir, &runs, &opts)?;
+    let opts = dpgd::sweep::ExecuteOptions { jobs: a.jobs as usize, reuse: sweep.reuse.clone(), only: a.only.clone() };
+    let progress = SweepProgress::new(Mode::detect(a.quiet));
+    let executed = dpgd::sweep::execute(&dir, &runs, &opts, &progress);
+    progress.finish();
+    let executed = executed?;
     eprintln!("sweep {}: {} runs planned, {executed} trained now", sweep.name, runs.len());
     print!("{}", dpgd::sweep::report(&dir)?);
     eprintln!("plots: {}", dir.join("report.png").display());

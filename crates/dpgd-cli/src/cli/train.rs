@@ -5,23 +5,28 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dpgd::data::{Dataset, fetch};
-use dpgd::train::{RunOptions, TrainConfig, run};
+use dpgd::train::{Override, RunFolder, RunOptions, TrainConfig, run};
+
+use super::progress::{Mode, RunProgress};
 
 #[derive(Debug, Args)]
 pub(crate) struct TrainArgs {
     /// The run's TOML config (e.g. configs/mnist-filtered.toml).
-    #[arg(long, required_unless_present = "resume")]
+    #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
     config: Option<PathBuf>,
     /// Override a config field, e.g. --set privacy.epsilon=0.5 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Remove a config field so its default applies, e.g. --unset privacy.epsilon --set privacy.sigma=3.
+    #[arg(long = "unset", value_name = "KEY")]
+    unset: Vec<String>,
     /// Run folder (default runs/<name>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Continue the run in this folder from its last checkpoint.
+    /// Continue the run in this folder from its last step.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "out")]
     resume: Option<PathBuf>,
-    /// Hide the progress bar.
+    /// Hide the progress bar (warnings and the end summary are still shown).
     #[arg(long)]
     quiet: bool,
     /// Stop after this many steps (the run can be resumed later).
@@ -29,15 +34,36 @@ pub(crate) struct TrainArgs {
     stop_after: Option<usize>,
 }
 
+/// Fields a resumed run may change: they do not change what it computes.
+const RESUMABLE: [&str; 2] = ["train.threads", "train.device"];
+
 pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
+    let mut overrides: Vec<Override> = a.unset.iter().map(|k| Override::Unset(k.trim().to_string())).collect();
+    for o in &a.overrides {
+        overrides.push(Override::parse_set(o)?);
+    }
     let (config_path, dir) = match (&a.resume, &a.config) {
-        (Some(dir), _) => (dir.join("config.toml"), dir.clone()),
-        (None, Some(c)) => {
-            let cfg = TrainConfig::from_file(c, &a.overrides)?;
-            let dir = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&cfg.name));
-            if dpgd::train::checkpoint::state_path(&dir).exists() {
+        (Some(dir), _) => {
+            if let Some(o) = overrides.iter().find(|o| !RESUMABLE.contains(&o.key())) {
                 bail!(
-                    "run folder {} already holds a run: pass --resume {0} to continue it, or --out NEW_DIR",
+                    "--resume cannot change {}: a run continues with the settings it started with (only {} may \
+                     change); start a new run with --config and --out instead",
+                    o.key(),
+                    RESUMABLE.join(" and ")
+                );
+            }
+            let folder = RunFolder::new(dir);
+            if !folder.config().is_file() {
+                bail!("{} holds no run to resume (no publishable/config.toml)", dir.display());
+            }
+            (folder.config(), dir.clone())
+        }
+        (None, Some(c)) => {
+            let cfg = TrainConfig::from_file(c, &overrides)?;
+            let dir = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&cfg.name));
+            if RunFolder::new(&dir).holds_run() {
+                bail!(
+                    "run folder {} already holds a run: pass --resume {0} to continue it, or --out NEW_DIR for a new one",
                     dir.display()
                 );
             }
@@ -45,20 +71,38 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         }
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
     };
-    let cfg = TrainConfig::from_file(&config_path, &a.overrides)?.validate()?;
-    let data = load_or_fetch(&cfg.config.data.dir)?;
+    let cfg = TrainConfig::from_file(&config_path, &overrides)?.validate()?;
+    if RunFolder::new(&dir).is_finished() {
+        eprintln!(
+            "{} is finished already; its results are in {}",
+            dir.display(),
+            RunFolder::new(&dir).publishable().display()
+        );
+        return Ok(());
+    }
+    let data = load_or_fetch(&cfg.config().data.dir, cfg.model().classes)?;
+    let mut progress = RunProgress::new(Mode::detect(a.quiet), None, String::new());
     let summary =
-        run(&cfg, &data, &dir, &RunOptions { progress: !a.quiet, stop_after: a.stop_after, ..Default::default() })?;
+        run(&cfg, &data, &dir, &RunOptions { stop_after: a.stop_after, ..Default::default() }, &mut progress)?;
+    if summary.finished {
+        eprintln!(
+            "publishable: {}  (confidential: {})",
+            RunFolder::new(&dir).publishable().display(),
+            RunFolder::new(&dir).confidential().display()
+        );
+    } else {
+        eprintln!("stopped after step {}: continue with --resume {}", summary.steps, dir.display());
+    }
     println!("{}", summary.dir.display());
     Ok(())
 }
 
 /// Loads the dataset; a missing `datasets/<known name>` folder is filled by the dataset step first.
-fn load_or_fetch(dir: &Path) -> Result<Dataset> {
+fn load_or_fetch(dir: &Path, classes: usize) -> Result<Dataset> {
     let known = fetch::KNOWN.iter().find(|k| dir == Path::new("datasets").join(k.name));
     if let (Some(k), Err(_)) = (known, dpgd::data::locate(dir, dpgd::data::FILES[0])) {
         eprintln!("{} is empty: running `dpgd data fetch {}` first", dir.display(), k.name);
         fetch::fetch(k.name, dir, None).with_context(|| format!("fetching {}", k.name))?;
     }
-    Ok(Dataset::load(dir, 10)?)
+    Ok(Dataset::load(dir, classes)?)
 }

@@ -4,8 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sha2::{Digest, Sha256};
-
 use super::{Dataset, FILES, idx, locate};
 use crate::error::{Error, Result};
 
@@ -94,17 +92,16 @@ pub fn fetch(name: &str, dest: &Path, from: Option<&Path>) -> Result<Vec<Fetched
 
 /// Checks one file: its uncompressed SHA-256 (if `expected`) and that it parses as IDX.
 fn check(path: &Path, stem: &str, expected: Option<&str>) -> Result<()> {
-    let bytes = idx::read_bytes(path)?;
-    if let Some(want) = expected {
-        let got = hex(&Sha256::digest(&bytes));
-        if got != want {
-            return Err(Error::Data {
-                path: path.into(),
-                message: format!("SHA-256 {got} does not match the published {want}"),
-            });
-        }
+    let array = idx::read(path, if stem.contains("idx3") { 3 } else { 1 })?;
+    if let Some(want) = expected
+        && array.sha256 != want
+    {
+        return Err(Error::Data {
+            path: path.into(),
+            message: format!("SHA-256 {} does not match the published {want}", array.sha256),
+        });
     }
-    idx::parse(path, &bytes, if stem.contains("idx3") { 3 } else { 1 }).map(|_| ())
+    Ok(())
 }
 
 fn copy_local(known: &Known, from: Option<&Path>, stem: &str, target: &Path, expected: Option<&str>) -> Result<String> {
@@ -168,8 +165,4 @@ fn download(known: &Known, stem: &str, target: &Path, expected: Option<&str>) ->
     }
     let _ = std::fs::remove_file(&tmp);
     Err(Error::Data { path: target.into(), message: errors.join("; ") })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

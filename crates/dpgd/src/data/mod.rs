@@ -64,6 +64,18 @@ impl Split {
             *o = f32::from(p) * scale - shift;
         }
     }
+    /// A borrowed view of the first `n` examples (all of them if `n` is 0 or larger than the
+    /// split): training and evaluation read the dataset through views, so it is held once.
+    #[must_use]
+    pub fn head(&self, n: usize) -> Examples<'_> {
+        let n = if n == 0 { self.len() } else { n.min(self.len()) };
+        Examples {
+            images: &self.images[..n * self.pixels()],
+            labels: &self.labels[..n],
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
     /// The first `n` examples (all of them if `n` is 0 or larger than the split).
     #[must_use]
     pub fn truncated(mut self, n: usize) -> Self {
@@ -72,6 +84,46 @@ impl Split {
             self.labels.truncate(n);
         }
         self
+    }
+}
+
+/// A borrowed run of examples of a [`Split`] (see [`Split::head`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Examples<'a> {
+    images: &'a [u8],
+    labels: &'a [u8],
+    rows: usize,
+    cols: usize,
+}
+
+impl Examples<'_> {
+    /// Number of examples.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+    /// Pixels per example.
+    #[must_use]
+    pub fn pixels(&self) -> usize {
+        self.rows * self.cols
+    }
+    /// The labels.
+    #[must_use]
+    pub fn labels(&self) -> &[u8] {
+        self.labels
+    }
+    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`).
+    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: Normalize, out: &mut [f32]) {
+        let px = self.pixels();
+        let (scale, shift) = (1.0 / (255.0 * norm.std), norm.mean / norm.std);
+        for (o, &p) in out.iter_mut().zip(&self.images[range.start * px..range.end * px]) {
+            *o = f32::from(p) * scale - shift;
+        }
     }
 }
 
@@ -84,6 +136,7 @@ pub struct Dataset {
     pub test: Split,
     /// The folder it was read from.
     pub dir: PathBuf,
+    fingerprints: Vec<Fingerprint>,
 }
 
 /// The standard file stems of an MNIST-format dataset.
@@ -109,12 +162,24 @@ pub fn locate(dir: &Path, stem: &str) -> Result<PathBuf> {
 
 impl Dataset {
     /// Reads the four MNIST-format files from `dir`, checking shapes, counts and that every
-    /// label is below `classes`.
+    /// label is below `classes`, and fingerprinting each file (SHA-256 of its uncompressed
+    /// content).
+    ///
+    /// # Errors
+    /// [`Error::Data`] naming the file and the problem (missing, malformed, truncated, an empty
+    /// training set, images of size 0, labels out of range, files that do not belong together).
     pub fn load(dir: &Path, classes: usize) -> Result<Self> {
-        let split = |images: &str, labels: &str| -> Result<Split> {
+        let mut fingerprints = Vec::with_capacity(4);
+        let mut split = |images: &str, labels: &str| -> Result<Split> {
             let (ip, lp) = (locate(dir, images)?, locate(dir, labels)?);
             let im = idx::read(&ip, 3)?;
             let lb = idx::read(&lp, 1)?;
+            if im.dims[1] == 0 || im.dims[2] == 0 {
+                return Err(Error::Data {
+                    path: ip,
+                    message: format!("images of size {}x{}: nothing to learn from", im.dims[1], im.dims[2]),
+                });
+            }
             if im.dims[0] != lb.dims[0] {
                 return Err(Error::Data {
                     path: lp,
@@ -134,16 +199,44 @@ impl Dataset {
                     ),
                 });
             }
+            for (path, a) in [(&ip, &im), (&lp, &lb)] {
+                let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                fingerprints.push(Fingerprint { file: name, sha256: a.sha256.clone() });
+            }
             Ok(Split { images: im.data, labels: lb.data, rows: im.dims[1], cols: im.dims[2] })
         };
         let train = split(FILES[0], FILES[1])?;
         let test = split(FILES[2], FILES[3])?;
+        if train.is_empty() {
+            return Err(Error::Data {
+                path: locate(dir, FILES[0])?,
+                message: "the training set has 0 examples: there is nothing to train on".into(),
+            });
+        }
         if (train.rows, train.cols) != (test.rows, test.cols) {
             return Err(Error::Data {
                 path: dir.into(),
-                message: "training and test images have different sizes".into(),
+                message: format!(
+                    "training images are {}x{} but test images {}x{}",
+                    train.rows, train.cols, test.rows, test.cols
+                ),
             });
         }
-        Ok(Self { train, test, dir: dir.into() })
+        Ok(Self { train, test, dir: dir.into(), fingerprints })
     }
+
+    /// The SHA-256 fingerprints of the four files, training images first.
+    #[must_use]
+    pub fn fingerprints(&self) -> &[Fingerprint] {
+        &self.fingerprints
+    }
+}
+
+/// The SHA-256 of one dataset file's uncompressed content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The file's name in its folder.
+    pub file: String,
+    /// Hex SHA-256 of its uncompressed bytes.
+    pub sha256: String,
 }

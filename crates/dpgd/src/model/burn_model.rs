@@ -180,9 +180,18 @@ impl BurnModel {
         -logp.gather(1, labels.reshape([n, 1])).sum()
     }
 
-    /// Writes the model as a burnpack record to `path`.
+    /// Writes the model as a burnpack record to `path`, atomically (a temporary file renamed
+    /// over `path`, so a crash never leaves a half-written model).
+    ///
+    /// # Errors
+    /// If the record cannot be written.
     pub fn save(self, path: &Path) -> Result<()> {
-        self.save_file(path).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+        let mut tmp = path.as_os_str().to_os_string();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        self.save_file(&tmp).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(Error::io(path))
     }
 
     /// Reads a burnpack record written by [`save`](Self::save) into a model of `net`'s shape.

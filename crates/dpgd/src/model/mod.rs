@@ -1,8 +1,6 @@
-//! Models: architectures as data ([`ModelSpec`]) and their burn form ([`BurnModel`]) for
-//! records, evaluation on any burn device, and autodiff reference gradients.
+//! The burn form of a model ([`BurnModel`]): records, evaluation on any burn device, and
+//! autodiff reference gradients. Architectures themselves are plain data in [`crate::arch`].
 
 mod burn_model;
-mod spec;
 
 pub use burn_model::BurnModel;
-pub use spec::{LayerSpec, ModelSpec};

@@ -32,6 +32,33 @@ pub struct Workspace {
 }
 
 impl Network {
+    /// Bytes of the buffers [`workspace`](Self::workspace) allocates for `batch` examples, or
+    /// `None` if that does not fit in a `u64` — checked before anything is allocated.
+    #[must_use]
+    pub fn workspace_bytes(&self, batch: usize) -> Option<u64> {
+        let mut per_example: u64 = self.input_len() as u64;
+        let (mut widest, mut dcols, mut hwc) = (self.input_len() as u64, 0u64, 0u64);
+        for op in self.ops() {
+            let out = op.out_len() as u64;
+            widest = widest.max(out);
+            per_example = per_example.checked_add(out)?;
+            match *op {
+                Op::Conv { cin, k, hout, wout, .. } => {
+                    let cols =
+                        (hout as u64).checked_mul(wout as u64)?.checked_mul(cin as u64)?.checked_mul((k * k) as u64)?;
+                    per_example = per_example.checked_add(cols)?;
+                    dcols = dcols.max(cols);
+                    hwc = hwc.max(out);
+                }
+                Op::MaxPool { .. } => per_example = per_example.checked_add(out)?,
+                _ => {}
+            }
+        }
+        // acts + cols + argmax, hwc, two gradient buffers, dcols; 4 bytes each
+        let per_example = per_example.checked_add(hwc)?.checked_add(widest.checked_mul(2)?)?.checked_add(dcols)?;
+        per_example.checked_mul(batch as u64)?.checked_mul(4)
+    }
+
     /// Buffers for micro-batches of up to `batch` examples.
     #[must_use]
     pub fn workspace(&self, batch: usize) -> Workspace {

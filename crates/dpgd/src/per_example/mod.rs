@@ -10,4 +10,4 @@ mod gemm;
 mod network;
 
 pub use engine::Workspace;
-pub use network::{Network, Op};
+pub use network::{MAX_VALUES, Network, Op, ShapeError};

@@ -2,10 +2,32 @@
 //! one flat parameter vector θ (conv weights `[out, in, k, k]` then bias; linear weights
 //! `[out, in]` then bias).
 
-use crate::error::{Error, Result};
 use rand::RngExt;
 
-use crate::model::{LayerSpec, ModelSpec};
+use crate::arch::{LayerSpec, ModelSpec};
+
+/// Why an architecture does not compile: the layer (index into `ModelSpec::layers`, or `None`
+/// for the model as a whole) and the reason. The config layer maps it to field names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", layer.map_or("the model".to_string(), |i| format!("layer {i}")))]
+pub struct ShapeError {
+    /// The offending layer, or `None` for the model's input or output.
+    pub layer: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Values one layer may hold per example, and parameters a model may have: larger shapes are
+/// refused before anything is allocated (their buffers would not fit in memory anyway).
+pub const MAX_VALUES: usize = 1 << 40;
+
+fn mul(values: &[usize], layer: Option<usize>, what: &str) -> Result<usize, ShapeError> {
+    values
+        .iter()
+        .try_fold(1usize, |acc, &v| acc.checked_mul(v))
+        .filter(|&n| n <= MAX_VALUES)
+        .ok_or_else(|| ShapeError { layer, reason: format!("{what} {values:?} is too large (more than 2^40 values)") })
+}
 
 /// A compiled layer. Spatial activations are channel-major (`[c, h, w]`, as in PyTorch and
 /// burn), so [`Op::Flatten`] is a plain copy.
@@ -106,6 +128,8 @@ enum Shape {
 }
 
 impl Shape {
+    /// Values per example; `Network::new` checks every shape it creates against
+    /// [`MAX_VALUES`] first, so the product cannot overflow.
     fn len(self) -> usize {
         match self {
             Shape::Spatial { c, h, w } => c * h * w,
@@ -123,109 +147,40 @@ pub struct Network {
 }
 
 impl Network {
-    /// Compiles `spec`, checking that every layer fits the shape it receives.
-    pub fn new(spec: &ModelSpec) -> Result<Self> {
+    /// Compiles `spec`, checking that every layer fits the shape it receives and that every
+    /// size is representable (checked arithmetic: a width of 2⁶² is an error, not a wrap).
+    ///
+    /// # Errors
+    /// A [`ShapeError`] naming the layer.
+    pub fn new(spec: &ModelSpec) -> Result<Self, ShapeError> {
         let [c, h, w] = spec.input;
         if c == 0 || h == 0 || w == 0 {
-            return Err(cfg("model.input", "every input dimension must be > 0".into()));
+            return Err(ShapeError { layer: None, reason: "every input dimension must be > 0".into() });
         }
+        mul(&spec.input, None, "the input shape")?;
         let mut shape = Shape::Spatial { c, h, w };
         let mut ops = Vec::with_capacity(spec.layers.len());
         let mut p = 0usize;
         for (i, layer) in spec.layers.iter().enumerate() {
-            let field = || format!("model.layers[{i}]");
-            let op = match (*layer, shape) {
-                (LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias }, Shape::Spatial { c, h, w }) => {
-                    if out_channels == 0 || kernel == 0 || stride == 0 {
-                        return Err(cfg(&field(), "conv2d needs out_channels, kernel and stride > 0".into()));
-                    }
-                    if h + 2 * padding < kernel || w + 2 * padding < kernel {
-                        return Err(cfg(&field(), format!("kernel {kernel} is larger than the padded {h}x{w} input")));
-                    }
-                    let (hout, wout) =
-                        ((h + 2 * padding - kernel) / stride + 1, (w + 2 * padding - kernel) / stride + 1);
-                    let wo = p;
-                    p += out_channels * c * kernel * kernel;
-                    let b = bias.then(|| {
-                        p += out_channels;
-                        p - out_channels
-                    });
-                    shape = Shape::Spatial { c: out_channels, h: hout, w: wout };
-                    Op::Conv {
-                        cin: c,
-                        cout: out_channels,
-                        k: kernel,
-                        stride,
-                        pad: padding,
-                        hin: h,
-                        win: w,
-                        hout,
-                        wout,
-                        w: wo,
-                        b,
-                    }
-                }
-                (LayerSpec::Conv2d { .. }, Shape::Flat(_)) => {
-                    return Err(cfg(&field(), "conv2d needs a spatial input, but it follows a flatten/linear".into()));
-                }
-                (LayerSpec::Linear { out_features, bias }, Shape::Flat(din)) => {
-                    if out_features == 0 {
-                        return Err(cfg(&field(), "linear needs out_features > 0".into()));
-                    }
-                    let wo = p;
-                    p += out_features * din;
-                    let b = bias.then(|| {
-                        p += out_features;
-                        p - out_features
-                    });
-                    shape = Shape::Flat(out_features);
-                    Op::Linear { din, dout: out_features, w: wo, b }
-                }
-                (LayerSpec::Linear { .. }, Shape::Spatial { .. }) => {
-                    return Err(cfg(
-                        &field(),
-                        "linear needs a flat input: insert { kind = \"flatten\" } before it".into(),
-                    ));
-                }
-                (LayerSpec::Relu, s) => Op::Relu { len: s.len() },
-                (LayerSpec::Tanh, s) => Op::Tanh { len: s.len() },
-                (LayerSpec::MaxPool2d { kernel, stride }, Shape::Spatial { c, h, w }) => {
-                    if kernel == 0 || stride == 0 || kernel > h || kernel > w {
-                        return Err(cfg(
-                            &field(),
-                            format!("max_pool2d kernel {kernel} / stride {stride} do not fit {h}x{w}"),
-                        ));
-                    }
-                    let (hout, wout) = ((h - kernel) / stride + 1, (w - kernel) / stride + 1);
-                    shape = Shape::Spatial { c, h: hout, w: wout };
-                    Op::MaxPool { c, k: kernel, stride, hin: h, win: w, hout, wout }
-                }
-                (LayerSpec::MaxPool2d { .. }, Shape::Flat(_)) => {
-                    return Err(cfg(&field(), "max_pool2d needs a spatial input".into()));
-                }
-                (LayerSpec::Flatten, Shape::Spatial { c, h, w }) => {
-                    shape = Shape::Flat(c * h * w);
-                    Op::Flatten { c, h, w }
-                }
-                (LayerSpec::Flatten, Shape::Flat(n)) => Op::Flatten { c: n, h: 1, w: 1 },
-            };
+            let (op, out) = compile(i, *layer, shape, &mut p)?;
+            shape = out;
             ops.push(op);
         }
         match shape {
             Shape::Flat(n) if n == spec.classes && n > 1 => {}
             _ => {
-                return Err(cfg(
-                    "model.layers",
-                    format!(
+                return Err(ShapeError {
+                    layer: spec.layers.len().checked_sub(1),
+                    reason: format!(
                         "the last layer must output {} logits (a flat vector), got {} values",
                         spec.classes,
                         shape.len()
                     ),
-                ));
+                });
             }
         }
         if p == 0 {
-            return Err(cfg("model.layers", "the model has no trainable parameters".into()));
+            return Err(ShapeError { layer: None, reason: "the model has no trainable parameters".into() });
         }
         Ok(Self { spec: spec.clone(), ops, num_params: p })
     }
@@ -280,8 +235,75 @@ impl Network {
     }
 }
 
-fn cfg(field: &str, message: String) -> Error {
-    Error::Config { field: field.to_string(), message }
+/// Compiles layer `i` for input `shape`, advancing the parameter offset `p`.
+fn compile(i: usize, layer: LayerSpec, shape: Shape, p: &mut usize) -> Result<(Op, Shape), ShapeError> {
+    let at = Some(i);
+    let err = |reason: String| ShapeError { layer: at, reason };
+    let mut params = |n: usize| -> Result<usize, ShapeError> {
+        let start = *p;
+        *p = p
+            .checked_add(n)
+            .filter(|&t| t <= MAX_VALUES)
+            .ok_or_else(|| err("the model has more than 2^40 parameters".into()))?;
+        Ok(start)
+    };
+    Ok(match (layer, shape) {
+        (LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias }, Shape::Spatial { c, h, w }) => {
+            if out_channels == 0 || kernel == 0 || stride == 0 {
+                return Err(err("conv2d needs out_channels, kernel and stride > 0".into()));
+            }
+            let (hp, wp) = (h.checked_add(padding.saturating_mul(2)), w.checked_add(padding.saturating_mul(2)));
+            let (Some(hp), Some(wp)) = (hp, wp) else { return Err(err(format!("padding {padding} is too large"))) };
+            if hp < kernel || wp < kernel {
+                return Err(err(format!("kernel {kernel} is larger than the padded {h}x{w} input")));
+            }
+            let (hout, wout) = ((hp - kernel) / stride + 1, (wp - kernel) / stride + 1);
+            mul(&[out_channels, hout, wout], at, "the conv2d output")?;
+            mul(&[hout, wout, c, kernel, kernel], at, "the conv2d im2col matrix")?;
+            let wo = params(mul(&[out_channels, c, kernel, kernel], at, "the conv2d weight")?)?;
+            let b = if bias { Some(params(out_channels)?) } else { None };
+            let op = Op::Conv {
+                cin: c,
+                cout: out_channels,
+                k: kernel,
+                stride,
+                pad: padding,
+                hin: h,
+                win: w,
+                hout,
+                wout,
+                w: wo,
+                b,
+            };
+            (op, Shape::Spatial { c: out_channels, h: hout, w: wout })
+        }
+        (LayerSpec::Conv2d { .. }, Shape::Flat(_)) => {
+            return Err(err("conv2d needs a spatial input, but it follows a flatten/linear".into()));
+        }
+        (LayerSpec::Linear { out_features, bias }, Shape::Flat(din)) => {
+            if out_features == 0 {
+                return Err(err("linear needs out_features > 0".into()));
+            }
+            let wo = params(mul(&[out_features, din], at, "the linear weight")?)?;
+            let b = if bias { Some(params(out_features)?) } else { None };
+            (Op::Linear { din, dout: out_features, w: wo, b }, Shape::Flat(out_features))
+        }
+        (LayerSpec::Linear { .. }, Shape::Spatial { .. }) => {
+            return Err(err("linear needs a flat input: insert { kind = \"flatten\" } before it".into()));
+        }
+        (LayerSpec::Relu, s) => (Op::Relu { len: s.len() }, s),
+        (LayerSpec::Tanh, s) => (Op::Tanh { len: s.len() }, s),
+        (LayerSpec::MaxPool2d { kernel, stride }, Shape::Spatial { c, h, w }) => {
+            if kernel == 0 || stride == 0 || kernel > h || kernel > w {
+                return Err(err(format!("max_pool2d kernel {kernel} / stride {stride} do not fit {h}x{w}")));
+            }
+            let (hout, wout) = ((h - kernel) / stride + 1, (w - kernel) / stride + 1);
+            (Op::MaxPool { c, k: kernel, stride, hin: h, win: w, hout, wout }, Shape::Spatial { c, h: hout, w: wout })
+        }
+        (LayerSpec::MaxPool2d { .. }, Shape::Flat(_)) => return Err(err("max_pool2d needs a spatial input".into())),
+        (LayerSpec::Flatten, Shape::Spatial { c, h, w }) => (Op::Flatten { c, h, w }, Shape::Flat(c * h * w)),
+        (LayerSpec::Flatten, Shape::Flat(n)) => (Op::Flatten { c: n, h: 1, w: 1 }, Shape::Flat(n)),
+    })
 }
 
 #[cfg(test)]
@@ -301,10 +323,23 @@ mod tests {
     fn shape_errors_name_the_layer() {
         let mut spec = ModelSpec::logistic();
         spec.layers.remove(0);
-        let e = Network::new(&spec).unwrap_err().to_string();
-        assert!(e.contains("model.layers[0]") && e.contains("flatten"), "{e}");
+        let e = Network::new(&spec).unwrap_err();
+        assert_eq!(e.layer, Some(0));
+        assert!(e.reason.contains("flatten"), "{e}");
         let mut spec = ModelSpec::logistic();
         spec.classes = 7;
-        assert!(Network::new(&spec).unwrap_err().to_string().contains("7 logits"));
+        assert!(Network::new(&spec).unwrap_err().reason.contains("7 logits"));
+    }
+
+    #[test]
+    fn huge_widths_are_errors_not_wraps() {
+        let mut spec = ModelSpec::logistic();
+        spec.layers[1] = LayerSpec::Linear { out_features: 1 << 62, bias: true };
+        spec.classes = 1 << 62;
+        let e = Network::new(&spec).unwrap_err();
+        assert_eq!(e.layer, Some(1));
+        assert!(e.reason.contains("too large"), "{e}");
+        let spec = ModelSpec { input: [usize::MAX, 2, 2], classes: 2, layers: vec![LayerSpec::Flatten] };
+        assert!(Network::new(&spec).is_err());
     }
 }

@@ -3,21 +3,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use std::sync::{Mutex, PoisonError};
 
 use super::plan::PlannedRun;
 use super::report::write_results;
 use crate::data::Dataset;
 use crate::error::{Error, Result};
-use crate::train::{RunOptions, TrainConfig, run};
+use crate::train::{Observer, RunFolder, RunOptions, Silent, TrainConfig, run};
 
 /// How a sweep executes.
 #[derive(Debug, Clone)]
 pub struct ExecuteOptions {
-    /// Show the overall bar and each run's bar.
-    pub progress: bool,
     /// Runs trained at the same time. Each gets `cores / jobs` threads unless its config sets
     /// `train.threads`.
     pub jobs: usize,
@@ -31,121 +27,133 @@ pub struct ExecuteOptions {
 
 impl Default for ExecuteOptions {
     fn default() -> Self {
-        Self { progress: false, jobs: 1, reuse: Vec::new(), only: Vec::new() }
+        Self { jobs: 1, reuse: Vec::new(), only: Vec::new() }
     }
 }
 
 impl ExecuteOptions {
     fn selects(&self, r: &PlannedRun) -> bool {
-        self.only.iter().all(|(k, v)| r.point.get(k).is_some_and(|p| p.trim_matches('"') == v.trim_matches('"')))
+        self.only.iter().all(|(k, v)| r.has(k, v))
     }
 }
+
+/// How a sweep reports progress without printing (the CLI draws bars from it).
+pub trait SweepObserver: Sync {
+    /// The runs selected, and how many of them will be trained now.
+    fn planned(&self, _selected: usize, _to_train: usize) {}
+    /// An observer for one run's training, called when the run starts.
+    fn run_observer(&self, _run: &PlannedRun) -> Box<dyn Observer + Send + '_> {
+        Box::new(Silent)
+    }
+    /// A run finished (trained now or copied from another sweep).
+    fn run_done(&self, _run: &PlannedRun) {}
+}
+
+/// A sweep observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuietSweep;
+
+impl SweepObserver for QuietSweep {}
 
 /// Executes every planned run that is not finished yet (resuming interrupted ones), then
 /// rewrites the results table. Returns the number of runs trained now (copies not counted).
 ///
-/// Fails before training anything if a run folder holds a run made with other settings than
-/// the sweep now gives it ([`Error::StaleRun`]): its results would otherwise be reported
-/// under the new settings.
-pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions) -> Result<usize> {
+/// # Errors
+/// Before training anything: a run folder holding a run made with other settings than the
+/// sweep now gives it ([`Error::StaleRun`]; its results would otherwise be reported under the
+/// new settings), or unreadable data. Afterwards: the first run that failed.
+pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer: &dyn SweepObserver) -> Result<usize> {
     for r in runs {
-        refuse_stale(&dir.join("runs").join(&r.id), &r.config.config)?;
+        refuse_stale(&dir.join("runs").join(&r.id), r.config.config())?;
     }
     let mut datasets: BTreeMap<PathBuf, Dataset> = BTreeMap::new();
     let mut todo = VecDeque::new();
     let selected: Vec<&PlannedRun> = runs.iter().filter(|r| opts.selects(r)).collect();
     for &r in &selected {
         let run_dir = dir.join("runs").join(&r.id);
-        if run_dir.join("privacy.json").exists() {
+        if RunFolder::new(&run_dir).is_finished() {
             continue;
         }
         if let Some(source) = finished_elsewhere(r, &opts.reuse)? {
-            // Copied beside the run folder, then renamed: a crash never leaves a folder that
-            // looks finished but is incomplete.
-            let partial = run_dir.with_extension("copying");
-            if partial.exists() {
-                std::fs::remove_dir_all(&partial).map_err(Error::io(&partial))?;
-            }
-            copy_dir(&source, &partial)?;
-            if run_dir.exists() {
-                std::fs::remove_dir_all(&run_dir).map_err(Error::io(&run_dir))?;
-            }
-            std::fs::rename(&partial, &run_dir).map_err(Error::io(&run_dir))?;
+            copy_run(&source, &run_dir)?;
+            observer.run_done(r);
             continue;
         }
-        let data_dir = r.config.config.data.dir.clone();
+        let data_dir = r.config.config().data.dir.clone();
         if !datasets.contains_key(&data_dir) {
-            datasets.insert(data_dir.clone(), Dataset::load(&data_dir, 10)?);
+            datasets.insert(data_dir.clone(), Dataset::load(&data_dir, r.config.model().classes)?);
         }
         todo.push_back(r);
     }
-    let multi = MultiProgress::new();
-    let overall =
-        if opts.progress { multi.add(ProgressBar::new(selected.len() as u64)) } else { ProgressBar::hidden() };
-    overall.set_style(
-        ProgressStyle::with_template("sweep: {pos}/{len} runs [{bar:30}] {msg} | ETA {eta}")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    overall.set_position((selected.len() - todo.len()) as u64);
+    observer.planned(selected.len(), todo.len());
     let to_run = todo.len();
     let jobs = opts.jobs.clamp(1, to_run.max(1));
     let threads = (std::thread::available_parallelism().map_or(1, |n| n.get()) / jobs).max(1);
     let queue = Mutex::new(todo);
     let failure: Mutex<Option<Error>> = Mutex::new(None);
     let tables = Mutex::new(());
+    // A panicking worker cannot leave these half-updated: each holds a plain value.
+    let lock = |m: &Mutex<Option<Error>>| m.lock().unwrap_or_else(PoisonError::into_inner).is_some();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| {
                 loop {
-                    if failure.lock().expect("lock").is_some() {
+                    if lock(&failure) {
                         return;
                     }
-                    let Some(r) = queue.lock().expect("lock").pop_front() else { return };
-                    overall.set_message(r.id.clone());
-                    let options = RunOptions {
-                        progress: opts.progress,
-                        multi: Some(multi.clone()),
-                        threads: (jobs > 1).then_some(threads),
-                        stop_after: None,
-                    };
-                    let data = &datasets[&r.config.config.data.dir];
-                    match run(&r.config, data, &dir.join("runs").join(&r.id), &options) {
-                        Ok(_) => {
-                            overall.inc(1);
-                            // The tables follow every finished run, not only the whole sweep.
-                            let _guard = tables.lock().expect("lock");
-                            if let Err(e) = write_results(dir, runs) {
-                                failure.lock().expect("lock").get_or_insert(e);
-                            }
-                        }
-                        Err(e) => {
-                            failure.lock().expect("lock").get_or_insert(e);
-                            return;
-                        }
+                    let Some(r) = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front() else { return };
+                    let options = RunOptions { threads: (jobs > 1).then_some(threads), stop_after: None };
+                    let data = &datasets[&r.config.config().data.dir];
+                    let mut run_observer = observer.run_observer(r);
+                    let outcome = run(&r.config, data, &dir.join("runs").join(&r.id), &options, run_observer.as_mut());
+                    drop(run_observer);
+                    let outcome = outcome.and_then(|_| {
+                        observer.run_done(r);
+                        // The tables follow every finished run, not only the whole sweep.
+                        let _guard = tables.lock().unwrap_or_else(PoisonError::into_inner);
+                        write_results(dir, runs).map(|_| ())
+                    });
+                    if let Err(e) = outcome {
+                        failure.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(e);
+                        return;
                     }
                 }
             });
         }
     });
-    overall.finish_and_clear();
     write_results(dir, runs)?;
-    match failure.into_inner().expect("lock") {
+    match failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
         Some(e) => Err(e),
         None => Ok(to_run),
     }
+}
+
+/// Copies a finished run beside its destination, then renames it into place: a crash never
+/// leaves a folder that looks finished but is incomplete.
+fn copy_run(source: &Path, run_dir: &Path) -> Result<()> {
+    let mut partial = run_dir.as_os_str().to_os_string();
+    partial.push(".copying");
+    let partial = PathBuf::from(partial);
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(Error::io(&partial))?;
+    }
+    copy_dir(source, &partial)?;
+    if run_dir.exists() {
+        std::fs::remove_dir_all(run_dir).map_err(Error::io(run_dir))?;
+    }
+    std::fs::rename(&partial, run_dir).map_err(Error::io(run_dir))
 }
 
 /// [`Error::StaleRun`] if `run_dir` holds a run (finished or not) whose settings differ from
 /// `planned`.
 fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
     let Some(made) = config_made(run_dir)? else { return Ok(()) };
-    if &made == planned {
+    let (made, planned) = (made.to_value()?, planned.to_value()?);
+    if made == planned {
         return Ok(());
     }
-    let as_value = |c: &TrainConfig| toml::Value::try_from(c).expect("a config serialises");
     let mut differences = Vec::new();
-    differing_fields("", &as_value(&made), &as_value(planned), &mut differences);
+    differing_fields("", &made, &planned, &mut differences);
     Err(Error::StaleRun { path: run_dir.to_path_buf(), differences: differences.join(", ") })
 }
 
@@ -171,22 +179,25 @@ fn shown(v: Option<&toml::Value>) -> String {
     v.map_or_else(|| "(unset)".to_string(), ToString::to_string)
 }
 
-/// The configuration a run folder's run was made with (its `config.toml`), if it has one.
+/// The configuration a run folder's run was made with, if it has one.
 fn config_made(run_dir: &Path) -> Result<Option<TrainConfig>> {
-    let path = run_dir.join("config.toml");
+    let path = RunFolder::new(run_dir).config();
     if path.exists() { TrainConfig::from_file(&path, &[]).map(Some) } else { Ok(None) }
 }
 
 /// A finished run folder in one of `sweeps` whose configuration equals `r`'s.
 fn finished_elsewhere(r: &PlannedRun, sweeps: &[PathBuf]) -> Result<Option<PathBuf>> {
+    let planned = r.config.config().to_value()?;
     for sweep in sweeps {
         let Ok(entries) = std::fs::read_dir(sweep.join("runs")) else { continue };
         for entry in entries.flatten() {
             let path = entry.path();
-            if !path.join("privacy.json").exists() {
+            if !RunFolder::new(&path).is_finished() {
                 continue;
             }
-            if config_made(&path)?.as_ref() == Some(&r.config.config) {
+            if let Some(made) = config_made(&path)?
+                && made.to_value()? == planned
+            {
                 return Ok(Some(path));
             }
         }

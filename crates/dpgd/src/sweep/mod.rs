@@ -18,14 +18,15 @@
 //! ```
 //!
 //! Every expanded config is validated before the first run starts. Runs live in
-//! `<sweep dir>/runs/<id>/`; a run with a `privacy.json` is finished and never redone, one with
-//! a checkpoint is resumed, and adding grid points later runs only the new ones. Each finished
-//! run is a row of `<sweep dir>/results.csv` and `results.jsonl`; [`report`] summarises them.
+//! `<sweep dir>/runs/<id>/` (run folders, see [`crate::train::folder`]); a finished run is
+//! never redone, an interrupted one is resumed, and adding grid points later runs only the new
+//! ones. Each finished run is a row of `<sweep dir>/results.csv` and `results.jsonl`;
+//! [`report`] summarises them.
 
 mod execute;
 mod plan;
 mod report;
 
-pub use execute::{ExecuteOptions, execute};
-pub use plan::{PlannedRun, SweepFile, plan};
-pub use report::{report, write_results};
+pub use execute::{ExecuteOptions, QuietSweep, SweepObserver, execute};
+pub use plan::{MAX_RUNS, PlannedRun, SweepFile, plan, value_text};
+pub use report::{ResultRow, report, write_results};

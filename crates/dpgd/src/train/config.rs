@@ -1,24 +1,32 @@
-//! Training configuration: a TOML file (+ `--set key=value` overrides) deserialised with
-//! unknown fields rejected, then validated into a [`ValidConfig`] before anything runs.
+//! Training configuration: a TOML file (plus overrides) deserialised with unknown fields
+//! rejected ([`TrainConfig`]), then validated into a [`ValidConfig`] — read-only, with σ
+//! calibrated and every release scheduled — before anything runs.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::accounting::{ApproxDp, Conversion, GaussianRelease, GdPlan, Zcdp, positive, probability};
+use super::releases::{ReleaseKind, ScheduledRelease};
+use crate::accounting::{
+    AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, Neighbours, ToApproxDp, positive, probability,
+};
+use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
 use crate::data::Normalize;
+use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::model::{LayerSpec, ModelSpec};
+use crate::noise::{NoiseSampler, NoiseSeed};
+use crate::per_example::{Network, ShapeError};
 
 /// Which algorithm to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
-    /// Private GD: exactly `privacy.steps` steps, clip C, noise σC (the baseline).
+    /// Private GD: exactly `privacy.worst_case_steps` steps, clip C, noise σC (the baseline).
     Plain,
-    /// Private GD with individual filtering (001 Algorithm 3): up to `train.max_steps` steps.
+    /// Private GD with individual filtering ([FZ21] Algorithm 3): up to `train.max_steps` steps.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
     Filtered,
     /// No clipping and no noise. NOT PRIVATE: for reference only.
     NonPrivate,
@@ -28,12 +36,12 @@ pub enum Method {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ActiveRelease {
-    /// Not computed or written (default: the count is private data).
+    /// Not computed or written (the count is private data).
     #[default]
     None,
     /// A Gaussian noisy count (sensitivity 1), accounted in the run's total privacy.
     Noisy,
-    /// The exact count, labelled NON-PRIVATE: for debugging only, never publish it.
+    /// The exact count: for debugging only. The run is then NOT private, and every file says so.
     ExactNonPrivate,
 }
 
@@ -41,12 +49,14 @@ pub enum ActiveRelease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StopRule {
-    /// Run `train.max_steps` steps and keep the last model (default).
+    /// Run `train.max_steps` steps and keep the last model.
     #[default]
     MaxSteps,
-    /// The adaptive rule of 001 §5.1: from step B_norm/C² on, release the training accuracy
-    /// every `stopping.every` steps as an accounted noisy count, and keep the model whose
-    /// released accuracy was highest.
+    /// The adaptive rule of [FZ21] §5.1: from step k on, release the training accuracy every
+    /// `stopping.every` steps as an accounted noisy count, and keep the model whose released
+    /// accuracy was highest.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
     BestTrainAccuracy,
 }
 
@@ -98,12 +108,12 @@ pub struct DataConfig {
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// `opacus-cnn`, `mlp` or `logistic`.
-    #[serde(default)]
-    pub preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
     /// Explicit layers (instead of a preset); the input is the dataset's image.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<Vec<LayerSpec>>,
-    /// Seed of the parameter initialisation.
+    /// Seed of the parameter initialisation (public: θ₀ does not depend on the data).
     #[serde(default)]
     pub init_seed: u64,
 }
@@ -115,20 +125,28 @@ pub struct PrivacyConfig {
     /// `plain`, `filtered` or `non-private`.
     pub method: Method,
     /// Target ε (calibrates σ); give this or `sigma`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epsilon: Option<f64>,
     /// Target δ.
     pub delta: f64,
     /// Noise multiplier σ given directly (the ε is then reported).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sigma: Option<f64>,
     /// Clip value C.
     pub clip: f64,
-    /// Worst-case steps k: B_norm = k·C² (plain GD runs exactly k steps).
-    pub steps: usize,
+    /// k, the worst-case number of steps: B_norm = k·C² (plain GD runs exactly k steps).
+    /// Called `steps` before; the old name is still read.
+    #[serde(alias = "steps")]
+    pub worst_case_steps: usize,
     /// Conversion used to calibrate and report ε.
     #[serde(default = "default_conversion")]
     pub conversion: Conversion,
+    /// The neighbouring relation the guarantee is stated for.
+    #[serde(default)]
+    pub neighbours: Neighbours,
+    /// The noise distribution.
+    #[serde(default)]
+    pub noise: NoiseSampler,
     /// What to do with a NaN/Inf per-example gradient.
     #[serde(default)]
     pub on_nonfinite: NonFinitePolicy,
@@ -140,37 +158,37 @@ pub struct PrivacyConfig {
 pub struct TrainSettings {
     /// Learning rate η.
     pub lr: f64,
-    /// k_max: steps of filtered GD (default: `privacy.steps`; plain GD always runs `privacy.steps`).
-    #[serde(default)]
+    /// k_max: steps of filtered GD (default: `privacy.worst_case_steps`; plain GD always runs k).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<usize>,
-    /// Learning rate of the steps after `privacy.steps` (filtered GD's extra steps, paid for by the
-    /// examples' leftover budgets); absent: `lr` throughout. The first `privacy.steps` steps, which
-    /// are plain private GD, are unchanged by it.
+    /// Learning rate of the steps after k (filtered GD's extra steps, paid for by the examples'
+    /// leftover budgets); absent: `lr` throughout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_after_k: Option<f64>,
     /// Examples per micro-batch whose per-example gradients are held at once
     /// (memory ≈ threads × chunk × parameters × 4 bytes).
     #[serde(default = "default_chunk")]
     pub chunk: usize,
-    /// Fixed noise seed (reproducible; experiments and tests only). Absent: seeded from the OS.
-    #[serde(default)]
+    /// Fixed noise seed (reproducible; experiments and tests only — the run is then NOT
+    /// private). Absent: keyed from the OS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// burn device for evaluation and records: `ndarray` (default) or `flex`.
-    #[serde(default = "default_device")]
-    pub device: String,
-    /// Evaluate test accuracy every N steps (and at the end); 0 = only at the end.
+    /// burn device for evaluation and records.
+    #[serde(default)]
+    pub device: DeviceKind,
+    /// Evaluate test accuracy every N steps (and at k and the end); 0 = only then.
     #[serde(default = "default_eval")]
     pub eval_every: usize,
-    /// Write a checkpoint every N steps (the ledger is journaled every step regardless).
-    #[serde(default = "default_ckpt")]
-    pub checkpoint_every: usize,
+    /// No longer used: the training state is written every step. Still read from old configs.
+    #[serde(default, skip_serializing)]
+    pub checkpoint_every: Option<usize>,
     /// Worker threads (0 = all cores).
     #[serde(default)]
     pub threads: usize,
 }
 
 /// The `[release]` section: what else the run releases about the training data.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseConfig {
     /// How the number of active examples is released.
@@ -182,6 +200,16 @@ pub struct ReleaseConfig {
     /// Release the active count every N steps.
     #[serde(default = "default_eval")]
     pub active_count_every: usize,
+}
+
+impl Default for ReleaseConfig {
+    fn default() -> Self {
+        Self {
+            active_count: ActiveRelease::None,
+            active_count_sigma: default_count_sigma(),
+            active_count_every: default_eval(),
+        }
+    }
 }
 
 /// A whole training configuration as written in TOML.
@@ -220,14 +248,8 @@ fn default_conversion() -> Conversion {
 fn default_chunk() -> usize {
     16
 }
-fn default_device() -> String {
-    "ndarray".into()
-}
 fn default_eval() -> usize {
     5
-}
-fn default_ckpt() -> usize {
-    10
 }
 fn default_count_sigma() -> f64 {
     100.0
@@ -245,10 +267,52 @@ fn default_data() -> DataConfig {
     DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: default_norm() }
 }
 
+/// Worker threads a config may ask for: more is a typo, not a machine.
+pub const MAX_THREADS: usize = 1024;
+
+/// One change to a config made outside its file: on the command line or by a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Override {
+    /// Set a dotted field (`privacy.epsilon`) to a TOML value.
+    Set(String, toml::Value),
+    /// Remove a dotted field, so its default applies (e.g. `privacy.epsilon` to give `sigma`).
+    Unset(String),
+}
+
+impl Override {
+    /// Parses `key=value`: the value as TOML (`0.5`, `"plain"`, `[1, 2]`), or else as a string.
+    ///
+    /// # Errors
+    /// Text without `=` or with an empty key.
+    pub fn parse_set(text: &str) -> Result<Self> {
+        let (key, raw) = text
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| Error::config("--set", format!("`{text}`: write KEY=VALUE, e.g. privacy.epsilon=0.5")))?;
+        let value = format!("v = {raw}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+        Ok(Override::Set(key.trim().to_string(), value))
+    }
+
+    /// The dotted field it changes.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        match self {
+            Override::Set(k, _) | Override::Unset(k) => k,
+        }
+    }
+}
+
 impl TrainConfig {
-    /// Reads a TOML file and applies `key=value` overrides (dotted keys; values parsed as TOML,
-    /// or taken as strings).
-    pub fn from_file(path: &Path, overrides: &[String]) -> Result<Self> {
+    /// Reads a TOML file and applies `overrides`.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not TOML, or has an unknown, missing or mistyped field
+    /// (named, with the file).
+    pub fn from_file(path: &Path, overrides: &[Override]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
         Self::from_toml(&text, overrides).map_err(|e| match e {
             Error::Config { field, message } => {
@@ -258,278 +322,533 @@ impl TrainConfig {
         })
     }
 
-    /// Parses TOML text and applies overrides.
-    pub fn from_toml(text: &str, overrides: &[String]) -> Result<Self> {
-        let mut value: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| Error::Config { field: "(file)".into(), message: e.to_string() })?;
+    /// Parses TOML text and applies `overrides`.
+    ///
+    /// # Errors
+    /// As [`from_file`](Self::from_file): errors name the offending key by its dotted path,
+    /// with its line in `text` when it is there, and suggest the nearest valid name for a
+    /// misspelt one.
+    pub fn from_toml(text: &str, overrides: &[Override]) -> Result<Self> {
+        let mut table: toml::Table =
+            text.parse().map_err(|e: toml::de::Error| Error::config("(file)", e.to_string()))?;
         for o in overrides {
-            set(&mut value, o)?;
+            apply(&mut table, o)?;
         }
-        if let Some(layers) = value.get("model").and_then(|m| m.get("layers")).and_then(|l| l.as_array()) {
-            ModelSpec::check_layer_kinds(layers)?;
+        if let Some(layers) = table.get("model").and_then(|m| m.get("layers")).and_then(|l| l.as_array()) {
+            check_layer_kinds(layers)?;
         }
-        // Re-serialise so that deserialisation errors point at the offending key and line.
-        let text =
-            toml::to_string(&value).map_err(|e| Error::Config { field: "(file)".into(), message: e.to_string() })?;
-        toml::from_str(&text).map_err(|e: toml::de::Error| {
-            let line = e.span().map(|s| text[..s.start].lines().count().max(1)).unwrap_or(0);
-            let key = text.lines().nth(line.saturating_sub(1)).unwrap_or("").trim().to_string();
-            Error::Config {
-                field: if key.is_empty() { "(file)".into() } else { key },
-                message: e.message().to_string(),
-            }
+        let own;
+        let parsed = if overrides.is_empty() {
+            text
+        } else {
+            own = toml::to_string(&table).map_err(|e| Error::config("(file)", e.to_string()))?;
+            &own
+        };
+        let de = toml::Deserializer::parse(parsed).map_err(|e| Error::config("(file)", e.to_string()))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            config_error(text, overrides, &path, inner.message())
         })
     }
+    /// The config as a TOML value (every field explicit), for comparisons and records.
+    ///
+    /// # Errors
+    /// Never for a deserialised config (every field serialises).
+    pub fn to_value(&self) -> Result<toml::Value> {
+        toml::Value::try_from(self).map_err(|e| Error::Record(format!("config does not serialise: {e}")))
+    }
 
-    /// Checks every field and resolves σ, the model and the step counts.
+    /// What identifies a run: everything but where the data lie (their contents are checked
+    /// separately) and how many threads and which burn device compute it. A resumed run must
+    /// match it exactly.
+    ///
+    /// # Errors
+    /// As [`to_value`](Self::to_value).
+    pub fn identity(&self) -> Result<toml::Value> {
+        let mut v = self.to_value()?;
+        if let Some(t) = v.as_table_mut() {
+            for (section, key) in EXECUTION_ONLY {
+                if let Some(s) = t.get_mut(*section).and_then(toml::Value::as_table_mut) {
+                    s.remove(*key);
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// Checks every field and resolves σ, the model and the schedule.
+    ///
+    /// # Errors
+    /// The first invalid field, named, with what a valid value looks like.
     pub fn validate(&self) -> Result<ValidConfig> {
         let p = &self.privacy;
         probability("delta", p.delta).map_err(|e| field("privacy.delta", e))?;
         positive("clip", p.clip).map_err(|e| field("privacy.clip", e))?;
         positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
+        self.validate_data()?;
         if let Some(lr) = self.train.lr_after_k {
             positive("lr_after_k", lr).map_err(|e| field("train.lr_after_k", e))?;
         }
-        if p.steps == 0 {
-            return Err(cfg("privacy.steps", "must be >= 1 (B_norm = steps * clip^2)"));
+        let k = p.worst_case_steps;
+        if k == 0 {
+            return Err(Error::config("privacy.worst_case_steps", "must be >= 1 (B_norm = worst_case_steps * clip^2)"));
         }
         if self.train.chunk == 0 {
-            return Err(cfg("train.chunk", "must be >= 1"));
+            return Err(Error::config("train.chunk", "must be >= 1"));
         }
-        let max_steps = match (p.method, self.train.max_steps) {
-            (Method::Plain, Some(m)) if m != p.steps => {
-                return Err(cfg(
-                    "train.max_steps",
-                    "plain private GD runs exactly privacy.steps steps; remove max_steps or use method = \"filtered\"",
-                ));
-            }
-            (Method::Filtered, Some(m)) if m < p.steps => {
-                return Err(cfg(
-                    "train.max_steps",
-                    "must be >= privacy.steps, or no example ever uses its whole budget",
-                ));
-            }
-            (_, Some(0)) => return Err(cfg("train.max_steps", "must be >= 1")),
-            (_, m) => m.unwrap_or(p.steps),
-        };
-        if self.train.lr_after_k.is_some() && max_steps == p.steps {
-            return Err(cfg(
-                "train.lr_after_k",
-                "this run has no steps after privacy.steps; remove lr_after_k or use method = \"filtered\" with a \
-                 larger train.max_steps",
+        if self.train.threads > MAX_THREADS {
+            return Err(Error::config(
+                "train.threads",
+                format!("{} threads is more than {MAX_THREADS}; use 0 for all cores", self.train.threads),
             ));
         }
+        let max_steps = self.max_steps()?;
         let releases = self.scheduled_releases(max_steps)?;
-        let sigma = match (p.method, p.epsilon, p.sigma) {
-            (Method::NonPrivate, _, _) => None,
-            (_, Some(_), Some(_)) => {
-                return Err(cfg("privacy.sigma", "give either privacy.epsilon or privacy.sigma, not both"));
-            }
-            (_, None, None) => return Err(cfg("privacy.epsilon", "give a target privacy.epsilon (or privacy.sigma)")),
-            (_, None, Some(s)) => Some(positive("sigma", s).map_err(|e| field("privacy.sigma", e))?),
-            (_, Some(eps), None) => {
-                positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
-                Some(self.calibrate(eps, &releases)?)
-            }
+        let privacy = match p.method {
+            Method::NonPrivate => None,
+            _ => Some(self.privacy_plan(&releases)?),
         };
-        let model = match (&self.model.preset, &self.model.layers) {
-            (Some(name), None) => ModelSpec::preset(name)?,
-            (None, Some(layers)) => ModelSpec { input: [1, 28, 28], classes: 10, layers: layers.clone() },
-            _ => return Err(cfg("model", "give exactly one of model.preset or model.layers")),
+        let model = self.model_spec()?;
+        Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model })
+    }
+
+    fn validate_data(&self) -> Result<()> {
+        let n = self.data.normalize;
+        if !(n.std.is_finite() && n.std > 0.0) {
+            return Err(Error::config("data.normalize.std", format!("{} is not a finite number > 0", n.std)));
+        }
+        if !n.mean.is_finite() {
+            return Err(Error::config("data.normalize.mean", format!("{} is not a finite number", n.mean)));
+        }
+        Ok(())
+    }
+
+    fn max_steps(&self) -> Result<usize> {
+        let k = self.privacy.worst_case_steps;
+        let m = match (self.privacy.method, self.train.max_steps) {
+            (_, Some(0)) => return Err(Error::config("train.max_steps", "must be >= 1")),
+            (Method::Plain, Some(m)) if m != k => {
+                return Err(Error::config(
+                    "train.max_steps",
+                    "plain private GD runs exactly privacy.worst_case_steps steps; remove max_steps or use \
+                     method = \"filtered\"",
+                ));
+            }
+            (Method::Filtered, Some(m)) if m < k => {
+                return Err(Error::config(
+                    "train.max_steps",
+                    "must be >= privacy.worst_case_steps, or no example ever uses its whole budget",
+                ));
+            }
+            (_, m) => m.unwrap_or(k),
         };
-        let device = crate::device::parse(&self.train.device)?;
-        Ok(ValidConfig { config: self.clone(), sigma, max_steps, releases, model, device })
+        if self.train.lr_after_k.is_some() && m == k {
+            return Err(Error::config(
+                "train.lr_after_k",
+                "this run has no steps after privacy.worst_case_steps; remove lr_after_k or use method = \"filtered\" \
+                 with a larger train.max_steps",
+            ));
+        }
+        Ok(m)
     }
 
     /// The noisy statistics this run releases about its training data, checked.
     fn scheduled_releases(&self, max_steps: usize) -> Result<Vec<ScheduledRelease>> {
         let mut out = Vec::new();
         let r = &self.release;
+        if r.active_count != ActiveRelease::None && r.active_count_every == 0 {
+            return Err(Error::config("release.active_count_every", "must be >= 1"));
+        }
         if r.active_count == ActiveRelease::Noisy {
-            positive("active_count_sigma", r.active_count_sigma).map_err(|e| field("release.active_count_sigma", e))?;
-            if r.active_count_every == 0 {
-                return Err(cfg("release.active_count_every", "must be >= 1"));
-            }
-            let first = r.active_count_every;
-            out.push(ScheduledRelease {
-                mechanism: ACTIVE_COUNT,
+            let every = r.active_count_every;
+            let release = ScheduledRelease {
+                kind: ReleaseKind::ActiveCount,
                 sigma: r.active_count_sigma,
-                first,
-                every: first,
+                first: every,
+                every,
                 last: max_steps,
-            });
+            };
+            release.through(max_steps).map_err(|e| attribute(e, "release.active_count_sigma"))?;
+            out.push(release);
         }
         let s = &self.stopping;
         if s.rule == StopRule::BestTrainAccuracy {
             if self.privacy.method != Method::Filtered {
-                return Err(cfg(
+                return Err(Error::config(
                     "stopping.rule",
-                    "best-train-accuracy chooses among the steps after B_norm/C^2, so it needs method = \"filtered\" \
-                     with train.max_steps > privacy.steps",
+                    "best-train-accuracy chooses among the steps from B_norm/C^2 on, so it needs method = \"filtered\"",
                 ));
             }
-            positive("sigma", s.sigma).map_err(|e| field("stopping.sigma", e))?;
             if s.every == 0 {
-                return Err(cfg("stopping.every", "must be >= 1"));
+                return Err(Error::config("stopping.every", "must be >= 1"));
             }
-            out.push(ScheduledRelease {
-                mechanism: TRAIN_ACCURACY,
+            let k = self.privacy.worst_case_steps;
+            let release = ScheduledRelease {
+                kind: ReleaseKind::TrainAccuracy,
                 sigma: s.sigma,
-                first: self.privacy.steps,
+                first: k,
                 every: s.every,
                 last: max_steps,
-            });
+            };
+            release.through(max_steps).map_err(|e| attribute(e, "stopping.sigma"))?;
+            out.push(release);
         }
         Ok(out)
     }
 
-    /// σ for the whole run: training (k worst-case steps) plus every scheduled noisy count
-    /// (std sⱼ, sensitivity 1) fit the target. Every piece is a Gaussian mechanism, so in
-    /// Gaussian DP μ² = k/σ² + Σⱼ 1/sⱼ² (and ρ = μ²/2 for the zCDP conversions).
-    fn calibrate(&self, eps: f64, releases: &[ScheduledRelease]) -> Result<f64> {
+    /// σ and everything the guarantee rests on, checked.
+    fn privacy_plan(&self, releases: &[ScheduledRelease]) -> Result<PrivacyPlan> {
         let p = &self.privacy;
-        let mut plan = GdPlan::new(p.steps as f64)?;
-        for r in releases {
-            plan = plan.with_release(GaussianRelease::new(r.sigma, 1.0, r.count_through(r.last) as u64)?);
+        if p.noise == NoiseSampler::DiscreteGaussian && p.conversion == Conversion::GaussianExact {
+            return Err(Error::config(
+                "privacy.conversion",
+                "gaussian-exact is the (epsilon, delta) curve of the continuous Gaussian; discrete-Gaussian noise \
+                 is accounted through zCDP: use conversion = \"cks\" (or \"bun-steinke\")",
+            ));
         }
-        plan.calibrate(ApproxDp::new(eps, p.delta)?, p.conversion).map_err(|e| match e {
-            crate::accounting::AccountingError::BudgetExceeded { .. } => cfg(
-                "release",
-                "the scheduled noisy counts (active count, training accuracy) alone exceed the privacy budget; \
-                 raise their sigma or release less often",
-            ),
-            other => other.into(),
-        })
+        let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;
+        plan = plan.with_neighbours(p.neighbours);
+        for r in releases {
+            plan = plan.with_release(r.through(r.last)?);
+        }
+        let sigma = match (p.epsilon, p.sigma) {
+            (Some(_), Some(_)) => {
+                return Err(Error::config(
+                    "privacy.sigma",
+                    "give either privacy.epsilon or privacy.sigma, not both (on the command line, --unset one of them)",
+                ));
+            }
+            (None, None) => {
+                return Err(Error::config("privacy.epsilon", "give a target privacy.epsilon (or privacy.sigma)"));
+            }
+            (None, Some(s)) => {
+                positive("sigma", s).map_err(|e| field("privacy.sigma", e))?;
+                plan.guarantee(s).map_err(|e| field("privacy.sigma", e))?;
+                s
+            }
+            (Some(eps), None) => {
+                let target = ApproxDp::new(eps, p.delta).map_err(|e| field("privacy.epsilon", e))?;
+                positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
+                plan.calibrate(target, p.conversion).map_err(|e| match e {
+                    AccountingError::BudgetExceeded { .. } => Error::config(
+                        "release",
+                        "the scheduled noisy counts (active count, training accuracy) alone exceed the privacy \
+                         budget; raise their sigma or release less often",
+                    ),
+                    other => field("privacy.epsilon", other),
+                })?
+            }
+        };
+        crate::accounting::PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)
+            .map_err(|e| attribute(e.into(), "privacy.clip"))?;
+        let guarantee = plan.guarantee(sigma)?;
+        Ok(PrivacyPlan { sigma, plan, guarantee })
     }
 
-    /// SHA-256 of everything that affects the privacy guarantee or the data it protects: a
-    /// resumed run must match it.
-    #[must_use]
-    pub fn privacy_hash(&self) -> String {
-        let relevant = (
-            (&self.data.dir, self.data.train_subset, &self.privacy, &self.release, &self.train.max_steps, &self.model),
-            &self.stopping,
-        );
-        let bytes = serde_json::to_vec(&relevant).expect("config serialises");
-        Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    fn model_spec(&self) -> Result<ModelSpec> {
+        let spec = match (&self.model.preset, &self.model.layers) {
+            (Some(preset), None) => preset.spec(),
+            (None, Some(layers)) => ModelSpec { input: [1, 28, 28], classes: 10, layers: layers.clone() },
+            _ => return Err(Error::config("model", "give exactly one of model.preset or model.layers")),
+        };
+        Network::new(&spec).map_err(|e| shape_error(&e, self.model.layers.is_some()))?;
+        Ok(spec)
     }
 }
 
-/// A checked configuration: the only thing the trainer accepts.
+/// Fields that do not change what a run computes (a resumed run may change them).
+const EXECUTION_ONLY: &[(&str, &str)] = &[("train", "threads"), ("train", "device"), ("data", "dir")];
+
+/// A compile error of the architecture, attributed to config fields.
+fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
+    let field = match (e.layer, explicit_layers) {
+        (Some(i), true) => format!("model.layers[{i}]"),
+        (None, true) => "model.layers".to_string(),
+        (_, false) => "model.preset".to_string(),
+    };
+    Error::config(field, e.reason.clone())
+}
+
+/// What the guarantee rests on: σ, and the plan (training plus releases) it was calibrated for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrivacyPlan {
+    sigma: f64,
+    plan: GdPlan,
+    guarantee: GaussianDp,
+}
+
+/// A checked configuration: the only thing the trainer accepts. Read-only.
 #[derive(Debug, Clone)]
 pub struct ValidConfig {
-    /// The configuration as given (with overrides applied).
-    pub config: TrainConfig,
-    /// The noise multiplier (None for non-private runs).
-    pub sigma: Option<f64>,
-    /// Steps to run.
-    pub max_steps: usize,
-    /// The noisy statistics released on a schedule (each accounted in the run's guarantee).
-    pub releases: Vec<ScheduledRelease>,
-    /// The architecture.
-    pub model: ModelSpec,
-    device: burn::tensor::Device,
+    config: TrainConfig,
+    privacy: Option<PrivacyPlan>,
+    max_steps: usize,
+    releases: Vec<ScheduledRelease>,
+    model: ModelSpec,
 }
 
 impl ValidConfig {
-    /// The learning rate of `step` (1-based): `train.lr` up to `privacy.steps`, then
-    /// `train.lr_after_k` if given.
+    /// The configuration as given (with overrides applied).
+    #[must_use]
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+    /// The algorithm.
+    #[must_use]
+    pub fn method(&self) -> Method {
+        self.config.privacy.method
+    }
+    /// Whether the run clips and adds noise (everything but `non-private`).
+    #[must_use]
+    pub fn is_private_method(&self) -> bool {
+        self.privacy.is_some()
+    }
+    /// The noise multiplier σ (None for non-private runs).
+    #[must_use]
+    pub fn sigma(&self) -> Option<f64> {
+        self.privacy.as_ref().map(|p| p.sigma)
+    }
+    /// The whole run's Gaussian-DP guarantee: training plus every scheduled release (None for
+    /// non-private runs). Its ε under `privacy.conversion` is the run's ε.
+    #[must_use]
+    pub fn guarantee(&self) -> Option<GaussianDp> {
+        self.privacy.as_ref().map(|p| p.guarantee)
+    }
+    /// The ε of the whole run under `privacy.conversion` (None for non-private runs).
+    #[must_use]
+    pub fn epsilon(&self) -> Option<f64> {
+        let p = &self.config.privacy;
+        let g = self.guarantee()?;
+        match p.noise {
+            // The discrete Gaussian is accounted through zCDP only.
+            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(p.delta, p.conversion).ok(),
+            NoiseSampler::Gaussian => g.epsilon(p.delta, p.conversion).ok(),
+        }
+    }
+    /// k = B_norm/C², the worst-case number of steps.
+    #[must_use]
+    pub fn worst_case_steps(&self) -> usize {
+        self.config.privacy.worst_case_steps
+    }
+    /// Steps to run.
+    #[must_use]
+    pub fn max_steps(&self) -> usize {
+        self.max_steps
+    }
+    /// The noisy statistics released on a schedule (each accounted in the run's guarantee).
+    #[must_use]
+    pub fn releases(&self) -> &[ScheduledRelease] {
+        &self.releases
+    }
+    /// The release of `kind`, if scheduled.
+    #[must_use]
+    pub fn release(&self, kind: ReleaseKind) -> Option<&ScheduledRelease> {
+        self.releases.iter().find(|r| r.kind == kind)
+    }
+    /// The architecture.
+    #[must_use]
+    pub fn model(&self) -> &ModelSpec {
+        &self.model
+    }
+    /// Where the noise comes from.
+    #[must_use]
+    pub fn noise_seed(&self) -> NoiseSeed {
+        self.config.train.seed.map_or(NoiseSeed::Os, NoiseSeed::Fixed)
+    }
+    /// The learning rate of `step` (1-based): `train.lr` up to k, then `train.lr_after_k` if given.
     #[must_use]
     pub fn lr_at(&self, step: usize) -> f64 {
         let t = &self.config.train;
         match t.lr_after_k {
-            Some(lr) if step > self.config.privacy.steps => lr,
+            Some(lr) if step > self.worst_case_steps() => lr,
             _ => t.lr,
         }
     }
-
-    /// The burn device chosen in the config.
+    /// The worst-case ε spent after `step` steps: min(step, k)·C² per example (a public quantity)
+    /// plus the releases made so far. None for non-private runs.
     #[must_use]
-    pub fn device(&self) -> burn::tensor::Device {
-        self.device.clone()
-    }
-}
-
-/// Mechanism name of the noisy active-set size.
-pub const ACTIVE_COUNT: &str = "active-count";
-/// Mechanism name of the noisy training accuracy (the stopping rule's query).
-pub const TRAIN_ACCURACY: &str = "train-accuracy";
-
-/// A statistic of the training data released at steps `first, first + every, … ≤ last` as a
-/// Gaussian noisy count (sensitivity 1, noise std `sigma`): each release is 1/(2σ²)-zCDP.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ScheduledRelease {
-    /// The session mechanism that answers it ([`ACTIVE_COUNT`] or [`TRAIN_ACCURACY`]).
-    pub mechanism: &'static str,
-    /// Noise std of each count.
-    pub sigma: f64,
-    /// First step with a release.
-    pub first: usize,
-    /// Steps between releases.
-    pub every: usize,
-    /// No release after this step.
-    pub last: usize,
-}
-
-impl ScheduledRelease {
-    /// Whether a release is due after `step`.
-    #[must_use]
-    pub fn due(&self, step: usize) -> bool {
-        (self.first..=self.last).contains(&step) && (step - self.first).is_multiple_of(self.every)
-    }
-
-    /// Releases made in steps 1..=`step`.
-    #[must_use]
-    pub fn count_through(&self, step: usize) -> usize {
-        if step < self.first || self.first > self.last {
-            0
-        } else {
-            (step.min(self.last) - self.first) / self.every + 1
+    pub fn epsilon_through(&self, step: usize) -> Option<f64> {
+        let p = &self.config.privacy;
+        self.privacy.as_ref()?;
+        let mut plan = GdPlan::new(step.clamp(1, p.worst_case_steps) as f64).ok()?.with_neighbours(p.neighbours);
+        for r in &self.releases {
+            if r.count_through(step) > 0 {
+                plan = plan.with_release(r.through(step).ok()?);
+            }
+        }
+        let g = plan.guarantee(self.sigma()?).ok()?;
+        match p.noise {
+            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(p.delta, p.conversion).ok(),
+            NoiseSampler::Gaussian => g.epsilon(p.delta, p.conversion).ok(),
         }
     }
-
-    /// The zCDP cost of one release, 1/(2σ²) (a Gaussian mechanism of sensitivity 1).
+    /// Why this run's outputs are not private (empty when they are): a non-private method, a
+    /// fixed noise seed, an exact count, or a non-finite policy that aborts.
     #[must_use]
-    pub fn cost(&self) -> Zcdp {
-        Zcdp::new(0.5 / (self.sigma * self.sigma)).expect("validated sigma")
-    }
-
-    /// The zCDP ρ of every scheduled release together.
-    #[must_use]
-    pub fn total_rho(&self) -> f64 {
-        self.count_through(self.last) as f64 * self.cost().rho()
+    pub fn non_private_reasons(&self) -> Vec<String> {
+        let c = &self.config;
+        let mut why = Vec::new();
+        if c.privacy.method == Method::NonPrivate {
+            why.push("privacy.method = \"non-private\": no clipping and no noise".to_string());
+        }
+        if let Some(seed) = c.train.seed {
+            why.push(format!(
+                "train.seed = {seed} is fixed: the noise is a public function of the seed, so it can be regenerated \
+                 and subtracted from every released value (and two runs with one seed cancel each other's noise)"
+            ));
+        }
+        if c.release.active_count == ActiveRelease::ExactNonPrivate {
+            why.push(
+                "release.active_count = \"exact-non-private\": the exact number of active examples is released".into(),
+            );
+        }
+        if c.privacy.method != Method::NonPrivate && c.privacy.on_nonfinite == NonFinitePolicy::Error {
+            why.push(
+                "privacy.on_nonfinite = \"error\": whether a model is released at all depends on single examples"
+                    .into(),
+            );
+        }
+        why
     }
 }
+
+/// A deserialisation error as a config error: the full dotted key (the unknown field itself for
+/// an unknown field), its line in `text` or "set on the command line", and a suggestion.
+fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -> Error {
+    let unknown = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next());
+    let parent = path.trim_end_matches('.');
+    let key = match unknown {
+        Some(u) if !parent.is_empty() && parent != "." && !parent.ends_with(u) => format!("{parent}.{u}"),
+        Some(u) if parent.is_empty() || parent == "." => u.to_string(),
+        _ => parent.to_string(),
+    };
+    let key = if key.is_empty() { "(file)".to_string() } else { key };
+    let mut message = message.to_string();
+    if let Some(u) = unknown {
+        let expected: Vec<&str> = message.split('`').skip(3).step_by(2).collect();
+        if let Some(best) = expected.iter().min_by_key(|e| edit_distance(u, e)).filter(|e| edit_distance(u, e) <= 2) {
+            message = format!("unknown field `{u}`: did you mean `{best}`? (expected one of {})", expected.join(", "));
+        }
+    }
+    let missing = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()).map(str::to_string);
+    let key = match missing {
+        Some(m) if key != "(file)" => format!("{key}.{m}"),
+        Some(m) => m,
+        None => key,
+    };
+    let place = if overrides.iter().any(|o| o.key() == key) {
+        " (set on the command line)".to_string()
+    } else {
+        line_of(text, &key).map_or(String::new(), |l| format!(" (line {l})"))
+    };
+    Error::config(format!("{key}{place}"), message)
+}
+
+/// The 1-based line of dotted `key` in TOML `text`: `name = …` under the `[section]` of its
+/// prefix (or the whole dotted key at the top level).
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let name = name.split('[').next().unwrap_or(name);
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if let Some(h) = t.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = h.trim().to_string();
+            continue;
+        }
+        let Some((k, _)) = t.split_once('=') else { continue };
+        let k = k.trim().trim_matches('"');
+        if (current == section && k == name) || (current.is_empty() && k == key) {
+            return Some(i + 1);
+        }
+    }
+    // A missing field: point at its section's header.
+    text.lines().position(|l| l.trim() == format!("[{section}]")).map(|i| i + 1)
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Rejects layer kinds that have parameters but no per-example rule, naming the layer.
+fn check_layer_kinds(layers: &[toml::Value]) -> Result<()> {
+    for (i, l) in layers.iter().enumerate() {
+        let kind = l.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        if let Some((_, why)) = PARAMETERISED_WITHOUT_RULE.iter().find(|(k, _)| *k == kind) {
+            return Err(Error::config(
+                format!("model.layers[{i}]"),
+                format!(
+                    "layer `{kind}` has trainable parameters but no per-example gradient rule ({why}); \
+                     supported layers: conv2d, linear, relu, tanh, max_pool2d, flatten"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Layers that hold trainable parameters but have no exact per-example rule: a model that uses
+/// one is rejected before training rather than trained with wrong per-example gradients.
+const PARAMETERISED_WITHOUT_RULE: &[(&str, &str)] = &[
+    ("batch_norm", "batch statistics mix examples, so per-example gradients are undefined; use group-free layers"),
+    ("layer_norm", "its affine parameters have no per-example rule here yet"),
+    ("group_norm", "its affine parameters have no per-example rule here yet"),
+    ("embedding", "it has no per-example rule here yet"),
+    ("lstm", "recurrent layers have no per-example rule here yet"),
+    ("gru", "recurrent layers have no per-example rule here yet"),
+    ("conv1d", "it has no per-example rule here yet; use conv2d with a height-1 input"),
+    ("multi_head_attention", "it has no per-example rule here yet"),
+];
 
 /// A validation error of an accounting parameter, attributed to config field `f`.
-fn field(f: &str, e: crate::accounting::AccountingError) -> Error {
-    Error::Config { field: f.into(), message: e.to_string() }
+fn field(f: &str, e: AccountingError) -> Error {
+    Error::config(f, e.to_string())
 }
 
-fn cfg(field: &str, message: &str) -> Error {
-    Error::Config { field: field.into(), message: message.into() }
+/// An error attributed to config field `f` (accounting errors lose their own parameter name).
+fn attribute(e: Error, f: &str) -> Error {
+    match e {
+        Error::Accounting(a) => field(f, a),
+        other => other,
+    }
 }
 
-/// Applies one `a.b.c=value` override to a TOML table.
-fn set(root: &mut toml::Table, assignment: &str) -> Result<()> {
-    let (key, raw) = assignment
-        .split_once('=')
-        .ok_or_else(|| cfg("--set", "overrides look like key=value, e.g. privacy.epsilon=0.5"))?;
-    let parts: Vec<&str> = key.trim().split('.').collect();
-    let value: toml::Value = format!("v = {raw}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.trim().to_string()));
+/// Applies one override to a TOML table.
+fn apply(root: &mut toml::Table, o: &Override) -> Result<()> {
+    let key = o.key();
+    let parts: Vec<&str> = key.split('.').map(str::trim).collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(Error::config("--set", format!("`{key}` is not a dotted field name like privacy.epsilon")));
+    }
+    let (last, path) = parts.split_last().ok_or_else(|| Error::config("--set", "empty field name"))?;
     let mut table = root;
-    for part in &parts[..parts.len() - 1] {
+    for part in path {
         table = table
             .entry(part.to_string())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()))
             .as_table_mut()
-            .ok_or_else(|| cfg(key, "cannot set a field inside a non-table value"))?;
+            .ok_or_else(|| Error::config(key, "cannot set a field inside a non-table value"))?;
     }
-    table.insert(parts[parts.len() - 1].to_string(), value);
+    match o {
+        Override::Set(_, value) => {
+            table.insert(last.to_string(), value.clone());
+        }
+        Override::Unset(_) => {
+            table.remove(*last);
+        }
+    }
     Ok(())
 }

@@ -1,14 +1,22 @@
-//! Training: configuration (validated before use), the private step, checkpoints and the
-//! run loop.
+//! Training: configuration (validated before use), the private step, the durable run state,
+//! the privacy session, and the [`Trainer`] that runs them.
 
-pub mod checkpoint;
 mod config;
-mod privacy;
-mod run;
+pub mod folder;
+pub mod observer;
+pub mod outputs;
+mod plot;
+pub mod privacy;
+pub mod releases;
+pub mod state;
 pub mod step;
+pub mod stopping;
+mod trainer;
 
 pub use config::{
-    ACTIVE_COUNT, ActiveRelease, DataConfig, Method, ModelConfig, PrivacyConfig, ReleaseConfig, ScheduledRelease,
-    StopRule, StoppingConfig, TRAIN_ACCURACY, TrainConfig, TrainSettings, ValidConfig,
+    ActiveRelease, DataConfig, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, ReleaseConfig, StopRule,
+    StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
 };
-pub use run::{RunOptions, RunSummary, run};
+pub use folder::RunFolder;
+pub use observer::{Observer, Silent};
+pub use trainer::{RunOptions, RunSummary, Trainer, read_json, run};

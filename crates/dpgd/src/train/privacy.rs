@@ -1,185 +1,404 @@
-//! The privacy session of one training run (concurrent composition, paper 004): the training
-//! mechanism (001 Algorithm 3) and every scheduled noisy statistic — the active-set size, the
-//! stopping rule's training accuracy — answer through one [`PrivacySession`] whose zCDP filter
-//! holds exactly the run's budget. Nothing about the training data leaves the run except
-//! through it: a release is charged before it is computed, and a release the budget cannot
-//! pay for is refused (which the calibration makes impossible for the scheduled ones).
+//! The privacy session of one training run (concurrent composition, [HSTVVXZ23]): the training
+//! mechanism ([FZ21] Algorithm 3) and every scheduled noisy count answer through one
+//! [`PrivacySession`] whose zCDP filter holds exactly the run's schedule. A release is charged
+//! before it is computed, and a release the budget cannot pay for is refused.
 //!
-//! Every piece is a Gaussian mechanism, so the budget ρ (additive, 001 Remark 4.4) is also a
-//! √(2ρ)-GDP guarantee, which is what `gaussian-exact` converts.
+//! And `privacy.json`, typed ([`PrivacyReport`]): whether the run is private and why not, the
+//! neighbouring relation, the noise, and the guarantee with everything it rests on.
+//!
+//! [HSTVVXZ23]: https://arxiv.org/abs/2309.05901
+//! [FZ21]: https://arxiv.org/abs/2008.11193
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
-use super::config::{Method, ScheduledRelease, ValidConfig};
+use super::config::{ActiveRelease, Method, ValidConfig};
+use super::releases::{ReleaseKind, ScheduledRelease};
 use crate::accounting::filter::ZcdpFilter;
 use crate::accounting::session::{Mechanism, PrivacySession};
-use crate::accounting::{Conversion, GaussianDp, ToApproxDp, Zcdp};
-use crate::error::Result;
-use crate::noise::{NoiseSeed, add_gaussian};
+use crate::accounting::{Conversion, GaussianDp, Neighbours, PrivateGd, ToApproxDp, Zcdp};
+use crate::clip::NonFinitePolicy;
+use crate::error::{Error, Result};
+use crate::noise::{NoiseSampler, NoiseSeed, Stream, add_gaussian};
 
-/// The run's session: its budget, the training mechanism and the scheduled releases.
+/// The run's session: its filter, the training mechanism and the scheduled releases.
 pub struct RunSession {
     session: Arc<PrivacySession<ZcdpFilter>>,
-    releases: Vec<(ScheduledRelease, Mechanism<ZcdpFilter>)>,
-    budget: Zcdp,
+    releases: Vec<(ScheduledRelease, Zcdp, Mechanism<ZcdpFilter>)>,
 }
 
 impl RunSession {
     /// Opens the session of a private run and charges the training mechanism its whole
-    /// guarantee, B_norm/(2σ²C²)-zCDP whatever the number of steps (001 Prop. 5.1). For a run
-    /// resumed after `done` steps, the releases of steps 1..=`done` are charged again (they
-    /// were made before the interruption).
-    pub fn open(cfg: &ValidConfig, done: usize) -> Result<Self> {
-        let training_cost = training_rho(cfg, cfg.config.privacy.steps);
-        // The budget is the sum of every scheduled charge, rounded up in the order the
-        // charges are made, so that the filter accepts exactly the schedule.
-        let mut budget = training_cost;
-        for step in 1..=cfg.max_steps {
-            for r in cfg.releases.iter().filter(|r| r.due(step)) {
-                budget = budget.compose(r.cost());
+    /// guarantee ([FZ21] Prop. 5.1: it does not depend on the number of steps). For a run
+    /// resumed with releases made through step `released_through`, those are charged again.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    ///
+    /// # Errors
+    /// For a non-private method, or a schedule the budget cannot hold (a bug: the budget is
+    /// the schedule).
+    pub fn open(cfg: &ValidConfig, released_through: usize) -> Result<Self> {
+        let training = training_cost(cfg)?;
+        let mut costs = Vec::new();
+        for r in cfg.releases() {
+            let cost = r
+                .through(1)
+                .ok()
+                .and_then(|g| g.cost_of_one())
+                .ok_or_else(|| Error::State(format!("the {} release has no finite cost", r.kind.name())))?;
+            costs.push((*r, cost));
+        }
+        // The budget is the sum of every scheduled charge, rounded up in the order the charges
+        // are made, so that the filter accepts exactly the schedule (bounded: max_steps is
+        // capped by validation).
+        let mut budget = training;
+        for step in 1..=cfg.max_steps() {
+            for (r, c) in costs.iter().filter(|(r, _)| r.due(step)) {
+                let _ = r;
+                budget = budget.compose(*c);
             }
         }
         let session = PrivacySession::new(ZcdpFilter::new(budget));
-        session.mechanism("training").query(training_cost, || ())?;
-        let releases = cfg.releases.iter().map(|r| (*r, session.mechanism(r.mechanism))).collect();
-        let run = Self { session, releases, budget };
-        for step in 1..=done {
-            for (r, m) in run.releases.iter().filter(|(r, _)| r.due(step)) {
-                m.query(r.cost(), || ())?;
+        session.mechanism("training").query(training, || ())?;
+        let releases = costs.into_iter().map(|(r, c)| (r, c, session.mechanism(r.kind.name()))).collect();
+        let run = Self { session, releases };
+        for step in 1..=released_through.min(cfg.max_steps()) {
+            for (r, c, m) in run.releases.iter().filter(|(r, _, _)| r.due(step)) {
+                let _ = r;
+                m.query(*c, || ())?;
             }
         }
         Ok(run)
     }
 
     /// Answers every release due after `step`, in schedule order: each is charged, then
-    /// `exact(mechanism)` is computed and returned with Gaussian noise added.
+    /// `exact(kind)` is computed and returned with Gaussian noise added (the noise stream is
+    /// the release's own, so a resumed run with a fixed seed draws the same noise).
+    ///
+    /// # Errors
+    /// A refused charge, or a failing random source.
     pub fn release(
         &self,
         step: usize,
         seed: NoiseSeed,
-        mut exact: impl FnMut(&str) -> f64,
-    ) -> Result<Vec<(&'static str, f64)>> {
+        mut exact: impl FnMut(ReleaseKind) -> f64,
+    ) -> Result<Vec<(ReleaseKind, f64)>> {
         let mut out = Vec::new();
-        for (r, m) in self.releases.iter().filter(|(r, _)| r.due(step)) {
-            let noisy = m.query(r.cost(), || {
-                let mut v = [exact(r.mechanism) as f32];
-                add_gaussian(&mut v, r.sigma, &mut seed.rng_for_step(stream(r.mechanism, step)));
+        for (r, cost, m) in self.releases.iter().filter(|(r, _, _)| r.due(step)) {
+            let mut rng = seed.rng(Stream::release(r.kind.stream_base(), step))?;
+            let noisy = m.query(*cost, || {
+                let mut v = [exact(r.kind) as f32];
+                add_gaussian(&mut v, r.sigma, &mut rng);
                 f64::from(v[0])
             })?;
-            out.push((r.mechanism, noisy));
+            out.push((r.kind, noisy));
         }
         Ok(out)
     }
 
-    /// The whole run's guarantee as Gaussian DP (μ = √(2ρ), rounded up).
+    /// The session's budget (its filter's): every scheduled charge, rounded up.
     #[must_use]
-    pub fn guarantee(&self) -> GaussianDp {
-        gdp_of(self.budget.rho())
+    pub fn budget(&self) -> f64 {
+        self.session.inspect(ZcdpFilter::budget)
     }
 
     /// ρ charged so far, per mechanism.
     #[must_use]
-    pub fn spent_by_mechanism(&self) -> BTreeMap<String, f64> {
+    pub fn charged_by_mechanism(&self) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         for c in self.session.log() {
-            *out.entry(c.mechanism).or_insert(0.0) += c.cost.rho();
+            let e = out.entry(c.mechanism).or_insert(0.0);
+            *e = crate::accounting::numeric::add_up(*e, c.cost.rho());
         }
         out
     }
 }
 
-/// Noise streams of the releases, apart from the training steps' streams (1, 2, …).
-fn stream(mechanism: &str, step: usize) -> u64 {
-    let base = if mechanism == super::config::ACTIVE_COUNT { u64::MAX } else { u64::MAX / 2 };
-    base - step as u64
+/// The training mechanism's zCDP cost: s²·B_norm/(2σ²C²), s = 1 zero-out, 2 replace-one.
+fn training_cost(cfg: &ValidConfig) -> Result<Zcdp> {
+    Ok(private_gd(cfg)?.zcdp())
 }
 
-fn training_rho(cfg: &ValidConfig, steps: usize) -> Zcdp {
-    let sigma = cfg.sigma.expect("private runs have sigma");
-    Zcdp::new(steps as f64 / (2.0 * sigma * sigma)).expect("validated")
+fn private_gd(cfg: &ValidConfig) -> Result<PrivateGd> {
+    let p = &cfg.config().privacy;
+    let sigma = cfg.sigma().ok_or_else(|| Error::State("a non-private run has no privacy session".into()))?;
+    Ok(PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)?.with_neighbours(p.neighbours)?)
 }
 
-fn gdp_of(rho: f64) -> GaussianDp {
-    let mut mu = (2.0 * rho).sqrt();
-    if mu * mu / 2.0 < rho {
-        mu = mu.next_up();
-    }
-    GaussianDp::new(mu).expect("positive budget")
+/// `privacy.json`: what a run's released files are worth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrivacyReport {
+    /// Whether every number in `publishable/` is covered by the guarantee.
+    pub private: bool,
+    /// Why not (empty when private).
+    pub not_private_because: Vec<String>,
+    /// One line: the guarantee with δ, conversion and neighbouring relation, or NOT PRIVATE.
+    pub summary: String,
+    /// The algorithm.
+    pub method: Method,
+    /// The guarantee's ε at `delta` (None when not private).
+    pub epsilon: Option<f64>,
+    /// δ.
+    pub delta: f64,
+    /// The conversion of the guarantee to (ε, δ).
+    pub conversion: Conversion,
+    /// The neighbouring relation the guarantee is stated for.
+    pub neighbours: NeighboursReport,
+    /// Where the noise comes from.
+    pub noise: NoiseReport,
+    /// What the configuration is accounted for (None for method = non-private): the guarantee
+    /// if the run is private, what it would be with OS-keyed noise otherwise.
+    pub accounting: Option<Accounting>,
+    /// The per-example ledger.
+    pub ledger: LedgerReport,
+    /// What happens to examples with non-finite gradients.
+    pub on_nonfinite: NonFinitePolicy,
+    /// How the active count is released.
+    pub active_count: ActiveRelease,
+    /// Steps run.
+    pub steps_run: usize,
+    /// A note on the test accuracies.
+    pub test_accuracy_note: String,
 }
 
-/// ε of the worst case spent after `step` steps: min(step, k)·C² per example (a public
-/// quantity) plus the releases made so far. None for non-private runs.
+/// The neighbouring relation, named and explained.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeighboursReport {
+    /// `zero-out` or `replace-one`.
+    pub relation: Neighbours,
+    /// What it means.
+    pub meaning: String,
+}
+
+/// The noise of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoiseReport {
+    /// The distribution.
+    pub sampler: NoiseSampler,
+    /// Whether it comes from a fixed seed (then it is not private).
+    pub seeded: bool,
+    /// The seed, if fixed.
+    pub seed: Option<u64>,
+    /// The generator, in words.
+    pub source: String,
+}
+
+/// The accounting of a run's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accounting {
+    /// ε at δ under the run's conversion.
+    pub epsilon: Option<f64>,
+    /// ε under every conversion valid for the noise (null where invalid).
+    pub epsilon_by_conversion: BTreeMap<String, Option<f64>>,
+    /// The target ε σ was calibrated for, if given.
+    pub target_epsilon: Option<f64>,
+    /// The whole run's zCDP ρ (training plus releases), rounded up.
+    pub rho: f64,
+    /// The whole run's Gaussian-DP μ (the continuous Gaussian only).
+    pub mu: Option<f64>,
+    /// What the guarantee rests on, with citations.
+    pub guarantee: String,
+    /// The training mechanism.
+    pub training: TrainingReport,
+    /// Every scheduled release.
+    pub releases: Vec<ReleaseReport>,
+    /// The session's filter.
+    pub session: SessionReport,
+}
+
+/// The training mechanism's parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingReport {
+    /// Noise multiplier σ.
+    pub sigma: f64,
+    /// Clip C.
+    pub clip: f64,
+    /// Noise std σC (for replace-one the sum's sensitivity is 2C).
+    pub noise_std: f64,
+    /// Per-example budget B_norm = k·C².
+    pub b_norm: f64,
+    /// k.
+    pub worst_case_steps: usize,
+    /// Steps the run may take.
+    pub max_steps: usize,
+    /// The training mechanism's ρ.
+    pub rho: f64,
+    /// ε of the first k steps alone (plain private GD with this σ releases only those).
+    pub epsilon_of_first_k_steps_alone: Option<f64>,
+}
+
+/// One scheduled release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseReport {
+    /// Its mechanism.
+    pub mechanism: ReleaseKind,
+    /// Noise std (sensitivity 1).
+    pub sigma: f64,
+    /// First step.
+    pub first_step: usize,
+    /// Steps between releases.
+    pub every: usize,
+    /// Last step.
+    pub last_step: usize,
+    /// Releases scheduled (all paid for).
+    pub scheduled: u64,
+    /// Releases made.
+    pub made: u64,
+}
+
+/// The session's filter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionReport {
+    /// The accountant.
+    pub accountant: String,
+    /// Its budget ρ (every scheduled charge).
+    pub budget_rho: f64,
+    /// ρ charged per mechanism.
+    pub charged_rho: BTreeMap<String, f64>,
+    /// A note on early stopping.
+    pub note: String,
+}
+
+/// The per-example ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerReport {
+    /// Training examples n (public under both relations).
+    pub examples: usize,
+    /// B_norm (None for non-private runs).
+    pub budget_per_example: Option<f64>,
+    /// The ledger's unit.
+    pub unit: String,
+}
+
+/// The one-line guarantee of `cfg` (or why it is not private).
 #[must_use]
-pub fn epsilon_so_far(cfg: &ValidConfig, step: usize) -> Option<f64> {
-    let c = &cfg.config;
-    cfg.sigma?;
-    let mut rho = training_rho(cfg, step.clamp(1, c.privacy.steps)).rho();
-    for r in &cfg.releases {
-        rho += r.count_through(step) as f64 * r.cost().rho();
+pub fn summary(cfg: &ValidConfig) -> String {
+    let p = &cfg.config().privacy;
+    let why = cfg.non_private_reasons();
+    if !why.is_empty() {
+        return format!("NOT PRIVATE: {}", why.join("; "));
     }
-    gdp_of(rho).epsilon(c.privacy.delta, c.privacy.conversion).ok()
+    format!(
+        "({}, {})-DP via {} under {} neighbours",
+        cfg.epsilon().map_or("?".into(), |e| format!("{e:.4}")),
+        p.delta,
+        p.conversion,
+        p.neighbours
+    )
 }
 
-/// `privacy.json`: the guarantee, its inputs, the session's charges and ε under every valid
-/// conversion.
-#[must_use]
-pub fn report(cfg: &ValidConfig, session: Option<&RunSession>, n: usize, steps: usize, seed: NoiseSeed) -> Value {
-    let c = &cfg.config;
+/// Builds `privacy.json` for a run of `cfg` on `examples` training examples after `steps_run`
+/// steps.
+///
+/// # Errors
+/// If the guarantee cannot be recomputed (never for a validated config).
+pub fn report(
+    cfg: &ValidConfig,
+    session: Option<&RunSession>,
+    examples: usize,
+    steps_run: usize,
+) -> Result<PrivacyReport> {
+    let c = cfg.config();
     let p = &c.privacy;
-    let Some(session) = session.filter(|_| p.method != Method::NonPrivate) else {
-        return json!({
-            "method": "non-private", "private": false, "epsilon": null, "steps_run": steps,
-            "summary": "NOT PRIVATE (no clipping, no noise)",
-        });
+    let why = cfg.non_private_reasons();
+    let seed = cfg.noise_seed();
+    let accounting = match (cfg.guarantee(), session) {
+        (Some(g), Some(s)) => Some(accounting(cfg, g, s, steps_run)?),
+        _ => None,
     };
-    let total = session.guarantee();
-    let mut eps = serde_json::Map::new();
+    let private = why.is_empty() && accounting.is_some();
+    Ok(PrivacyReport {
+        private,
+        not_private_because: why,
+        summary: summary(cfg),
+        method: p.method,
+        epsilon: if private { cfg.epsilon() } else { None },
+        delta: p.delta,
+        conversion: p.conversion,
+        neighbours: NeighboursReport { relation: p.neighbours, meaning: p.neighbours.describe().to_string() },
+        noise: NoiseReport {
+            sampler: p.noise,
+            seeded: seed.is_fixed(),
+            seed: c.train.seed,
+            source: format!("{}; {}", p.noise.describe(), seed.describe()),
+        },
+        accounting,
+        ledger: LedgerReport {
+            examples,
+            budget_per_example: cfg.is_private_method().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
+            unit: "squared norm of the clipped per-example gradient".into(),
+        },
+        on_nonfinite: p.on_nonfinite,
+        active_count: c.release.active_count,
+        steps_run,
+        test_accuracy_note: "test accuracy is measured on the held-out test set, not on the training data the \
+                             guarantee protects"
+            .into(),
+    })
+}
+
+fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run: usize) -> Result<Accounting> {
+    let p = &cfg.config().privacy;
+    let gaussian = p.noise == NoiseSampler::Gaussian;
+    let mut by_conversion = BTreeMap::new();
     for m in Conversion::ALL {
-        eps.insert(m.name().into(), json!(total.epsilon(p.delta, m).ok()));
+        let eps = if gaussian { g.epsilon(p.delta, m).ok() } else { g.to_zcdp().epsilon(p.delta, m).ok() };
+        by_conversion.insert(m.name().to_string(), eps);
     }
-    let epsilon = total.epsilon(p.delta, p.conversion).ok();
-    let sigma = cfg.sigma.expect("private");
-    let training = training_rho(cfg, p.steps);
-    let releases: Vec<Value> = cfg
-        .releases
+    let run = private_gd(cfg)?;
+    let first_k = if gaussian {
+        run.gaussian_dp().epsilon(p.delta, p.conversion).ok()
+    } else {
+        run.zcdp().epsilon(p.delta, p.conversion).ok()
+    };
+    let releases = cfg
+        .releases()
         .iter()
-        .map(|r| {
-            json!({ "mechanism": r.mechanism, "sigma": r.sigma, "first_step": r.first, "every": r.every,
-                    "last_step": r.last, "scheduled": r.count_through(r.last), "made": r.count_through(steps),
-                    "rho_scheduled": r.total_rho() })
+        .map(|r| ReleaseReport {
+            mechanism: r.kind,
+            sigma: r.sigma,
+            first_step: r.first,
+            every: r.every,
+            last_step: r.last,
+            scheduled: r.count_through(r.last),
+            made: r.count_through(steps_run),
         })
         .collect();
-    // Plain private GD of the same σ is the first k steps of this run; on its own it spends
-    // only the training mechanism's ρ.
-    let prefix_eps = gdp_of(training.rho()).epsilon(p.delta, p.conversion).ok();
-    json!({
-        "method": p.method, "private": true,
-        "delta": p.delta, "conversion": p.conversion, "epsilon": epsilon, "epsilon_by_conversion": eps,
-        "target_epsilon": p.epsilon,
-        "rho": session.budget.rho(), "mu": total.mu(),
-        "training": {
-            "sigma": sigma, "clip": p.clip, "noise_std": sigma * p.clip,
-            "b_norm": p.steps as f64 * p.clip * p.clip, "worst_case_steps": p.steps,
-            "max_steps": cfg.max_steps, "steps_run": steps,
-            "rho": training.rho(),
-            "epsilon_of_first_k_steps_alone": prefix_eps,
-            "guarantee": "B_norm/(2 sigma^2 C^2)-zCDP and sqrt(B_norm)/(sigma C)-GDP whatever the number of steps (001 Prop. 5.1)",
+    let sensitivity = p.neighbours.sum_sensitivity();
+    Ok(Accounting {
+        epsilon: cfg.epsilon(),
+        epsilon_by_conversion: by_conversion,
+        target_epsilon: p.epsilon,
+        rho: g.to_zcdp().rho(),
+        mu: gaussian.then_some(g.mu()),
+        guarantee: format!(
+            "training: {s2}B_norm/(2 sigma^2 C^2)-zCDP whatever the number of steps (Feldman & Zrnic 2021, Prop. 5.1) \
+             and, for Gaussian noise, {s}sqrt(B_norm)/(sigma C)-GDP by fully adaptive composition of Gaussian DP \
+             (Smith & Thakurta 2022; Koskela, Tobaben & Honkela 2023, Thm 4.3); each noisy count of std s is \
+             1/s-GDP; all composed in one zCDP filter (Feldman & Zrnic 2021, Remark 4.4) under concurrent \
+             composition (Haney et al. 2023)",
+            s2 = if sensitivity == 1.0 { String::new() } else { "4 ".into() },
+            s = if sensitivity == 1.0 { String::new() } else { "2 ".into() },
+        ),
+        training: TrainingReport {
+            sigma: run.sigma(),
+            clip: p.clip,
+            noise_std: run.sigma() * p.clip,
+            b_norm: run.b_norm(),
+            worst_case_steps: p.worst_case_steps,
+            max_steps: cfg.max_steps(),
+            rho: run.zcdp().rho(),
+            epsilon_of_first_k_steps_alone: first_k,
         },
-        "releases": releases,
-        "active_count_mode": c.release.active_count,
-        "session": {
-            "accountant": "zCDP filter (001 Remark 4.4) over the concurrent session of 004",
-            "budget_rho": session.budget.rho(),
-            "charged_rho": session.spent_by_mechanism(),
-            "note": "the guarantee is the budget: a data-dependent early stop does not lower it",
+        releases,
+        session: SessionReport {
+            accountant: "zCDP filter (Feldman & Zrnic 2021, Remark 4.4) over a concurrent session (Haney et al. 2023)"
+                .into(),
+            budget_rho: session.budget(),
+            charged_rho: session.charged_by_mechanism(),
+            note: "the guarantee is the budget: a data-dependent early stop does not lower it".into(),
         },
-        "ledger": { "examples": n, "budget_per_example": p.steps as f64 * p.clip * p.clip, "unit": "squared clipped gradient norm" },
-        "noise": seed.describe(), "fixed_seed": matches!(seed, NoiseSeed::Fixed(_)),
-        "test_accuracy_note": "test accuracy is measured on the held-out test set, not on the training data the guarantee protects",
-        "summary": format!("({}, {})-DP via {} ({})", epsilon.map_or("?".into(), |e| format!("{e:.4}")), p.delta, p.conversion,
-            if matches!(seed, NoiseSeed::Fixed(_)) { "FIXED noise seed: for experiments only" } else { "OS-seeded CSPRNG noise" }),
     })
 }

@@ -1,21 +1,23 @@
-//! One step of private gradient descent with individual filtering (001 Algorithm 3):
-//! per-example gradients of every active example, the clipping kernel with its ledger
-//! charge, the clipped sum; then noise and the update.
+//! One step of private gradient descent with individual filtering ([FZ21] Algorithm 3):
+//! per-example gradients of every active example, the clipping kernel of [`crate::clip`] with
+//! its ledger charge, the clipped sum; then noise and the update.
+//!
+//! [FZ21]: https://arxiv.org/abs/2008.11193
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use rayon::prelude::*;
 
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
-use crate::clip::{NonFinitePolicy, axpy, clip_factor};
-use crate::data::{Normalize, Split};
+use crate::clip::{BlockStats, NonFinitePolicy, axpy, clip_block};
+use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::add_gaussian;
 use crate::per_example::{Network, Workspace};
 
 /// How per-example gradients are combined.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Combine {
+pub enum Aggregation {
     /// Algorithm 3's clip to min(‖g‖, C, √remaining), charged to the ledger.
     Clip {
         /// C.
@@ -23,12 +25,31 @@ pub enum Combine {
         /// Non-finite gradient policy.
         on_nonfinite: NonFinitePolicy,
     },
-    /// Plain sum, no clipping. NOT PRIVATE.
-    Sum,
+    /// The plain sum, no clipping, no ledger. NOT PRIVATE.
+    UnclippedNonPrivate,
 }
 
 /// Blocks of examples per step (fixed, for a deterministic reduction).
 const BLOCKS: usize = 64;
+
+/// What a gradient sum computed (confidential: exact counts and losses on training data).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SumStats {
+    /// Examples whose gradient was computed (the active ones).
+    pub computed: usize,
+    /// Of those, examples with a NaN or infinite gradient, skipped (charged, contributing nothing).
+    pub skipped_nonfinite: usize,
+    /// Σ of the computed examples' losses (finite ones only).
+    pub loss_sum: f64,
+}
+
+impl SumStats {
+    fn add(&mut self, other: &SumStats) {
+        self.computed += other.computed;
+        self.skipped_nonfinite += other.skipped_nonfinite;
+        self.loss_sum += other.loss_sum;
+    }
+}
 
 /// Per-thread buffers for one micro-batch.
 #[derive(Debug)]
@@ -40,6 +61,7 @@ struct Scratch {
     grads: Vec<f32>,
     losses: Vec<f32>,
     acc: Vec<f32>,
+    stats: SumStats,
     failed: Option<usize>,
 }
 
@@ -53,60 +75,81 @@ impl Scratch {
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
             acc: vec![0.0; net.num_params()],
+            stats: SumStats::default(),
             failed: None,
         }
     }
 }
 
-/// What one step computes over: the model, the training data and how gradients combine;
+/// What one step computes over: the model, the training examples and how gradients combine;
 /// plus one set of scratch buffers per worker thread, reused across steps.
 #[derive(Debug)]
 pub struct GradientPlan<'a> {
-    /// The compiled model.
-    pub net: &'a Network,
-    /// The training split.
-    pub data: &'a Split,
-    /// Pixel normalisation.
-    pub norm: Normalize,
-    /// Clip (private) or plain sum (non-private).
-    pub combine: Combine,
-    /// Examples per micro-batch.
-    pub chunk: usize,
+    net: Network,
+    data: Examples<'a>,
+    norm: Normalize,
+    aggregation: Aggregation,
+    chunk: usize,
     scratch: OnceLock<Vec<Mutex<Scratch>>>,
 }
 
 impl<'a> GradientPlan<'a> {
-    /// A plan; its scratch buffers are allocated on first use, one per worker thread.
+    /// A plan over `data` with micro-batches of `chunk ≥ 1` examples; its scratch buffers are
+    /// allocated on first use, one per worker thread.
     #[must_use]
-    pub fn new(net: &'a Network, data: &'a Split, norm: Normalize, combine: Combine, chunk: usize) -> Self {
-        Self { net, data, norm, combine, chunk, scratch: OnceLock::new() }
+    pub fn new(net: Network, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
+        Self { net, data, norm, aggregation, chunk: chunk.max(1), scratch: OnceLock::new() }
     }
 
-    /// Σᵢ ḡ(xᵢ) over the training split at θ: per-example gradients in micro-batches of
-    /// `chunk` examples (parallel over micro-batches on the current rayon pool), combined per
-    /// `combine`. Examples whose budget is spent are skipped (they would contribute zero). The
-    /// ledger is charged here, before anything is released.
+    /// The compiled model.
+    #[must_use]
+    pub fn net(&self) -> &Network {
+        &self.net
+    }
+
+    /// Σᵢ ḡ(xᵢ) over the training examples at θ: per-example gradients in micro-batches
+    /// (parallel over fixed blocks on the current rayon pool), combined per the aggregation.
+    /// Examples whose budget is spent are skipped (they would contribute zero). The ledger is
+    /// charged here, before anything is released.
     ///
-    /// Returns the sum, or [`Error::NonFiniteGradient`] naming the first bad example (nothing
-    /// is released then; charges already made stay made, which only overstates privacy spent).
-    pub fn gradient_sum(&self, theta: &[f32], ledger: &mut IndividualFilter, step: usize) -> Result<Vec<f32>> {
+    /// # Errors
+    /// [`Error::NonFiniteGradient`] naming the first bad example under
+    /// [`NonFinitePolicy::Error`] (nothing is released then; charges already made stay made,
+    /// which only overstates privacy spent); [`Error::State`] if the ledger does not have one
+    /// entry per example.
+    pub fn gradient_sum(
+        &self,
+        theta: &[f32],
+        ledger: &mut IndividualFilter,
+        step: usize,
+    ) -> Result<(Vec<f32>, SumStats)> {
         let n = self.data.len();
-        assert_eq!(ledger.len(), n, "one ledger entry per training example");
+        if ledger.len() != n || theta.len() != self.net.num_params() {
+            return Err(Error::State(format!(
+                "the ledger has {} entries and θ {} values for {n} examples and {} parameters",
+                ledger.len(),
+                theta.len(),
+                self.net.num_params()
+            )));
+        }
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
         let block = n.div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
         let threads = rayon::current_num_threads();
-        let scratch =
-            self.scratch.get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(self.net, self.chunk))).collect());
-        let partials: Vec<(Vec<f32>, Option<usize>)> = ledger
+        let scratch = self
+            .scratch
+            .get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(&self.net, self.chunk))).collect());
+        let partials: Vec<(Vec<f32>, SumStats, Option<usize>)> = ledger
             .slots_mut(0..n)
             .chunks(block)
             .enumerate()
             .map(|(bi, mut slots)| {
                 let worker = rayon::current_thread_index().unwrap_or(0) % scratch.len();
-                let mut guard = scratch[worker].lock().expect("scratch lock");
+                // A panic elsewhere cannot leave scratch buffers inconsistent: they are reset here.
+                let mut guard = scratch[worker].lock().unwrap_or_else(PoisonError::into_inner);
                 let s = &mut *guard;
                 s.acc.iter_mut().for_each(|v| *v = 0.0);
+                s.stats = SumStats::default();
                 s.failed = None;
                 for (mb, mb_slots) in slots.chunks_mut(self.chunk).enumerate() {
                     self.micro_batch(theta, bi * block + mb * self.chunk, mb_slots, s);
@@ -114,26 +157,29 @@ impl<'a> GradientPlan<'a> {
                         break;
                     }
                 }
-                (s.acc.clone(), s.failed)
+                (s.acc.clone(), s.stats, s.failed)
             })
             .collect();
         let mut sum = vec![0.0f32; self.net.num_params()];
-        for (acc, failed) in partials {
+        let mut stats = SumStats::default();
+        for (acc, part, failed) in partials {
             if let Some(example) = failed {
                 return Err(Error::NonFiniteGradient { example, step });
             }
             axpy(1.0, &acc, &mut sum);
+            stats.add(&part);
         }
-        Ok(sum)
+        Ok((sum, stats))
     }
 
     fn micro_batch(&self, theta: &[f32], start: usize, slots: &mut [LedgerSlot<'_>], s: &mut Scratch) {
-        let (net, data) = (self.net, self.data);
+        let (net, data) = (&self.net, self.data);
         let (px, p) = (net.input_len(), net.num_params());
         s.labels.clear();
         s.index.clear();
+        let unclipped = matches!(self.aggregation, Aggregation::UnclippedNonPrivate);
         for (k, slot) in slots.iter().enumerate() {
-            if matches!(self.combine, Combine::Sum) || slot.remaining() > 0.0 {
+            if unclipped || slot.remaining() > 0.0 {
                 s.index.push(k);
             }
         }
@@ -144,24 +190,29 @@ impl<'a> GradientPlan<'a> {
         for (j, &k) in s.index.iter().enumerate() {
             let i = start + k;
             data.normalised_into(i..i + 1, self.norm, &mut s.x[j * px..(j + 1) * px]);
-            s.labels.push(data.labels[i]);
+            s.labels.push(data.labels()[i]);
         }
         net.forward(theta, &mut s.ws, &s.x[..b * px], b);
         net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..b * p], &mut s.losses);
-        // Each row is clipped and added right after its norm, while it is still in cache.
-        for (j, &k) in s.index.iter().enumerate() {
-            let row = &s.grads[j * p..(j + 1) * p];
-            let factor = match self.combine {
-                Combine::Sum => 1.0,
-                Combine::Clip { clip, on_nonfinite } => match clip_factor(row, &mut slots[k], clip, on_nonfinite) {
-                    Ok((f, _)) => f,
-                    Err(_) => {
-                        s.failed = Some(start + k);
-                        return;
-                    }
-                },
-            };
-            axpy(f64::from(factor), row, &mut s.acc);
+        s.stats.computed += b;
+        s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
+        let rows = &s.grads[..b * p];
+        match self.aggregation {
+            Aggregation::UnclippedNonPrivate => {
+                for row in rows.chunks_exact(p) {
+                    axpy(1.0, row, &mut s.acc);
+                }
+            }
+            Aggregation::Clip { clip, on_nonfinite } => {
+                let mut active: Vec<&mut LedgerSlot<'_>> =
+                    slots.iter_mut().enumerate().filter(|(k, _)| s.index.contains(k)).map(|(_, slot)| slot).collect();
+                let mut block = BlockStats::default();
+                // Each row is clipped and added right after its backward pass, while in cache.
+                if let Err(j) = clip_block(rows, p, &mut active, clip, on_nonfinite, &mut s.acc, &mut block) {
+                    s.failed = Some(start + s.index[j]);
+                }
+                s.stats.skipped_nonfinite += block.skipped_nonfinite;
+            }
         }
     }
 }
@@ -178,12 +229,14 @@ pub fn apply_update(
     if noise_std > 0.0 {
         add_gaussian(&mut sum, noise_std, rng);
     }
-    axpy(-lr / n as f64, &sum, theta);
+    axpy(-lr / n.max(1) as f64, &sum, theta);
 }
 
-/// Number of correctly classified examples of `data` under θ (parallel forward passes).
+/// The number of examples of `data` that the model θ classifies correctly (parallel forward
+/// passes). On training data this is confidential: release it only through an accounted
+/// mechanism.
 #[must_use]
-pub fn correct(net: &Network, theta: &[f32], data: &Split, norm: Normalize) -> usize {
+pub fn count_correct(net: &Network, theta: &[f32], data: Examples<'_>, norm: Normalize) -> usize {
     const B: usize = 256;
     let (px, classes) = (net.input_len(), net.classes());
     (0..data.len().div_ceil(B))
@@ -196,7 +249,7 @@ pub fn correct(net: &Network, theta: &[f32], data: &Split, norm: Normalize) -> u
                 let logits = net.forward(theta, ws, &x[..(hi - lo) * px], hi - lo);
                 logits
                     .chunks_exact(classes)
-                    .zip(&data.labels[lo..hi])
+                    .zip(&data.labels()[lo..hi])
                     .filter(|(z, y)| argmax(z) == usize::from(**y))
                     .count()
             },

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use dpgd::data::Dataset;
-use dpgd::train::{RunOptions, RunSummary, TrainConfig, run};
+use dpgd::per_example::Network;
+use dpgd::train::outputs::RunResult;
+use dpgd::train::state::{self, Expect, Snapshot};
+use dpgd::train::{RunFolder, RunOptions, RunSummary, Silent, TrainConfig, run};
 
 /// A folder with the synthetic fixture (2,000 training and 500 test images of 28 × 28 pixels,
 /// 10 classes; see `dpgd::data::synthetic`), written once per test process.
@@ -36,7 +39,33 @@ pub fn fixture_config(name: &str, preset: &str, subsets: (usize, usize), privacy
 
 /// Validates `text` and trains it into `dir`, stopping after `stop_after` steps if given.
 pub fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> RunSummary {
+    try_train(text, dir, stop_after).unwrap()
+}
+
+/// As [`train`], returning the error.
+pub fn try_train(text: &str, dir: &Path, stop_after: Option<usize>) -> dpgd::Result<RunSummary> {
+    let cfg = TrainConfig::from_toml(text, &[])?.validate()?;
+    let data = Dataset::load(&cfg.config().data.dir, 10)?;
+    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }, &mut Silent)
+}
+
+/// The result of a finished run.
+pub fn result(s: &RunSummary) -> &RunResult {
+    s.result.as_ref().expect("the run finished")
+}
+
+/// The training state of the run of config `text` in `dir`.
+pub fn snapshot(text: &str, dir: &Path) -> Snapshot {
     let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
-    let data = Dataset::load(&cfg.config.data.dir, 10).unwrap();
-    run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }).unwrap()
+    let data = Dataset::load(&cfg.config().data.dir, 10).unwrap();
+    let examples = data.train.head(cfg.config().data.train_subset).len();
+    let params = Network::new(cfg.model()).unwrap().num_params();
+    let expect = Expect { params, examples, max_steps: cfg.max_steps() };
+    state::read(&RunFolder::new(dir).state(), expect).unwrap().expect("a saved state")
+}
+
+/// The released metrics rows of the run in `dir`.
+pub fn metrics(dir: &Path) -> Vec<dpgd::train::outputs::MetricsRow> {
+    let text = std::fs::read_to_string(RunFolder::new(dir).metrics_jsonl()).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

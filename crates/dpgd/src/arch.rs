@@ -1,8 +1,10 @@
-//! Model architectures as data: a list of layers, each with a per-example gradient rule.
+//! Model architectures as plain data — the input language of the per-example engine
+//! ([`crate::per_example`]) and of the burn form ([`crate::model`]), below both.
+
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-
-use crate::error::{Error, Result};
 
 /// One layer of a sequential model. Every variant has an exact per-example gradient rule
 /// in [`crate::per_example`]; parameter-free variants need none.
@@ -54,19 +56,6 @@ fn one() -> usize {
 fn yes() -> bool {
     true
 }
-
-/// Layers that hold trainable parameters but have no exact per-example rule: a model that uses
-/// one is rejected before training rather than trained with wrong per-example gradients.
-const PARAMETERISED_WITHOUT_RULE: &[(&str, &str)] = &[
-    ("batch_norm", "batch statistics mix examples, so per-example gradients are undefined; use group-free layers"),
-    ("layer_norm", "its affine parameters have no per-example rule here yet"),
-    ("group_norm", "its affine parameters have no per-example rule here yet"),
-    ("embedding", "it has no per-example rule here yet"),
-    ("lstm", "recurrent layers have no per-example rule here yet"),
-    ("gru", "recurrent layers have no per-example rule here yet"),
-    ("conv1d", "it has no per-example rule here yet; use conv2d with a height-1 input"),
-    ("multi_head_attention", "it has no per-example rule here yet"),
-];
 
 /// A sequential model: an input shape `[channels, height, width]`, layers, and classes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,37 +118,58 @@ impl ModelSpec {
             layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 10, bias: true }],
         }
     }
+}
 
-    /// A preset by name: `opacus-cnn`, `mlp` (hidden 128) or `logistic`.
-    pub fn preset(name: &str) -> Result<Self> {
-        match name {
-            "opacus-cnn" | "cnn" => Ok(Self::opacus_cnn()),
-            "mlp" => Ok(Self::mlp(128)),
-            "logistic" => Ok(Self::logistic()),
-            other => Err(Error::Config {
-                field: "model.preset".into(),
-                message: format!(
-                    "unknown preset `{other}`; expected opacus-cnn, mlp or logistic, or give model.layers"
-                ),
-            }),
+/// A built-in architecture, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// The Opacus MNIST example CNN (26,010 parameters on 28 × 28 inputs).
+    #[serde(alias = "cnn")]
+    OpacusCnn,
+    /// A one-hidden-layer MLP with 128 hidden units.
+    Mlp,
+    /// Multinomial logistic regression.
+    Logistic,
+}
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 3] = [Preset::OpacusCnn, Preset::Mlp, Preset::Logistic];
+
+    /// The name used in configs and on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::OpacusCnn => "opacus-cnn",
+            Preset::Mlp => "mlp",
+            Preset::Logistic => "logistic",
         }
     }
 
-    /// Rejects layer kinds that have parameters but no per-example rule, naming the layer;
-    /// call on raw config before deserialising into [`LayerSpec`].
-    pub fn check_layer_kinds(layers: &[toml::Value]) -> Result<()> {
-        for (i, l) in layers.iter().enumerate() {
-            let kind = l.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-            if let Some((_, why)) = PARAMETERISED_WITHOUT_RULE.iter().find(|(k, _)| *k == kind) {
-                return Err(Error::Config {
-                    field: format!("model.layers[{i}]"),
-                    message: format!(
-                        "layer `{kind}` has trainable parameters but no per-example gradient rule ({why}); \
-                         supported layers: conv2d, linear, relu, tanh, max_pool2d, flatten"
-                    ),
-                });
-            }
+    /// The architecture for 28 × 28 single-channel inputs and 10 classes.
+    #[must_use]
+    pub fn spec(self) -> ModelSpec {
+        match self {
+            Preset::OpacusCnn => ModelSpec::opacus_cnn(),
+            Preset::Mlp => ModelSpec::mlp(128),
+            Preset::Logistic => ModelSpec::logistic(),
         }
-        Ok(())
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s || (s == "cnn" && *p == Preset::OpacusCnn))
+            .ok_or_else(|| format!("unknown model preset `{s}`; expected opacus-cnn, mlp or logistic"))
     }
 }

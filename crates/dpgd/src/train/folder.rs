@@ -1,0 +1,236 @@
+//! A run's folder: what is safe to publish and what is confidential to the operator, apart.
+//!
+//! ```text
+//! runs/<name>/
+//!   publishable/    model.bpk model.json config.toml privacy.json result.json
+//!                   metrics.csv metrics.jsonl accuracy.png
+//!   confidential/   state.bin steps.jsonl diagnostics.json budget.json budget.png
+//! ```
+//!
+//! `publishable/` holds only the model, the configuration, the privacy report, and numbers that
+//! are noisy and accounted or measured on the held-out test set — safe to publish when
+//! `privacy.json` says `"private": true`. `confidential/` holds the training state (θ and
+//! every example's spent budget), exact counts, losses and timings on the training data: for
+//! the operator only.
+//!
+//! Every file is written whole and atomically (write a temporary file, fsync, rename): a kill
+//! at any instant leaves the previous version or the new one, never a torn or truncated file.
+
+use std::path::{Path, PathBuf};
+
+use super::outputs::{ConfidentialRow, METRICS_COLUMNS, MetricsRow};
+use super::state::atomic_write;
+use crate::error::{Error, Result};
+
+/// The paths of one run's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFolder {
+    root: PathBuf,
+}
+
+const PUBLISHABLE_README: &str = "\
+PUBLISHABLE outputs of a dpgd run: the model, its configuration, the privacy report, and numbers that
+are either noisy and accounted in the run's guarantee or measured on the held-out test set.
+
+Safe to publish exactly when privacy.json says \"private\": true (it then states the guarantee and the
+neighbouring relation it holds under). A run with a fixed noise seed, an exact count or method =
+non-private says \"private\": false and why.
+";
+
+const CONFIDENTIAL_README: &str = "\
+CONFIDENTIAL to the operator of a dpgd run. Do not publish anything in this folder.
+
+It holds the training state (parameters and every training example's spent privacy budget), exact
+counts, losses and per-step timings on the training data. None of it is covered by the run's privacy
+guarantee: step times, for example, track how many examples are still training.
+";
+
+impl RunFolder {
+    /// The folder at `root`.
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+    /// The run folder.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    /// `publishable/`.
+    #[must_use]
+    pub fn publishable(&self) -> PathBuf {
+        self.root.join("publishable")
+    }
+    /// `confidential/`.
+    #[must_use]
+    pub fn confidential(&self) -> PathBuf {
+        self.root.join("confidential")
+    }
+    /// The resolved configuration (publishable).
+    #[must_use]
+    pub fn config(&self) -> PathBuf {
+        self.publishable().join("config.toml")
+    }
+    /// The privacy report; its presence marks the run finished (publishable).
+    #[must_use]
+    pub fn privacy(&self) -> PathBuf {
+        self.publishable().join("privacy.json")
+    }
+    /// The result (publishable).
+    #[must_use]
+    pub fn result(&self) -> PathBuf {
+        self.publishable().join("result.json")
+    }
+    /// The released metrics as CSV (publishable).
+    #[must_use]
+    pub fn metrics_csv(&self) -> PathBuf {
+        self.publishable().join("metrics.csv")
+    }
+    /// The released metrics as JSON lines (publishable; the record read back on resume).
+    #[must_use]
+    pub fn metrics_jsonl(&self) -> PathBuf {
+        self.publishable().join("metrics.jsonl")
+    }
+    /// The plot of the released metrics (publishable).
+    #[must_use]
+    pub fn plot(&self) -> PathBuf {
+        self.publishable().join("accuracy.png")
+    }
+    /// The model as a burn record (publishable).
+    #[must_use]
+    pub fn model(&self) -> PathBuf {
+        self.publishable().join("model.bpk")
+    }
+    /// The model's architecture, so the record loads without the config (publishable).
+    #[must_use]
+    pub fn model_spec(&self) -> PathBuf {
+        self.publishable().join("model.json")
+    }
+    /// The training state, written every step (confidential).
+    #[must_use]
+    pub fn state(&self) -> PathBuf {
+        self.confidential().join("state.bin")
+    }
+    /// Per-step exact diagnostics (confidential).
+    #[must_use]
+    pub fn steps(&self) -> PathBuf {
+        self.confidential().join("steps.jsonl")
+    }
+    /// The finished run's diagnostics (confidential).
+    #[must_use]
+    pub fn diagnostics(&self) -> PathBuf {
+        self.confidential().join("diagnostics.json")
+    }
+    /// The per-example budget report (confidential).
+    #[must_use]
+    pub fn budget(&self) -> PathBuf {
+        self.confidential().join("budget.json")
+    }
+    /// The per-example budget histogram (confidential).
+    #[must_use]
+    pub fn budget_plot(&self) -> PathBuf {
+        self.confidential().join("budget.png")
+    }
+    /// Whether the run finished (its `privacy.json` exists).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.privacy().is_file()
+    }
+    /// Whether the folder holds a run, finished or not.
+    #[must_use]
+    pub fn holds_run(&self) -> bool {
+        self.config().is_file() || self.state().is_file()
+    }
+
+    /// Creates both halves, each with a README saying what it is.
+    ///
+    /// # Errors
+    /// If a folder or README cannot be written.
+    pub fn create(&self) -> Result<()> {
+        for (dir, text) in [(self.publishable(), PUBLISHABLE_README), (self.confidential(), CONFIDENTIAL_README)] {
+            std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+            atomic_write(&dir.join("README.txt"), text.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// The released and confidential per-step records of a run, kept in memory and written whole
+/// after every step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    /// Released rows, steps 1, 2, … in order.
+    pub metrics: Vec<MetricsRow>,
+    /// Confidential rows, steps 1, 2, … in order.
+    pub confidential: Vec<ConfidentialRow>,
+}
+
+impl Record {
+    /// Reads a run's records (empty if there are none yet).
+    ///
+    /// # Errors
+    /// A record file that does not parse, or whose rows are not the steps 1, 2, … in order,
+    /// named.
+    pub fn load(folder: &RunFolder) -> Result<Self> {
+        Ok(Self {
+            metrics: read_rows(&folder.metrics_jsonl(), |r: &MetricsRow| r.step)?,
+            confidential: read_rows(&folder.steps(), |r: &ConfidentialRow| r.step)?,
+        })
+    }
+
+    /// The last released step, if any.
+    #[must_use]
+    pub fn last_step(&self) -> Option<usize> {
+        self.metrics.last().map(|r| r.step)
+    }
+
+    /// Writes every record file atomically: `metrics.csv` with `columns` (a subset of
+    /// [`METRICS_COLUMNS`], in that order), `metrics.jsonl` and `confidential/steps.jsonl`.
+    ///
+    /// # Errors
+    /// If a file cannot be written.
+    pub fn save(&self, folder: &RunFolder, columns: &[&str]) -> Result<()> {
+        let keep: Vec<usize> =
+            METRICS_COLUMNS.iter().enumerate().filter(|(_, c)| columns.contains(c)).map(|(i, _)| i).collect();
+        let mut csv = keep.iter().map(|&i| METRICS_COLUMNS[i]).collect::<Vec<_>>().join(",") + "\n";
+        for r in &self.metrics {
+            let cells = r.cells();
+            csv += &(keep.iter().map(|&i| cells[i].as_str()).collect::<Vec<_>>().join(",") + "\n");
+        }
+        atomic_write(&folder.steps(), jsonl(&self.confidential)?.as_bytes())?;
+        atomic_write(&folder.metrics_jsonl(), jsonl(&self.metrics)?.as_bytes())?;
+        atomic_write(&folder.metrics_csv(), csv.as_bytes())
+    }
+}
+
+fn jsonl<T: serde::Serialize>(rows: &[T]) -> Result<String> {
+    let mut out = String::new();
+    for r in rows {
+        out += &serde_json::to_string(r).map_err(|e| Error::Record(format!("a record row does not serialise: {e}")))?;
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn read_rows<T: serde::de::DeserializeOwned>(path: &Path, step: impl Fn(&T) -> usize) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(path)(e)),
+    };
+    let bad = |message: String| Error::RunState { path: path.into(), message };
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let row: T = serde_json::from_str(line).map_err(|e| bad(format!("line {}: {e}", i + 1)))?;
+        if step(&row) != rows.len() + 1 {
+            return Err(bad(format!(
+                "line {} is step {}, expected step {}: the record is not this run's",
+                i + 1,
+                step(&row),
+                rows.len() + 1
+            )));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}

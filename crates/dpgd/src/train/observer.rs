@@ -1,0 +1,120 @@
+//! How a run reports progress without printing: the library calls an [`Observer`], the CLI
+//! implements it (a progress bar, or plain lines when stderr is not a terminal), tests and
+//! other programs pass [`Silent`] or their own.
+//!
+//! Observers see only what the run releases (noisy, accounted values and test accuracies),
+//! plus operator warnings such as a count of skipped non-finite gradients: the console is the
+//! operator's, but it can end up in logs, so nothing exact about the training data goes there.
+
+use super::config::Method;
+
+/// What a run is about to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartInfo {
+    /// The run's name.
+    pub name: String,
+    /// The algorithm.
+    pub method: Method,
+    /// Training examples.
+    pub examples: usize,
+    /// Steps the run may take.
+    pub max_steps: usize,
+    /// k = B_norm/C².
+    pub worst_case_steps: usize,
+    /// The step it resumes after (0 for a fresh run).
+    pub resumed_after: usize,
+    /// The noise multiplier σ (None for non-private runs).
+    pub sigma: Option<f64>,
+    /// One line stating the guarantee with its δ, conversion and neighbouring relation — or
+    /// why the run is not private.
+    pub guarantee: String,
+    /// Why the run is not private (empty when it is).
+    pub not_private_because: Vec<String>,
+    /// Where the noise comes from.
+    pub noise: String,
+}
+
+/// What one step released.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// The step (1-based).
+    pub step: usize,
+    /// Steps the run may take.
+    pub max_steps: usize,
+    /// ε of the worst case spent so far (None for non-private runs).
+    pub epsilon_so_far: Option<f64>,
+    /// The latest test accuracy (None before the first evaluation).
+    pub test_accuracy: Option<f64>,
+    /// The noisy active count released at this step, if any.
+    pub active_count_noisy: Option<f64>,
+    /// The noisy training accuracy released at this step, if any.
+    pub train_accuracy_noisy: Option<f64>,
+    /// The stopping rule's best step so far.
+    pub best_step: Option<usize>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishInfo {
+    /// Steps run.
+    pub steps: usize,
+    /// The returned model's step.
+    pub selected_step: usize,
+    /// Its test accuracy.
+    pub test_accuracy: f64,
+    /// Test accuracy after k steps (plain private GD with the same σ).
+    pub test_accuracy_at_k: Option<f64>,
+    /// The last noisy active count released after k, as (step, count).
+    pub active_after_k: Option<(usize, f64)>,
+    /// Training examples.
+    pub examples: usize,
+    /// k.
+    pub worst_case_steps: usize,
+    /// The guarantee line, as in [`StartInfo::guarantee`].
+    pub guarantee: String,
+}
+
+/// Something the operator should know.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Warning {
+    /// The run is not private, and why.
+    NotPrivate(Vec<String>),
+    /// Examples had non-finite gradients and were skipped (charged, contributing nothing).
+    NonFiniteSkipped {
+        /// The step.
+        step: usize,
+        /// How many examples.
+        count: usize,
+    },
+    /// The released noisy active count fell to a small fraction of the training set: the
+    /// remaining steps are mostly noise.
+    ActiveCollapsed {
+        /// The step.
+        step: usize,
+        /// The noisy count.
+        count: f64,
+        /// Training examples.
+        examples: usize,
+    },
+    /// A deprecated config field was read and ignored.
+    Deprecated(String),
+}
+
+/// A run's events, in order: `started`, then `step` per step (with `warning`s in between),
+/// then `finished` (unless the run was stopped before its end).
+pub trait Observer {
+    /// The run starts (or resumes).
+    fn started(&mut self, _info: &StartInfo) {}
+    /// A step's releases are durable.
+    fn step(&mut self, _report: &StepReport) {}
+    /// Something the operator should know.
+    fn warning(&mut self, _warning: &Warning) {}
+    /// The run finished; its files are written.
+    fn finished(&mut self, _info: &FinishInfo) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+
+impl Observer for Silent {}

@@ -1,0 +1,321 @@
+//! The durable training state of a run, written atomically every step — after the step's
+//! ledger charges and noisy update, before anything derived from them is released — so a
+//! crash at any instant leaves either the previous step's state or this one's, and a resume
+//! from it reproduces the uninterrupted run (see [`super::Trainer`]).
+//!
+//! The file (`confidential/state.bin`) holds the step, the run's identity (its configuration
+//! and the SHA-256 of its data files), θ, every example's spent budget and the stopping rule's
+//! state and best model, followed by a SHA-256 of everything before it. It is input like any
+//! other: [`read`] checks the checksum, every length against what the resuming run needs, and
+//! every value's range, and names the file in every error.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::stopping::StoppingState;
+use crate::data::Fingerprint;
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"DPGDST02";
+
+/// What identifies a run: a resume must match it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunIdentity {
+    /// [`super::TrainConfig::identity`], as JSON.
+    pub config: serde_json::Value,
+    /// The data files' fingerprints (training images and labels, test images and labels).
+    pub data: Vec<Fingerprint>,
+    /// Training examples used (after `data.train_subset`).
+    pub examples: usize,
+    /// Model parameters.
+    pub params: usize,
+}
+
+/// The state's metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Steps completed (their updates are in θ and their charges in the ledger).
+    pub step: usize,
+    /// The run's identity.
+    pub identity: RunIdentity,
+    /// The ledger's per-example budget B_norm.
+    pub budget: f64,
+    /// The stopping rule's state after the releases of steps `1..step` (those of `step` itself
+    /// are replayed from the released record on resume).
+    pub stopping: StoppingState,
+    /// What computing step `step` cost, so a redone release writes the same confidential row.
+    #[serde(default)]
+    pub cost: StepCost,
+}
+
+/// What computing one step cost (confidential: exact counts and losses, and time).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct StepCost {
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Examples whose gradient was computed.
+    pub computed: usize,
+    /// Of those, skipped for a non-finite gradient.
+    pub skipped: usize,
+    /// Σ of the computed examples' losses.
+    pub loss_sum: f64,
+}
+
+/// A decoded state file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Metadata.
+    pub meta: Meta,
+    /// Model parameters after `meta.step` steps.
+    pub theta: Vec<f32>,
+    /// Parameters of the stopping rule's best model (empty if none).
+    pub best_theta: Vec<f32>,
+    /// Per-example spent budget.
+    pub spent: Vec<f64>,
+}
+
+/// Encodes a snapshot and writes it atomically to `path`.
+///
+/// # Errors
+/// If the file cannot be written.
+pub fn write(path: &Path, meta: &Meta, theta: &[f32], best_theta: &[f32], spent: &[f64]) -> Result<()> {
+    let meta_json = serde_json::to_vec(meta).map_err(|e| Error::Record(format!("state metadata: {e}")))?;
+    let mut buf = Vec::with_capacity(64 + meta_json.len() + (theta.len() + best_theta.len()) * 4 + spent.len() * 8);
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&(meta_json.len() as u64).to_le_bytes());
+    buf.extend_from_slice(&meta_json);
+    buf.extend_from_slice(&(theta.len() as u64).to_le_bytes());
+    theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    buf.extend_from_slice(&(spent.len() as u64).to_le_bytes());
+    spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    buf.extend_from_slice(&(best_theta.len() as u64).to_le_bytes());
+    best_theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    let digest = Sha256::digest(&buf);
+    buf.extend_from_slice(&digest);
+    atomic_write(path, &buf)
+}
+
+/// What a resuming run expects of a state file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// Parameters of the model.
+    pub params: usize,
+    /// Training examples.
+    pub examples: usize,
+    /// The run's last step.
+    pub max_steps: usize,
+}
+
+impl Expect {
+    /// The largest file a state for these sizes can be (metadata up to 1 MiB).
+    fn max_bytes(&self) -> u64 {
+        (self.params as u64)
+            .saturating_mul(8)
+            .saturating_add((self.examples as u64).saturating_mul(8))
+            .saturating_add(1 << 20)
+    }
+}
+
+/// Reads the state at `path`, or `None` if there is none.
+///
+/// # Errors
+/// [`Error::RunState`] naming the file: damaged (bad magic, length or checksum), larger than a
+/// state of this run can be, or inconsistent with `expect` (θ, ledger or step out of range).
+pub fn read(path: &Path, expect: Expect) -> Result<Option<Snapshot>> {
+    let bad = |message: String| Error::RunState { path: path.into(), message };
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path)(e)),
+    };
+    if len > expect.max_bytes() {
+        return Err(bad(format!(
+            "{len} bytes, more than a state of this run ({} parameters, {} examples) can be: it is not this run's state",
+            expect.params, expect.examples
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(Error::io(path))?;
+    let snap = decode(&bytes).ok_or_else(|| {
+        bad("the file is damaged (bad magic, length or checksum); it was not written by dpgd's atomic writer. \
+             Delete the run folder to start the run again"
+            .into())
+    })?;
+    let m = &snap.meta;
+    let problems = [
+        (
+            snap.theta.len() != expect.params,
+            format!("θ has {} values for a model of {} parameters", snap.theta.len(), expect.params),
+        ),
+        (
+            snap.spent.len() != expect.examples,
+            format!("the ledger has {} entries for {} training examples", snap.spent.len(), expect.examples),
+        ),
+        (
+            !snap.best_theta.is_empty() && snap.best_theta.len() != expect.params,
+            format!("the best model has {} values for {} parameters", snap.best_theta.len(), expect.params),
+        ),
+        (
+            m.step == 0 || m.step > expect.max_steps,
+            format!("it claims step {} of a run of {} steps", m.step, expect.max_steps),
+        ),
+        (snap.theta.iter().any(|v| !v.is_finite()), "θ holds non-finite values".to_string()),
+        (m.budget.is_nan() || m.budget <= 0.0, format!("its per-example budget {} is not positive", m.budget)),
+    ];
+    if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
+        return Err(bad(format!("{why}; it belongs to another run or is corrupt")));
+    }
+    Ok(Some(snap))
+}
+
+fn decode(bytes: &[u8]) -> Option<Snapshot> {
+    if bytes.len() < MAGIC.len() + 32 || &bytes[..8] != MAGIC {
+        return None;
+    }
+    let (body, digest) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != digest {
+        return None;
+    }
+    let mut at: usize = 8;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = body.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(s)
+    };
+    let len = |b: &[u8]| usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok();
+    let meta_len = len(take(8)?)?;
+    let meta: Meta = serde_json::from_slice(take(meta_len)?).ok()?;
+    // `take` checks every length against the bytes actually present before anything is allocated.
+    let nt = len(take(8)?)?;
+    let theta = floats(take(nt.checked_mul(4)?)?);
+    let ns = len(take(8)?)?;
+    let spent =
+        take(ns.checked_mul(8)?)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    let nb = len(take(8)?)?;
+    let best_theta = floats(take(nb.checked_mul(4)?)?);
+    if at != body.len() {
+        return None;
+    }
+    Some(Snapshot { meta, theta, best_theta, spent })
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new content: to a
+/// temporary file, fsync'd, renamed over the old one, and the directory fsync'd.
+///
+/// # Errors
+/// If any of those fails.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
+    let tmp = tmp_path(path);
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(Error::io(&tmp))?;
+        f.write_all(bytes).map_err(Error::io(&tmp))?;
+        f.sync_all().map_err(Error::io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(Error::io(path))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        d.sync_all().map_err(Error::io(dir))?;
+    }
+    Ok(())
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::stopping::Best;
+    use proptest::prelude::*;
+
+    fn meta(step: usize) -> Meta {
+        let identity = RunIdentity { config: serde_json::json!({"a": 1}), data: vec![], examples: 3, params: 2 };
+        let best = Some(Best { step: 2, noisy_train_accuracy: 0.75, stale: 1 });
+        Meta { step, identity, budget: 2.0, stopping: StoppingState { best }, cost: StepCost::default() }
+    }
+
+    const EXPECT: Expect = Expect { params: 2, examples: 3, max_steps: 10 };
+
+    #[test]
+    fn round_trips_and_detects_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.bin");
+        assert_eq!(read(&path, EXPECT).unwrap(), None);
+        write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
+        let snap = read(&path, EXPECT).unwrap().unwrap();
+        assert_eq!(snap.meta, meta(3));
+        assert_eq!((snap.theta, snap.best_theta, snap.spent), (vec![1.0, -2.5], vec![0.25, 4.0], vec![0.5, 2.0, 0.0]));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[20] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read(&path, EXPECT).unwrap_err().to_string();
+        assert!(e.contains("damaged") && e.contains("state.bin"), "{e}");
+    }
+
+    #[test]
+    fn valid_files_of_another_shape_are_refused_naming_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.bin");
+        for (m, theta, spent, want) in [
+            (meta(3), vec![1.0; 5], vec![0.0; 3], "θ has 5 values"),
+            (meta(3), vec![1.0; 2], vec![0.0; 4], "ledger has 4 entries"),
+            (meta(1_000_000_000_000_000_000), vec![1.0; 2], vec![0.0; 3], "claims step"),
+        ] {
+            write(&path, &m, &theta, &[], &spent).unwrap();
+            let e = read(&path, EXPECT).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("state.bin"), "{e}");
+        }
+    }
+
+    proptest! {
+        /// Byte-level mutations of a valid state: an error or a state within the expected
+        /// shape, never a panic or an allocation beyond the file.
+        #[test]
+        fn mutated_states_never_panic(flips in proptest::collection::vec((0usize..400, any::<u8>()), 1..8), cut in 1usize..400) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state.bin");
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
+            let mut bytes = std::fs::read(&path).unwrap();
+            for (at, v) in flips {
+                let i = at % bytes.len();
+                bytes[i] = v;
+            }
+            bytes.truncate(cut.min(bytes.len()));
+            std::fs::write(&path, &bytes).unwrap();
+            if let Ok(Some(s)) = read(&path, EXPECT) {
+                prop_assert_eq!((s.theta.len(), s.spent.len()), (2, 3));
+            }
+        }
+
+        /// Mutations with a re-computed checksum (a state written by a buggy or hostile tool):
+        /// still an error or a consistent state, never a panic.
+        #[test]
+        fn resealed_mutations_never_panic(flips in proptest::collection::vec((8usize..400, any::<u8>()), 1..8)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state.bin");
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let mut body = bytes[..bytes.len() - 32].to_vec();
+            for (at, v) in flips {
+                let i = at % body.len();
+                body[i] = v;
+            }
+            let digest = Sha256::digest(&body);
+            body.extend_from_slice(&digest);
+            std::fs::write(&path, &body).unwrap();
+            if let Ok(Some(s)) = read(&path, EXPECT) {
+                prop_assert_eq!((s.theta.len(), s.spent.len()), (2, 3));
+            }
+        }
+    }
+}

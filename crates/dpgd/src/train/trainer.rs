@@ -1,0 +1,643 @@
+//! The training loop of [FZ21] Algorithm 3, as a [`Trainer`]: resume or start, step, finish.
+//!
+//! ```no_run
+//! # use dpgd::train::{Trainer, RunOptions, Silent, TrainConfig};
+//! # fn main() -> dpgd::Result<()> {
+//! # let cfg = TrainConfig::from_file("configs/mnist-filtered.toml".as_ref(), &[])?.validate()?;
+//! # let data = dpgd::data::Dataset::load(&cfg.config().data.dir, 10)?;
+//! let mut observer = Silent;
+//! let mut trainer = Trainer::resume_or_init(&cfg, &data, "runs/demo".as_ref(), &RunOptions::default(), &mut observer)?;
+//! while !trainer.is_done() {
+//!     trainer.step()?;
+//! }
+//! let summary = trainer.finish()?;
+//! # Ok(()) }
+//! ```
+//!
+//! **Crash safety.** A step charges the ledger and computes the noisy update in memory, then
+//! writes the whole training state (θ, every example's spent budget, the stopping rule) to
+//! `confidential/state.bin` atomically, and only then releases anything derived from it (the
+//! test accuracy, the noisy counts, the metrics row), itself written atomically before the step
+//! counts as done. A kill at any instant therefore leaves a state whose charges include every
+//! step whose update was used, and a record of releases that is complete up to that state's
+//! step or one behind it. On resume, a missing row is recomputed from the saved state — with a
+//! fixed seed exactly as the uninterrupted run computed it, because every release draws from
+//! its own noise stream — so a killed and resumed run ends bit for bit where an uninterrupted
+//! one does, and no step is ever lost or charged twice.
+//!
+//! [FZ21]: https://arxiv.org/abs/2008.11193
+
+use std::path::Path;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::config::{ActiveRelease, Method, ValidConfig};
+use super::folder::{Record, RunFolder};
+use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
+use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
+use super::privacy::{self, PrivacyReport, RunSession};
+use super::releases::ReleaseKind;
+use super::state::{self, Expect, Meta, RunIdentity, StepCost};
+use super::step::{Aggregation, GradientPlan, SumStats, apply_update, count_correct};
+use super::stopping::StoppingRule;
+use crate::accounting::filter::IndividualFilter;
+use crate::data::{Dataset, Examples, Normalize};
+use crate::error::{Error, Result};
+use crate::model::BurnModel;
+use crate::noise::{NoiseSampler, Stream};
+use crate::per_example::Network;
+
+/// Options that are not part of the run's identity.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Worker threads, overriding `train.threads` (e.g. when a sweep trains runs side by side).
+    pub threads: Option<usize>,
+    /// Stop after this many steps in this invocation (the run can be resumed later).
+    pub stop_after: Option<usize>,
+}
+
+/// What a finished (or stopped) run reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// The run folder.
+    pub dir: std::path::PathBuf,
+    /// Steps completed.
+    pub steps: usize,
+    /// Whether the run finished (its files are written); false if it stopped on `stop_after`.
+    pub finished: bool,
+    /// `result.json` (None while unfinished).
+    pub result: Option<RunResult>,
+    /// `privacy.json` (None while unfinished).
+    pub privacy: Option<PrivacyReport>,
+}
+
+impl RunSummary {
+    /// The summary of a finished run, read from its folder.
+    ///
+    /// # Errors
+    /// A missing or malformed `result.json` or `privacy.json`, named.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let folder = RunFolder::new(dir);
+        let result: RunResult = read_json(&folder.result())?;
+        let privacy: PrivacyReport = read_json(&folder.privacy())?;
+        Ok(Self {
+            dir: dir.into(),
+            steps: result.steps_run,
+            finished: true,
+            result: Some(result),
+            privacy: Some(privacy),
+        })
+    }
+}
+
+/// Reads a JSON file into `T`, naming the file in errors.
+///
+/// # Errors
+/// If the file is missing or does not parse as `T`.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    serde_json::from_str(&text).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+    state::atomic_write(path, text.as_bytes())
+}
+
+/// A training run in progress.
+pub struct Trainer<'a> {
+    cfg: &'a ValidConfig,
+    folder: RunFolder,
+    identity: RunIdentity,
+    plan: GradientPlan<'a>,
+    train: Examples<'a>,
+    test: Examples<'a>,
+    norm: Normalize,
+    pool: rayon::ThreadPool,
+    step: usize,
+    theta: Vec<f32>,
+    ledger: IndividualFilter,
+    stopping: StoppingRule,
+    session: Option<RunSession>,
+    record: Record,
+    last_cost: StepCost,
+    last_test: Option<f64>,
+    stop_at: usize,
+    warned_collapse: bool,
+    observer: &'a mut dyn Observer,
+}
+
+impl<'a> Trainer<'a> {
+    /// Opens the run folder `dir` for `cfg` on `data`: continues the run it holds (which must
+    /// be this run: same configuration, same data), or starts one.
+    ///
+    /// # Errors
+    /// A finished run; a folder holding another run (the differing fields or data files
+    /// named); data that do not fit the model; a damaged state; more memory than the machine
+    /// has; an unavailable device.
+    pub fn resume_or_init(
+        cfg: &'a ValidConfig,
+        data: &'a Dataset,
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+    ) -> Result<Self> {
+        let folder = RunFolder::new(dir);
+        if folder.is_finished() {
+            return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
+        }
+        let c = cfg.config();
+        if c.privacy.noise == NoiseSampler::DiscreteGaussian {
+            return Err(Error::config("privacy.noise", "discrete-gaussian noise is not available in training yet"));
+        }
+        let net = Network::new(cfg.model()).map_err(|e| Error::config("model", e.to_string()))?;
+        let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
+        check_data(&net, &train, &test, &data.dir)?;
+        let threads = opts.threads.unwrap_or(c.train.threads);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
+        check_memory(&net, c.train.chunk, pool.current_num_threads(), train.len())?;
+        let identity = RunIdentity {
+            config: serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?,
+            data: data.fingerprints().to_vec(),
+            examples: train.len(),
+            params: net.num_params(),
+        };
+        let aggregation = match cfg.method() {
+            Method::NonPrivate => Aggregation::UnclippedNonPrivate,
+            _ => Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite },
+        };
+        let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
+        let plan = GradientPlan::new(net, train, c.data.normalize, aggregation, c.train.chunk);
+        let b_norm = if cfg.is_private_method() {
+            c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
+        } else {
+            f64::MAX
+        };
+        let mut t = Self {
+            cfg,
+            folder,
+            identity,
+            plan,
+            train,
+            test,
+            norm: c.data.normalize,
+            pool,
+            step: 0,
+            theta,
+            ledger: IndividualFilter::new(train.len(), b_norm)?,
+            stopping: StoppingRule::new(c.stopping.rule, c.stopping.patience),
+            session: None,
+            record: Record::default(),
+            last_cost: StepCost::default(),
+            last_test: None,
+            stop_at: usize::MAX,
+            warned_collapse: false,
+            observer,
+        };
+        t.resume()?;
+        t.stop_at = t.step.saturating_add(opts.stop_after.unwrap_or(usize::MAX));
+        t.observer.started(&t.start_info());
+        let why = cfg.non_private_reasons();
+        if !why.is_empty() {
+            t.observer.warning(&Warning::NotPrivate(why));
+        }
+        if c.train.checkpoint_every.is_some() {
+            t.observer.warning(&Warning::Deprecated(
+                "train.checkpoint_every is ignored: the training state is written after every step".into(),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Loads the saved state if there is one (checking it is this run's), else writes the
+    /// fresh run's configuration; then replays or redoes the releases of the saved step.
+    fn resume(&mut self) -> Result<()> {
+        let expect = Expect {
+            params: self.plan.net().num_params(),
+            examples: self.train.len(),
+            max_steps: self.cfg.max_steps(),
+        };
+        let Some(snap) = state::read(&self.folder.state(), expect)? else {
+            if self.folder.metrics_jsonl().exists() {
+                return Err(Error::RunState {
+                    path: self.folder.root().into(),
+                    message: "the folder holds released records but no training state: it is not a run that can be \
+                              resumed; start the run in a new folder"
+                        .into(),
+                });
+            }
+            self.folder.create()?;
+            state::atomic_write(&self.folder.config(), resolved_config(self.cfg)?.as_bytes())?;
+            self.session = open_session(self.cfg, 0)?;
+            return Ok(());
+        };
+        self.check_identity(&snap.meta)?;
+        let c = self.cfg.config();
+        self.ledger = IndividualFilter::from_spent(self.ledger.budget(), snap.spent).map_err(|e| Error::RunState {
+            path: self.folder.state(),
+            message: format!("its ledger is invalid ({e}): the file is corrupt"),
+        })?;
+        self.stopping =
+            StoppingRule::restore(c.stopping.rule, c.stopping.patience, snap.meta.stopping, snap.best_theta);
+        self.theta = snap.theta;
+        self.step = snap.meta.step;
+        self.last_cost = snap.meta.cost;
+        self.record = Record::load(&self.folder)?;
+        self.record.confidential.truncate(self.record.metrics.len());
+        self.last_test = self.record.metrics.iter().rev().find_map(|r| r.test_accuracy);
+        match self.record.last_step() {
+            Some(s) if s == self.step => {
+                self.session = open_session(self.cfg, self.step)?;
+                if let Some(a) = self.record.metrics.last().and_then(|r| r.train_accuracy_noisy) {
+                    self.stopping.observe(self.step, a, &self.theta);
+                }
+                self.record.save(&self.folder, &self.columns())
+            }
+            last if last.unwrap_or(0) + 1 == self.step => {
+                self.session = open_session(self.cfg, self.step - 1)?;
+                let cost = self.last_cost;
+                self.release(cost)
+            }
+            last => Err(Error::RunState {
+                path: self.folder.metrics_jsonl(),
+                message: format!(
+                    "the released record ends at step {} but the training state is at step {}: the folder was edited; \
+                     start the run in a new folder",
+                    last.unwrap_or(0),
+                    self.step
+                ),
+            }),
+        }
+    }
+
+    fn check_identity(&self, saved: &Meta) -> Result<()> {
+        let bad = |message: String| Error::RunState { path: self.folder.root().into(), message };
+        let mut diffs = Vec::new();
+        json_diff("", &saved.identity.config, &self.identity.config, &mut diffs);
+        if !diffs.is_empty() {
+            return Err(bad(format!(
+                "it holds a run made with other settings ({}); a run can only be resumed as it was started \
+                 (only train.threads and train.device may change): undo the change, or start a new run folder with --out",
+                diffs.join(", ")
+            )));
+        }
+        if saved.identity.examples != self.identity.examples {
+            return Err(bad(format!(
+                "the run trained on {} examples but the data now give {}: the training data changed",
+                saved.identity.examples, self.identity.examples
+            )));
+        }
+        for (old, new) in saved.identity.data.iter().zip(&self.identity.data) {
+            if old.sha256 != new.sha256 {
+                return Err(bad(format!(
+                    "the data file {} differs from the one the run was trained on (SHA-256 {} then, {} now): resuming \
+                     would attach spent budgets to the wrong examples; restore the original file or start a new run",
+                    new.file, old.sha256, new.sha256
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the run is over (its last step, or its stopping rule), or this invocation's
+    /// `stop_after` is reached.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.step >= self.cfg.max_steps() || self.stopping.should_stop() || self.step >= self.stop_at
+    }
+
+    /// Steps completed.
+    #[must_use]
+    pub fn steps(&self) -> usize {
+        self.step
+    }
+
+    /// One step: charge and clip, add noise and update, make the state durable, release.
+    ///
+    /// # Errors
+    /// A non-finite gradient under `on_nonfinite = "error"`, a failing random source, or a
+    /// file that cannot be written.
+    pub fn step(&mut self) -> Result<()> {
+        let t = self.step + 1;
+        let start = Instant::now();
+        let (sum, stats): (Vec<f32>, SumStats) =
+            self.pool.install(|| self.plan.gradient_sum(&self.theta, &mut self.ledger, t))?;
+        let c = self.cfg.config();
+        let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
+        let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
+        apply_update(&mut self.theta, sum, noise_std, self.cfg.lr_at(t), self.train.len(), &mut rng);
+        self.step = t;
+        let cost = StepCost {
+            seconds: start.elapsed().as_secs_f64(),
+            computed: stats.computed,
+            skipped: stats.skipped_nonfinite,
+            loss_sum: stats.loss_sum,
+        };
+        // Durable before anything derived from this update or these charges is released.
+        self.save_state(cost)?;
+        self.release(cost)
+    }
+
+    fn save_state(&mut self, cost: StepCost) -> Result<()> {
+        let (stopping, best_theta) = self.stopping.saved();
+        let meta = Meta {
+            step: self.step,
+            identity: self.identity.clone(),
+            budget: self.ledger.budget(),
+            stopping: stopping.clone(),
+            cost,
+        };
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all())
+    }
+
+    /// Computes and records the releases of the current step (from the durable state).
+    fn release(&mut self, cost: StepCost) -> Result<()> {
+        let t = self.step;
+        let c = self.cfg.config();
+        let released = match &self.session {
+            Some(s) => {
+                let (net, theta, train, norm, ledger) =
+                    (self.plan.net(), &self.theta, self.train, self.norm, &self.ledger);
+                let pool = &self.pool;
+                s.release(t, self.cfg.noise_seed(), |kind| match kind {
+                    ReleaseKind::ActiveCount => ledger.active_count_non_private() as f64,
+                    ReleaseKind::TrainAccuracy => pool.install(|| count_correct(net, theta, train, norm)) as f64,
+                })?
+            }
+            None => Vec::new(),
+        };
+        let value = |k: ReleaseKind| released.iter().find(|(m, _)| *m == k).map(|r| r.1);
+        let n = self.train.len();
+        let train_accuracy = value(ReleaseKind::TrainAccuracy).map(|count| count / n as f64);
+        if let Some(a) = train_accuracy {
+            self.stopping.observe(t, a, &self.theta);
+        }
+        let exact_due = c.release.active_count == ActiveRelease::ExactNonPrivate
+            && t.is_multiple_of(c.release.active_count_every.max(1));
+        let eval = t == self.cfg.max_steps()
+            || t == self.cfg.worst_case_steps()
+            || self.stopping.should_stop()
+            || (c.train.eval_every > 0 && t.is_multiple_of(c.train.eval_every));
+        if eval {
+            let correct = self.pool.install(|| count_correct(self.plan.net(), &self.theta, self.test, self.norm));
+            self.last_test = Some(correct as f64 / self.test.len() as f64);
+        }
+        let row = MetricsRow {
+            step: t,
+            epsilon_so_far: self.cfg.epsilon_through(t),
+            test_accuracy: if eval { self.last_test } else { None },
+            active_count_noisy: value(ReleaseKind::ActiveCount),
+            train_accuracy_noisy: train_accuracy,
+            active_count_non_private: exact_due.then(|| self.ledger.active_count_non_private() as f64),
+        };
+        let mean_loss = (cost.computed > cost.skipped).then(|| cost.loss_sum / (cost.computed - cost.skipped) as f64);
+        let crow = ConfidentialRow {
+            step: t,
+            seconds: cost.seconds,
+            active_exact: cost.computed,
+            nonfinite_skipped: cost.skipped,
+            train_loss_mean: mean_loss,
+        };
+        self.record.metrics.push(row.clone());
+        self.record.confidential.push(crow);
+        self.record.save(&self.folder, &self.columns())?;
+        self.report(&row, cost);
+        Ok(())
+    }
+
+    fn report(&mut self, row: &MetricsRow, cost: StepCost) {
+        if cost.skipped > 0 {
+            self.observer.warning(&Warning::NonFiniteSkipped { step: row.step, count: cost.skipped });
+        }
+        let n = self.train.len();
+        if let Some(a) = row.active_count_noisy
+            && !self.warned_collapse
+            && row.step >= self.cfg.worst_case_steps()
+            && a < 0.05 * n as f64
+        {
+            self.warned_collapse = true;
+            self.observer.warning(&Warning::ActiveCollapsed { step: row.step, count: a, examples: n });
+        }
+        self.observer.step(&StepReport {
+            step: row.step,
+            max_steps: self.cfg.max_steps(),
+            epsilon_so_far: row.epsilon_so_far,
+            test_accuracy: self.last_test,
+            active_count_noisy: row.active_count_noisy,
+            train_accuracy_noisy: row.train_accuracy_noisy,
+            best_step: self.stopping.best_step(),
+        });
+    }
+
+    /// The metrics columns this run fills.
+    fn columns(&self) -> Vec<&'static str> {
+        let c = self.cfg.config();
+        let used = [
+            true,
+            self.cfg.is_private_method(),
+            true,
+            self.cfg.release(ReleaseKind::ActiveCount).is_some(),
+            self.cfg.release(ReleaseKind::TrainAccuracy).is_some(),
+            c.release.active_count == ActiveRelease::ExactNonPrivate,
+        ];
+        METRICS_COLUMNS.iter().zip(used).filter(|(_, u)| *u).map(|(c, _)| *c).collect()
+    }
+
+    fn start_info(&self) -> StartInfo {
+        let c = self.cfg.config();
+        StartInfo {
+            name: c.name.clone(),
+            method: c.privacy.method,
+            examples: self.train.len(),
+            max_steps: self.cfg.max_steps(),
+            worst_case_steps: self.cfg.worst_case_steps(),
+            resumed_after: self.step,
+            sigma: self.cfg.sigma(),
+            guarantee: privacy::summary(self.cfg),
+            not_private_because: self.cfg.non_private_reasons(),
+            noise: self.cfg.noise_seed().describe(),
+        }
+    }
+
+    /// Ends the run: evaluates the returned model and writes the model, `result.json`, the
+    /// plot, the confidential diagnostics and, last, `privacy.json` (which marks the run
+    /// finished). If this invocation stopped before the end (`stop_after`), writes nothing.
+    ///
+    /// # Errors
+    /// A file that cannot be written.
+    pub fn finish(self) -> Result<RunSummary> {
+        let over = self.step >= self.cfg.max_steps() || self.stopping.should_stop();
+        if !over {
+            return Ok(RunSummary {
+                dir: self.folder.root().into(),
+                steps: self.step,
+                finished: false,
+                result: None,
+                privacy: None,
+            });
+        }
+        let c = self.cfg.config();
+        let (selected_step, model) = self.stopping.selected(self.step, &self.theta);
+        let correct = self.pool.install(|| count_correct(self.plan.net(), model, self.test, self.norm));
+        let test_accuracy = correct as f64 / self.test.len() as f64;
+        let k = self.cfg.worst_case_steps();
+        let test_accuracy_at_k = self.record.metrics.get(k.wrapping_sub(1)).and_then(|r| r.test_accuracy);
+        let active_after_k = self
+            .record
+            .metrics
+            .iter()
+            .rev()
+            .find(|r| r.step > k)
+            .and_then(|r| Some(ActiveAfterK { step: r.step, count: r.active_count_noisy? }));
+        BurnModel::from_params(self.plan.net(), model, &c.train.device.device()?).save(&self.folder.model())?;
+        write_json(&self.folder.model_spec(), self.cfg.model())?;
+        let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
+        let result = RunResult {
+            private: privacy.private,
+            epsilon: privacy.epsilon,
+            epsilon_of_configuration: self.cfg.epsilon(),
+            delta: c.privacy.delta,
+            steps_run: self.step,
+            stopped_early: self.step < self.cfg.max_steps(),
+            selected_step,
+            test_accuracy,
+            test_accuracy_at_k,
+            k,
+            active_after_k_noisy: active_after_k,
+        };
+        write_json(&self.folder.result(), &result)?;
+        let diagnostics = Diagnostics {
+            notice: "CONFIDENTIAL to the operator: exact values on the training data; do not publish".into(),
+            seconds: self.record.confidential.iter().map(|r| r.seconds).sum(),
+            nonfinite_skipped: self.record.confidential.iter().map(|r| r.nonfinite_skipped).sum(),
+            active_at_end: self.ledger.active_count_non_private(),
+            examples: self.train.len(),
+        };
+        write_json(&self.folder.diagnostics(), &diagnostics)?;
+        super::plot::plot_run(&self.folder, self.cfg, &self.record.metrics, selected_step)?;
+        write_json(&self.folder.privacy(), &privacy)?;
+        let info = FinishInfo {
+            steps: self.step,
+            selected_step,
+            test_accuracy,
+            test_accuracy_at_k,
+            active_after_k: active_after_k.map(|a| (a.step, a.count)),
+            examples: self.train.len(),
+            worst_case_steps: k,
+            guarantee: privacy.summary.clone(),
+        };
+        self.observer.finished(&info);
+        Ok(RunSummary {
+            dir: self.folder.root().into(),
+            steps: self.step,
+            finished: true,
+            result: Some(result),
+            privacy: Some(privacy),
+        })
+    }
+}
+
+fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
+    if cfg.is_private_method() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
+}
+
+fn check_data(net: &Network, train: &Examples<'_>, test: &Examples<'_>, dir: &Path) -> Result<()> {
+    if train.pixels() != net.input_len() {
+        return Err(Error::Data {
+            path: dir.into(),
+            message: format!(
+                "the images have {} pixels but the model expects {:?} = {} input values: choose a model for these \
+                 images (model.layers) or the dataset the model was made for",
+                train.pixels(),
+                net.spec().input,
+                net.input_len()
+            ),
+        });
+    }
+    if train.is_empty() || test.is_empty() {
+        return Err(Error::Data {
+            path: dir.into(),
+            message: format!("{} training and {} test examples: both must be at least 1", train.len(), test.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a run whose buffers would not fit in memory, before allocating them.
+fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) -> Result<()> {
+    let p = net.num_params() as u64;
+    let per_thread = net.workspace_bytes(chunk).and_then(|ws| {
+        let grads = (chunk as u64).checked_mul(p)?.checked_mul(4)?;
+        let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
+        ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
+    });
+    let needed = per_thread
+        .and_then(|b| b.checked_mul(threads as u64))
+        .and_then(|b| b.checked_add((examples as u64).checked_mul(8)?))
+        .and_then(|b| b.checked_add(p.checked_mul(16)?));
+    crate::memory::check(
+        &format!("training with train.chunk = {chunk} on {threads} threads"),
+        needed,
+        "lower train.chunk or train.threads, or use a smaller model",
+    )
+}
+
+fn resolved_config(cfg: &ValidConfig) -> Result<String> {
+    let text = toml::to_string_pretty(cfg.config()).map_err(|e| Error::Record(format!("config: {e}")))?;
+    let head = match cfg.sigma() {
+        Some(s) => format!("# resolved noise multiplier: sigma = {s}\n"),
+        None => String::new(),
+    };
+    Ok(head + &text)
+}
+
+/// Appends `field: old -> new` for every leaf where `a` and `b` differ.
+fn json_diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let f = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => json_diff(&f, p, q, out),
+                    (p, q) => out.push(format!("{f}: {} -> {}", shown(p), shown(q))),
+                }
+            }
+        }
+        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
+        _ => {}
+    }
+}
+
+fn shown(v: Option<&serde_json::Value>) -> String {
+    v.map_or_else(|| "(unset)".into(), ToString::to_string)
+}
+
+/// Trains per `cfg` on `data` in `dir` to the end (or `opts.stop_after` steps), resuming the
+/// run the folder holds. A finished run is not redone: its summary is read back.
+///
+/// # Errors
+/// As [`Trainer::resume_or_init`], [`Trainer::step`] and [`Trainer::finish`].
+pub fn run(
+    cfg: &ValidConfig,
+    data: &Dataset,
+    dir: &Path,
+    opts: &RunOptions,
+    observer: &mut dyn Observer,
+) -> Result<RunSummary> {
+    if RunFolder::new(dir).is_finished() {
+        return RunSummary::read(dir);
+    }
+    let mut trainer = Trainer::resume_or_init(cfg, data, dir, opts, observer)?;
+    while !trainer.is_done() {
+        trainer.step()?;
+    }
+    trainer.finish()
+}
