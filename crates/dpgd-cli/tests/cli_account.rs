@@ -50,7 +50,7 @@ fn calibrate_meets_the_target() {
     assert!(achieved <= 0.5 && achieved > 0.4999999);
     // σ = √(k/2ρ*) with the reference ρ* for (0.5, 1e-5) under cks.
     assert!((sigma - (100.0f64 / (2.0 * 0.008_505_530_591_181_91)).sqrt()).abs() < 1e-6 * sigma);
-    assert_eq!(v["steps"], 100.0);
+    assert_eq!(v["steps"], 100);
 }
 
 #[test]
@@ -208,5 +208,99 @@ fn compare_writes_both_plots() {
     for key in ["filters_plot", "odometers_plot"] {
         let p = std::path::PathBuf::from(v[key].as_str().unwrap());
         assert!(std::fs::metadata(&p).unwrap().len() > 10_000, "{key} missing or empty");
+    }
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = dpgd(args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    err
+}
+
+#[test]
+fn pure_dp_is_not_converted_as_if_it_were_gaussian() {
+    // ε₀-DP is not ε₀-GDP: randomized response at ε₀ = 1 needs ε = 0.472 at δ = 0.3, and the
+    // Gaussian curve would say 0.277.
+    let e = fails(&["account", "convert", "--pure", "1", "--delta", "0.3", "--method", "gaussian-exact"]);
+    assert!(e.contains("gaussian-exact") && e.contains("cks") && e.contains("bun-steinke"), "{e}");
+    let v = json(&["account", "convert", "--pure", "1", "--delta", "0.3", "--json"]);
+    assert!(v["epsilon"].as_f64().unwrap() >= 0.472 - 1e-9 || v["method"] == "cks", "{v}");
+}
+
+#[test]
+fn odd_arguments_are_refused_by_name_without_hanging() {
+    for (args, want) in [
+        (vec!["account", "convert", "--zcdp", "0.5", "--delta", "-1e-5"], "--delta"),
+        (vec!["account", "calibrate", "--epsilon", "1", "--delta", "1e-5", "--steps", "2.5"], "--steps"),
+        (vec!["account", "calibrate", "--epsilon", "1e-200", "--delta", "1e-5", "--steps", "10"], "epsilon"),
+        (vec!["account", "max-rho", "--epsilon", "1e-300", "--delta", "1e-5"], "epsilon"),
+        (vec!["account", "budget", "--sigma", "1e-300", "--steps", "10", "--delta", "1e-5"], "sigma"),
+        (vec!["account", "convert", "--gdp", "1e200", "--delta", "1e-5"], "epsilon"),
+        (vec!["account", "compare", "--out", "Cargo.toml"], "--out Cargo.toml"),
+        (
+            vec![
+                "account",
+                "odometer",
+                "--kind",
+                "rogers",
+                "--per-round",
+                "0.01",
+                "--rounds",
+                "18446744073709551615",
+                "--delta",
+                "1e-6",
+                "--dataset-size",
+                "5",
+                "--series",
+            ],
+            "--rounds",
+        ),
+    ] {
+        let e = fails(&args);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+/// A number as a user might type it, including the ones that break naive code.
+fn any_number() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        any::<f64>().prop_map(|v| format!("{v:e}")),
+        Just("nan".to_string()),
+        Just("inf".to_string()),
+        Just("-inf".to_string()),
+        Just("0".to_string()),
+        Just("-1e-5".to_string()),
+        Just("1e-320".to_string()),
+        Just("1e-300".to_string()),
+        Just("1e300".to_string()),
+        Just("18446744073709551615".to_string()),
+        (1e-6f64..100.0).prop_map(|v| v.to_string()),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Every `account` subcommand answers or refuses within a second, never panics.
+    #[test]
+    fn account_commands_answer_or_refuse_any_number(a in any_number(), b in any_number(), c in any_number(), which in 0usize..7) {
+        let args: Vec<&str> = match which {
+            0 => vec!["account", "convert", "--zcdp", &a, "--delta", &b],
+            1 => vec!["account", "convert", "--gdp", &a, "--delta", &b],
+            2 => vec!["account", "max-rho", "--epsilon", &a, "--delta", &b, "--method", "gaussian-exact"],
+            3 => vec!["account", "calibrate", "--epsilon", &a, "--delta", &b, "--steps", "100", "--clip", &c],
+            4 => vec!["account", "budget", "--sigma", &a, "--steps", "100", "--delta", &b, "--clip", &c],
+            5 => vec!["account", "filter", "--kind", "rogers", "--epsilon", &a, "--delta", &b, "--per-round", &c],
+            _ => vec!["account", "odometer", "--kind", "mixture", "--per-round", &a, "--rounds", "1000", "--delta", &b, "--target-epsilon", &c],
+        };
+        let start = std::time::Instant::now();
+        let out = dpgd(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        proptest::prop_assert!(!err.contains("panicked"), "{args:?}: {err}");
+        proptest::prop_assert!(out.status.code().is_some_and(|c| c <= 2), "{args:?}: {:?}", out.status);
+        proptest::prop_assert!(start.elapsed() < std::time::Duration::from_secs(2), "{args:?} took {:?}", start.elapsed());
     }
 }

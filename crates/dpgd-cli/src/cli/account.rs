@@ -1,6 +1,6 @@
 //! `dpgd account`: a privacy calculator that needs no training.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use dpgd_accounting::filter::{
     BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
@@ -194,8 +194,8 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, value_parser = probability)]
     delta: f64,
     /// Worst-case steps k (B_norm = k·C²): the steps plain private GD would take.
-    #[arg(long, value_parser = positive)]
-    steps: f64,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: u64,
     /// Clip value C.
     #[arg(long, value_parser = positive, default_value_t = 1.0)]
     clip: f64,
@@ -214,8 +214,8 @@ pub(crate) struct BudgetArgs {
     #[arg(long, value_parser = positive)]
     sigma: f64,
     /// Worst-case steps k (B_norm = k·C²).
-    #[arg(long, value_parser = positive)]
-    steps: f64,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: u64,
     /// Target δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
@@ -251,7 +251,8 @@ pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
     } else if let Some(text) = human {
         print!("{text}");
     } else {
-        for (k, v) in out.as_object().expect("object") {
+        // Every command above builds its output with `json!({...})`, an object.
+        for (k, v) in out.as_object().into_iter().flatten() {
             println!("{k:>18}: {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
         }
     }
@@ -292,6 +293,9 @@ fn convert(a: &ConvertArgs) -> Result<Value> {
             zcdp.epsilon(a.delta, method)?
         }
     };
+    if !epsilon.is_finite() {
+        anyhow::bail!("this guarantee gives no finite epsilon at delta = {}: it is vacuous", a.delta);
+    }
     out["epsilon"] = json!(epsilon);
     Ok(out)
 }
@@ -304,8 +308,8 @@ fn max_rho(a: &MaxRhoArgs) -> Result<Value> {
 }
 
 fn calibrate(a: &CalibrateArgs) -> Result<Value> {
-    let sigma = calibrate_sigma(ApproxDp::new(a.epsilon, a.delta)?, a.steps, a.method)?;
-    let run = PrivateGd::new(sigma, a.clip, a.steps)?;
+    let sigma = calibrate_sigma(ApproxDp::new(a.epsilon, a.delta)?, a.steps as f64, a.method)?;
+    let run = PrivateGd::new(sigma, a.clip, a.steps as f64)?;
     Ok(json!({
         "command": "calibrate", "epsilon": a.epsilon, "delta": a.delta, "steps": a.steps, "clip": a.clip,
         "method": a.method.name(), "sigma": sigma, "noise_std": sigma * a.clip, "rho": run.zcdp().rho(),
@@ -314,7 +318,7 @@ fn calibrate(a: &CalibrateArgs) -> Result<Value> {
 }
 
 fn budget(a: &BudgetArgs) -> Result<Value> {
-    let run = PrivateGd::new(a.sigma, a.clip, a.steps)?;
+    let run = PrivateGd::new(a.sigma, a.clip, a.steps as f64)?;
     let mut eps = serde_json::Map::new();
     for m in Conversion::ALL {
         eps.insert(m.name().to_string(), json!(run.epsilon(a.delta, m)?));
@@ -399,7 +403,13 @@ fn odometer(a: &OdometerArgs) -> Result<Value> {
     }))
 }
 
+/// The most rounds `--series` prints (one line each).
+const MAX_SERIES_ROUNDS: u64 = 10_000_000;
+
 fn odometer_series(a: &OdometerArgs) -> Result<()> {
+    if a.rounds > MAX_SERIES_ROUNDS {
+        anyhow::bail!("--series prints one line per round: --rounds {} is more than {MAX_SERIES_ROUNDS}", a.rounds);
+    }
     let rule = odometer_rule(a)?;
     let c = ApproxDp::pure(a.per_round)?;
     println!("round,bound");
@@ -414,7 +424,13 @@ fn odometer_series(a: &OdometerArgs) -> Result<()> {
 fn compare(a: &CompareArgs) -> Result<Value> {
     use clap::ValueEnum;
     use dpgd::plot::{Panel, Series, SeriesLabelPosition, line_charts};
-    std::fs::create_dir_all(&a.out)?;
+    if a.out.exists() && !a.out.is_dir() {
+        anyhow::bail!(
+            "--out {}: exists and is not a folder; give a folder for filters.png and odometers.png",
+            a.out.display()
+        );
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
     let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
     let mut filter_series = Vec::new();
     for kind in FilterKind::value_variants() {

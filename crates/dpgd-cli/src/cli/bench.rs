@@ -73,6 +73,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
     }
     times.sort_by(f64::total_cmp);
+    // `--reps` is at least 1 (its parser refuses 0), so `times` is not empty.
     let (min, median, max) = (times[0], times[times.len() / 2], times[times.len() - 1]);
     println!(
         "{}",

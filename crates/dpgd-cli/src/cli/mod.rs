@@ -40,7 +40,7 @@ enum Command {
 /// Parses the command line and runs it. Usage errors and failures print one line on
 /// stderr (naming the bad argument) and exit non-zero.
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(join_negative_values(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version
@@ -93,4 +93,25 @@ fn parse_with(s: &str, check: impl Fn(f64) -> dpgd_accounting::Result<f64>) -> R
         dpgd_accounting::AccountingError::InvalidParameter { expected, .. } => expected.to_string(),
         other => other.to_string(),
     })
+}
+
+/// `--delta -1e-5` → `--delta=-1e-5`: clap reads a value that starts with `-` and has an
+/// exponent as a flag, so a negative number after a long option is joined to it (and then
+/// refused by the option's own check, with its name).
+fn join_negative_values(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    for arg in args {
+        let negative = arg.to_str().is_some_and(|s| s.starts_with('-') && s.parse::<f64>().is_ok());
+        match out.last_mut() {
+            Some(prev)
+                if negative
+                    && prev.to_str().is_some_and(|p| p.starts_with("--") && !p.contains('=') && p.len() > 2) =>
+            {
+                prev.push("=");
+                prev.push(&arg);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
 }

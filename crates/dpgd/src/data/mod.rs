@@ -15,10 +15,19 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Normalize {
-    /// Mean of the pixel values in [0, 1].
+    /// Mean of the pixel values in [0, 1] (default: MNIST's).
+    #[serde(default = "mnist_mean")]
     pub mean: f32,
-    /// Standard deviation of the pixel values in [0, 1].
+    /// Standard deviation of the pixel values in [0, 1] (default: MNIST's).
+    #[serde(default = "mnist_std")]
     pub std: f32,
+}
+
+fn mnist_mean() -> f32 {
+    Normalize::MNIST.mean
+}
+fn mnist_std() -> f32 {
+    Normalize::MNIST.std
 }
 
 impl Normalize {

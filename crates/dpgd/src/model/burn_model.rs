@@ -49,6 +49,8 @@ impl BurnModel {
     /// Builds the burn modules of `net` on `device` holding the parameters `theta`.
     #[must_use]
     pub fn from_params(net: &Network, theta: &[f32], device: &Device) -> Self {
+        // Internal: θ always comes from `net` (its init, a training state checked against it, or
+        // a record loaded into a model of its shape).
         assert_eq!(theta.len(), net.num_params());
         let tensor1 =
             |off: usize, n: usize| Tensor::<1>::from_data(TensorData::new(theta[off..off + n].to_vec(), [n]), device);

@@ -98,6 +98,7 @@ impl Network {
     /// Forward pass of `b` examples (`x`: `b × input_len`, channel-major like the dataset).
     /// Returns the logits, `b × classes`.
     pub fn forward<'w>(&self, theta: &[f32], ws: &'w mut Workspace, x: &[f32], b: usize) -> &'w [f32] {
+        // Internal: callers size x, θ and the workspace from this network (never from input).
         assert!(b <= ws.batch && x.len() == b * self.input_len() && theta.len() == self.num_params());
         ws.acts[0][..x.len()].copy_from_slice(x);
         for (l, op) in self.ops().iter().enumerate() {
@@ -187,6 +188,7 @@ impl Network {
     pub fn backward(&self, theta: &[f32], ws: &mut Workspace, labels: &[u8], grads: &mut [f32], losses: &mut [f32]) {
         let b = labels.len();
         let p = self.num_params();
+        // Internal: as in `forward`, every size comes from this network.
         assert!(b <= ws.batch && grads.len() >= b * p && losses.len() >= b);
         let classes = self.classes();
         let logits = &ws.acts[self.ops().len()][..b * classes];

@@ -270,6 +270,9 @@ fn default_data() -> DataConfig {
 /// Worker threads a config may ask for: more is a typo, not a machine.
 pub const MAX_THREADS: usize = 1024;
 
+/// Steps a run may take: full-batch gradient descent for more than ten million steps is a typo.
+pub const MAX_STEPS: usize = 10_000_000;
+
 /// One change to a config made outside its file: on the command line or by a sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Override {
@@ -443,6 +446,10 @@ impl TrainConfig {
             }
             (_, m) => m.unwrap_or(k),
         };
+        if m > MAX_STEPS {
+            let field = if self.train.max_steps.is_some() { "train.max_steps" } else { "privacy.worst_case_steps" };
+            return Err(Error::config(field, format!("{m} steps is more than {MAX_STEPS}")));
+        }
         if self.train.lr_after_k.is_some() && m == k {
             return Err(Error::config(
                 "train.lr_after_k",

@@ -161,13 +161,32 @@ pub fn read(path: &Path, expect: Expect) -> Result<Option<Snapshot>> {
             m.step == 0 || m.step > expect.max_steps,
             format!("it claims step {} of a run of {} steps", m.step, expect.max_steps),
         ),
-        (snap.theta.iter().any(|v| !v.is_finite()), "θ holds non-finite values".to_string()),
         (m.budget.is_nan() || m.budget <= 0.0, format!("its per-example budget {} is not positive", m.budget)),
     ];
     if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
         return Err(bad(format!("{why}; it belongs to another run or is corrupt")));
     }
     Ok(Some(snap))
+}
+
+/// The metadata of the state at `path`, read without checking the rest of the file: only for
+/// explaining why a state does not fit a run (its identity), never for resuming.
+#[must_use]
+pub fn peek_meta(path: &Path) -> Option<Meta> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 16];
+    f.read_exact(&mut head).ok()?;
+    if &head[..8] != MAGIC {
+        return None;
+    }
+    let len = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    if len > 1 << 20 {
+        return None;
+    }
+    let mut meta = vec![0u8; len as usize];
+    f.read_exact(&mut meta).ok()?;
+    serde_json::from_slice(&meta).ok()
 }
 
 fn decode(bytes: &[u8]) -> Option<Snapshot> {

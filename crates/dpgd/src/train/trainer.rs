@@ -223,6 +223,10 @@ impl<'a> Trainer<'a> {
             examples: self.train.len(),
             max_steps: self.cfg.max_steps(),
         };
+        // A state of another run fails `read`'s shape checks; say why in the run's own terms.
+        if let Some(meta) = state::peek_meta(&self.folder.state()) {
+            self.check_identity(&meta)?;
+        }
         let Some(snap) = state::read(&self.folder.state(), expect)? else {
             if self.folder.metrics_jsonl().exists() {
                 return Err(Error::RunState {

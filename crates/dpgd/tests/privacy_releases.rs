@@ -1,0 +1,233 @@
+//! What a run releases (issue: privacy you can publish): every defect of the release review has
+//! a test here that failed before its fix.
+
+mod common;
+
+use common::{fixture_config, fixture_dir, result, train, try_train};
+use dpgd::accounting::filter::IndividualFilter;
+use dpgd::arch::{LayerSpec, ModelSpec};
+use dpgd::clip::NonFinitePolicy;
+use dpgd::data::{Normalize, Split};
+use dpgd::per_example::Network;
+use dpgd::train::step::{Aggregation, GradientPlan};
+use dpgd::train::{RunFolder, TrainConfig, read_json};
+
+/// Sixteen 4 × 4 images; example 3 alone lights pixel 5, on which θ puts a weight near
+/// f32::MAX, so its logits overflow and its gradient is NaN — on the real training path.
+fn poisoned() -> (Network, Split, Vec<f32>) {
+    let spec = ModelSpec {
+        input: [1, 4, 4],
+        classes: 10,
+        layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 10, bias: true }],
+    };
+    let net = Network::new(&spec).unwrap();
+    let mut images = vec![0u8; 16 * 16];
+    for (i, img) in images.chunks_exact_mut(16).enumerate() {
+        img[(i % 4) + 8] = 200;
+    }
+    images[3 * 16 + 5] = 255;
+    let labels: Vec<u8> = (0..16).map(|i| (i % 10) as u8).collect();
+    let mut theta = vec![0.01f32; net.num_params()];
+    theta[5] = 3.0e38; // W[class 0, pixel 5]: with the pixel normalised to 2, the logit is +∞
+    (net, Split { images, labels, rows: 4, cols: 4 }, theta)
+}
+
+#[test]
+fn a_skipped_non_finite_example_contributes_nothing_to_the_real_gradient_sum() {
+    let (net, data, theta) = poisoned();
+    let norm = Normalize { mean: 0.0, std: 0.5 };
+    let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip };
+    let plan = GradientPlan::new(net.clone(), data.head(0), norm, clip, 4);
+    let mut ledger = IndividualFilter::new(16, 10.0).unwrap();
+    let (sum, stats) = plan.gradient_sum(&theta, &mut ledger, 1).unwrap();
+    assert_eq!(stats.skipped_nonfinite, 1);
+    assert!(sum.iter().all(|v| v.is_finite()), "one NaN example poisoned the released sum");
+    assert_eq!(ledger.spent(3), 1.0, "the skipped example is still charged C²");
+    // Its neighbour with example 3 zeroed out (a blank image: zero gradient on pixel 5's
+    // weights, a finite one elsewhere) gives the same sum but for example 3's finite part,
+    // which a skipped example does not have: compare against the others alone.
+    let mut others = data.clone();
+    others.images.drain(3 * 16..4 * 16);
+    others.labels.remove(3);
+    let plan2 = GradientPlan::new(net, others.head(0), norm, clip, 4);
+    let mut ledger2 = IndividualFilter::new(15, 10.0).unwrap();
+    let (want, _) = plan2.gradient_sum(&theta, &mut ledger2, 1).unwrap();
+    for (a, b) in sum.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+}
+
+/// A run of the fixture whose learning rate is so large that after its first step some
+/// examples' logits overflow, so their gradients are NaN.
+fn overflowing(policy: &str) -> String {
+    let privacy =
+        format!("method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n{policy}");
+    fixture_config("nan", "logistic", (300, 100), &privacy, "lr = 1e40\nmax_steps = 5\neval_every = 1")
+}
+
+#[test]
+fn non_finite_gradients_are_skipped_by_default_and_counted_only_for_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = overflowing("");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap();
+    assert_eq!(cfg.privacy.on_nonfinite, NonFinitePolicy::Skip, "skipping is the default");
+    let s = train(&text, dir.path(), None);
+    let folder = RunFolder::new(dir.path());
+    let steps = std::fs::read_to_string(folder.steps()).unwrap();
+    let skipped: usize = steps
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["nonfinite_skipped"].as_u64().unwrap() as usize)
+        .sum();
+    assert!(skipped > 0, "the learning rate must poison some examples");
+    assert!(s.privacy.as_ref().unwrap().private, "skipping keeps the run private");
+    for f in std::fs::read_dir(folder.publishable()).unwrap() {
+        let f = f.unwrap().path();
+        if let Ok(text) = std::fs::read_to_string(&f) {
+            assert!(
+                !text.contains("nonfinite_skipped") && !text.contains("skipped"),
+                "{} mentions the skip count",
+                f.display()
+            );
+        }
+    }
+    // The aborting policy is still available, and makes the run non-private.
+    let e = try_train(&overflowing("on_nonfinite = \"error\""), tempfile::tempdir().unwrap().path(), None).unwrap_err();
+    assert!(e.to_string().contains("non-finite gradient"), "{e}");
+    let cfg = TrainConfig::from_toml(&overflowing("on_nonfinite = \"error\""), &[]).unwrap().validate().unwrap();
+    assert!(cfg.non_private_reasons().iter().any(|r| r.contains("on_nonfinite")));
+}
+
+fn run_config(extra_privacy: &str, extra_train: &str, release: &str) -> String {
+    let privacy = format!(
+        "method = \"filtered\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n{extra_privacy}"
+    );
+    let train = format!("lr = 1.0\nmax_steps = 6\neval_every = 2\n{extra_train}\n{release}");
+    fixture_config("releases", "logistic", (400, 100), &privacy, &train)
+}
+
+#[test]
+fn an_os_seeded_run_is_private_and_a_fixed_seed_one_says_it_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&run_config("", "", ""), dir.path(), None);
+    let p = s.privacy.as_ref().unwrap();
+    assert!(p.private && p.not_private_because.is_empty());
+    assert!(!p.noise.seeded && p.noise.seed.is_none());
+    assert!(p.epsilon.unwrap() <= 2.0 && p.epsilon.unwrap() > 1.99);
+    assert_eq!(result(&s).epsilon, p.epsilon);
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&run_config("", "seed = 11", ""), dir.path(), None);
+    let p = s.privacy.as_ref().unwrap();
+    assert!(!p.private && p.epsilon.is_none() && p.noise.seeded);
+    assert!(p.not_private_because[0].contains("train.seed = 11"), "{:?}", p.not_private_because);
+    assert!(result(&s).epsilon.is_none() && !result(&s).private);
+}
+
+#[test]
+fn publishable_files_hold_no_timings_exact_counts_or_losses() {
+    let dir = tempfile::tempdir().unwrap();
+    train(&run_config("", "", "[release]\nactive_count = \"noisy\"\nactive_count_every = 2"), dir.path(), None);
+    let folder = RunFolder::new(dir.path());
+    for f in std::fs::read_dir(folder.publishable()).unwrap() {
+        let f = f.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(&f) else { continue };
+        for word in ["seconds", "active_exact", "train_loss", "NON_PRIVATE"] {
+            assert!(!text.contains(word), "{} holds `{word}`", f.display());
+        }
+    }
+    let csv = std::fs::read_to_string(folder.metrics_csv()).unwrap();
+    assert_eq!(csv.lines().next().unwrap(), "step,epsilon_so_far,test_accuracy,active_count_noisy");
+    let steps = std::fs::read_to_string(folder.steps()).unwrap();
+    assert!(
+        steps.contains("\"seconds\"") && steps.contains("active_exact"),
+        "timings and exact counts stay confidential"
+    );
+}
+
+#[test]
+fn the_neighbouring_relation_is_stated_and_replace_one_calibrates_for_sensitivity_2c() {
+    let zero = TrainConfig::from_toml(&run_config("", "", ""), &[]).unwrap().validate().unwrap();
+    let replace =
+        TrainConfig::from_toml(&run_config("neighbours = \"replace-one\"", "", ""), &[]).unwrap().validate().unwrap();
+    let ratio = replace.sigma().unwrap() / zero.sigma().unwrap();
+    assert!((ratio - 2.0).abs() < 1e-9, "σ ratio {ratio}");
+    assert_eq!(replace.epsilon(), zero.epsilon(), "the same ε under each relation");
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(
+        &run_config("neighbours = \"replace-one\"", "", "[release]\nactive_count = \"noisy\"\nactive_count_every = 2"),
+        dir.path(),
+        None,
+    );
+    let p = s.privacy.as_ref().unwrap();
+    assert_eq!(p.neighbours.relation.name(), "replace-one");
+    assert!(p.summary.contains("replace-one"), "{}", p.summary);
+    let a = p.accounting.as_ref().unwrap();
+    assert!(a.guarantee.contains("4 B_norm"), "{}", a.guarantee);
+    // Counts keep sensitivity 1: their charge is 1/(2 s²) per release under both relations.
+    let per = a.session.charged_rho["active-count"] / 3.0;
+    assert!((per - 0.5 / (100.0f64 * 100.0)).abs() < 1e-12, "{per}");
+}
+
+#[test]
+fn exact_counts_make_a_run_non_private_in_every_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base.toml");
+    std::fs::write(
+        &base,
+        run_config("", "", "[release]\nactive_count = \"exact-non-private\"\nactive_count_every = 2"),
+    )
+    .unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!("name = \"exact\"\nbase = \"{}\"\n[grid]\n\"privacy.epsilon\" = [2.0]\n", base.display()),
+    )
+    .unwrap();
+    let (_, runs) = dpgd::sweep::plan(&sweep).unwrap();
+    let out = tmp.path().join("out");
+    dpgd::sweep::execute(&out, &runs, &dpgd::sweep::ExecuteOptions::default(), &dpgd::sweep::QuietSweep).unwrap();
+    let folder = RunFolder::new(out.join("runs").join(&runs[0].id));
+    let privacy: serde_json::Value = read_json(&folder.privacy()).unwrap();
+    assert_eq!((privacy["private"].clone(), privacy["epsilon"].clone()), (false.into(), serde_json::Value::Null));
+    assert!(privacy["summary"].as_str().unwrap().starts_with("NOT PRIVATE"));
+    let result: serde_json::Value = read_json(&folder.result()).unwrap();
+    assert_eq!((result["private"].clone(), result["epsilon"].clone()), (false.into(), serde_json::Value::Null));
+    let row: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(out.join("results.jsonl")).unwrap().lines().next().unwrap())
+            .unwrap();
+    assert_eq!((row["private"].clone(), row["epsilon"].clone()), (false.into(), serde_json::Value::Null));
+    let csv = std::fs::read_to_string(folder.metrics_csv()).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with("active_count_NON_PRIVATE"), "the column says so too");
+    assert!(dpgd::sweep::report(&out).unwrap().contains("(not private)"));
+}
+
+#[test]
+fn resume_refuses_training_data_that_changed_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for f in std::fs::read_dir(fixture_dir()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, data.join(f.file_name().unwrap()))
+            .or_else(|_| {
+                std::fs::create_dir_all(&data).unwrap();
+                std::fs::copy(&f, data.join(f.file_name().unwrap()))
+            })
+            .unwrap();
+    }
+    let text =
+        run_config("", "seed = 2", "").replace(&fixture_dir().display().to_string(), &data.display().to_string());
+    let run = tmp.path().join("run");
+    assert_eq!(train(&text, &run, Some(2)).steps, 2);
+    // The same labels, reordered: the same size and classes, the wrong examples.
+    let labels = data.join("train-labels-idx1-ubyte.gz");
+    let d = dpgd::data::Dataset::load(&data, 10).unwrap();
+    let mut shuffled = d.train.labels.clone();
+    shuffled.rotate_left(1);
+    dpgd::data::idx::write_gz(&labels, &[shuffled.len() as u32], &shuffled).unwrap();
+    let e = try_train(&text, &run, None).unwrap_err().to_string();
+    assert!(e.contains("train-labels-idx1-ubyte.gz") && e.contains("differs"), "{e}");
+    // A training set of another size is refused too.
+    dpgd::data::idx::write_gz(&labels, &[d.train.labels.len() as u32], &d.train.labels).unwrap();
+    let fewer = text.replace("train_subset = 400", "train_subset = 300");
+    let e = try_train(&fewer, &run, None).unwrap_err().to_string();
+    assert!(e.contains("train_subset: 400 -> 300"), "{e}");
+}
