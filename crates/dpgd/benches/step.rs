@@ -102,7 +102,7 @@ fn full_step(c: &mut Criterion) {
     let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
     let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(0));
     let mut ledger = IndividualFilter::new(train.len(), 1e12).unwrap();
-    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip };
+    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
     let plan = GradientPlan::new(net, train.head(0), Normalize::MNIST, aggregation, 16);
     let mut g = c.benchmark_group("full_step");
     g.sample_size(10);

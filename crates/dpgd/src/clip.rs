@@ -162,6 +162,64 @@ pub fn clip_block(
     Ok(())
 }
 
+/// The grid step for discrete-Gaussian noise with clip `clip` and `p` parameters: a power of
+/// two at most 2·10⁻³·C/√p, so that rounding a clipped gradient onto the grid moves it by at
+/// most √p·γ/2 ≤ 10⁻³·C.
+#[must_use]
+pub fn grid_step(clip: f64, p: usize) -> f64 {
+    let target = 2e-3 * clip / (p.max(1) as f64).sqrt();
+    2f64.powi(target.log2().floor() as i32)
+}
+
+/// The grid form of [`clip_block`] (for discrete-Gaussian noise): each row is clipped to
+/// `√granted − √p·γ/2` and rounded coordinate-wise to the nearest multiple of `gamma`, so the
+/// rounded vector — what the example contributes, added to `acc` in units of `gamma` — has norm
+/// at most √granted: ‖round(v)‖ ≤ ‖v‖ + √p/2 grid units.
+///
+/// # Errors
+/// As [`clip_block`].
+#[allow(clippy::too_many_arguments)]
+pub fn clip_block_grid(
+    rows: &[f32],
+    p: usize,
+    slots: &mut [&mut LedgerSlot<'_>],
+    clip: f64,
+    policy: NonFinitePolicy,
+    gamma: f64,
+    acc: &mut [i64],
+    stats: &mut BlockStats,
+) -> Result<(), usize> {
+    let half_diagonal = (p as f64).sqrt() * gamma / 2.0;
+    for (k, (row, slot)) in rows.chunks_exact(p).zip(slots.iter_mut()).enumerate() {
+        let sq = squared_norm(row);
+        stats.rows += 1;
+        if !sq.is_finite() {
+            match policy {
+                NonFinitePolicy::Error => return Err(k),
+                NonFinitePolicy::Skip => {
+                    slot.grant(clip * clip);
+                    stats.skipped_nonfinite += 1;
+                    continue;
+                }
+            }
+        }
+        if sq == 0.0 {
+            continue;
+        }
+        let granted = slot.grant(sq.min(clip * clip));
+        let room = granted.sqrt() - half_diagonal;
+        if room <= 0.0 {
+            continue;
+        }
+        // In grid units; f64 products carry ~1e-16 relative error, far inside the shrink.
+        let f = room / sq.sqrt() * FACTOR_SHRINK / gamma;
+        for (a, &x) in acc.iter_mut().zip(row) {
+            *a += (f64::from(x) * f).round() as i64;
+        }
+    }
+    Ok(())
+}
+
 /// `acc += Σᵣ w[r] · rows[r]` for `w.len()` rows of length `p`, skipping rows with weight 0
 /// (so a zero weight on a NaN row adds nothing). Works in column blocks that stay in L1, so
 /// `acc` is read and written once per call and every row is read once.
@@ -297,6 +355,26 @@ mod tests {
                 let ratio = contributed_norm(&row, f) / out.granted.sqrt();
                 assert!(ratio <= 1.0, "clip {clip}, row {row:?}: contributed / charged = {ratio}");
             }
+        }
+    }
+
+    #[test]
+    fn grid_contributions_never_exceed_the_charge() {
+        let p = 26_010;
+        let gamma = grid_step(1.0, p);
+        assert!((p as f64).sqrt() * gamma / 2.0 <= 1e-3 && gamma.log2().fract() == 0.0);
+        let row: Vec<f32> = (0..p).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+        for budget in [5.0, 0.3, 1e-3, 1e-7] {
+            let mut ledger = IndividualFilter::new(1, budget).unwrap();
+            let mut slot = ledger.slot_mut(0);
+            let mut acc = vec![0i64; p];
+            let mut stats = BlockStats::default();
+            clip_block_grid(&row, p, &mut [&mut slot], 1.0, NonFinitePolicy::Skip, gamma, &mut acc, &mut stats)
+                .unwrap();
+            let norm = acc.iter().map(|&v| (v as f64 * gamma).powi(2)).sum::<f64>().sqrt();
+            let charged = ledger.spent(0);
+            assert!(norm <= charged.sqrt(), "budget {budget}: {norm} > {}", charged.sqrt());
+            assert!(norm >= charged.sqrt() - 2e-3, "budget {budget}: the grid wastes too much: {norm}");
         }
     }
 

@@ -36,10 +36,11 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
 fn a_skipped_non_finite_example_contributes_nothing_to_the_real_gradient_sum() {
     let (net, data, theta) = poisoned();
     let norm = Normalize { mean: 0.0, std: 0.5 };
-    let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip };
+    let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
     let plan = GradientPlan::new(net.clone(), data.head(0), norm, clip, 4);
     let mut ledger = IndividualFilter::new(16, 10.0).unwrap();
     let (sum, stats) = plan.gradient_sum(&theta, &mut ledger, 1).unwrap();
+    let sum = sum.to_f32();
     assert_eq!(stats.skipped_nonfinite, 1);
     assert!(sum.iter().all(|v| v.is_finite()), "one NaN example poisoned the released sum");
     assert_eq!(ledger.spent(3), 1.0, "the skipped example is still charged C²");
@@ -51,7 +52,7 @@ fn a_skipped_non_finite_example_contributes_nothing_to_the_real_gradient_sum() {
     others.labels.remove(3);
     let plan2 = GradientPlan::new(net, others.head(0), norm, clip, 4);
     let mut ledger2 = IndividualFilter::new(15, 10.0).unwrap();
-    let (want, _) = plan2.gradient_sum(&theta, &mut ledger2, 1).unwrap();
+    let want = plan2.gradient_sum(&theta, &mut ledger2, 1).unwrap().0.to_f32();
     for (a, b) in sum.iter().zip(&want) {
         assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
     }
@@ -230,4 +231,38 @@ fn resume_refuses_training_data_that_changed_naming_the_file() {
     let fewer = text.replace("train_subset = 400", "train_subset = 300");
     let e = try_train(&fewer, &run, None).unwrap_err().to_string();
     assert!(e.contains("train_subset: 400 -> 300"), "{e}");
+}
+
+#[test]
+fn discrete_gaussian_noise_trains_is_accounted_through_zcdp_and_reproduces() {
+    let text = run_config(
+        "noise = \"discrete-gaussian\"\nconversion = \"cks\"",
+        "seed = 4",
+        "[release]\nactive_count = \"noisy\"\nactive_count_every = 2",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&text, dir.path(), None);
+    let p = s.privacy.as_ref().unwrap();
+    assert_eq!(p.noise.sampler, dpgd::noise::NoiseSampler::DiscreteGaussian);
+    let a = p.accounting.as_ref().unwrap();
+    assert!(a.mu.is_none(), "no Gaussian-DP claim for discrete noise");
+    assert!(a.epsilon_by_conversion["gaussian-exact"].is_none());
+    assert!(a.epsilon.unwrap() <= 2.0 && a.epsilon.unwrap() > 1.99);
+    assert!(result(&s).test_accuracy > 0.3, "{}", result(&s).test_accuracy);
+    // Noisy counts stay integers.
+    for r in common::metrics(dir.path()) {
+        if let Some(c) = r.active_count_noisy {
+            assert_eq!(c.fract(), 0.0);
+        }
+    }
+    // Integer sums are exact in any order: a resumed run is the same run.
+    let parts = tempfile::tempdir().unwrap();
+    train(&text, parts.path(), Some(3));
+    assert_eq!(result(&train(&text, parts.path(), None)), result(&s));
+    // The continuous Gaussian's exact curve is refused for it.
+    let e = TrainConfig::from_toml(&run_config("noise = \"discrete-gaussian\"", "", ""), &[])
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("privacy.conversion"), "{e}");
 }

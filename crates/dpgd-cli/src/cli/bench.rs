@@ -57,7 +57,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
     // A budget no example exhausts, so every step does the full work.
     let mut ledger = IndividualFilter::new(train.len(), 1e12)?;
-    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip };
+    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
     let n = train.len();
     let plan = GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads as usize).build()?;
@@ -65,7 +65,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     for rep in 0..=reps {
         let t0 = Instant::now();
         let (sum, _) = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
-        apply_update(&mut theta, sum, 1.0, 0.1, n, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?);
+        apply_update(&mut theta, sum, 1.0, 0.1, n, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?)?;
         let dt = t0.elapsed().as_secs_f64();
         eprintln!("step {rep}{}: {dt:.3} s", if rep == 0 { " (warm-up)" } else { "" });
         if rep > 0 {

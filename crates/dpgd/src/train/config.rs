@@ -514,6 +514,13 @@ impl TrainConfig {
                  is accounted through zCDP: use conversion = \"cks\" (or \"bun-steinke\")",
             ));
         }
+        if p.noise == NoiseSampler::DiscreteGaussian {
+            for r in releases {
+                let f =
+                    if r.kind == ReleaseKind::ActiveCount { "release.active_count_sigma" } else { "stopping.sigma" };
+                crate::accounting::sampling::DiscreteGaussian::new(r.sigma).map_err(|e| field(f, e))?;
+            }
+        }
         let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;
         plan = plan.with_neighbours(p.neighbours);
         for r in releases {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{ActiveRelease, Method, ValidConfig};
 use super::releases::{ReleaseKind, ScheduledRelease};
 use crate::accounting::filter::ZcdpFilter;
+use crate::accounting::sampling::DiscreteGaussian;
 use crate::accounting::session::{Mechanism, PrivacySession};
 use crate::accounting::{Conversion, GaussianDp, Neighbours, PrivateGd, ToApproxDp, Zcdp};
 use crate::clip::NonFinitePolicy;
@@ -83,15 +84,24 @@ impl RunSession {
         &self,
         step: usize,
         seed: NoiseSeed,
+        sampler: NoiseSampler,
         mut exact: impl FnMut(ReleaseKind) -> f64,
     ) -> Result<Vec<(ReleaseKind, f64)>> {
         let mut out = Vec::new();
         for (r, cost, m) in self.releases.iter().filter(|(r, _, _)| r.due(step)) {
             let mut rng = seed.rng(Stream::release(r.kind.stream_base(), step))?;
-            let noisy = m.query(*cost, || {
-                let mut v = [exact(r.kind) as f32];
-                add_gaussian(&mut v, r.sigma, &mut rng);
-                f64::from(v[0])
+            let discrete = match sampler {
+                NoiseSampler::DiscreteGaussian => Some(DiscreteGaussian::new(r.sigma)?),
+                NoiseSampler::Gaussian => None,
+            };
+            let noisy = m.query(*cost, || match &discrete {
+                // A count is an integer: exact discrete-Gaussian noise keeps it on the integers.
+                Some(d) => (exact(r.kind).round() as i64).saturating_add(d.sample(&mut rng)) as f64,
+                None => {
+                    let mut v = [exact(r.kind) as f32];
+                    add_gaussian(&mut v, r.sigma, &mut rng);
+                    f64::from(v[0])
+                }
             })?;
             out.push((r.kind, noisy));
         }

@@ -9,7 +9,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use rayon::prelude::*;
 
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
-use crate::clip::{BlockStats, NonFinitePolicy, axpy, clip_block};
+use crate::accounting::sampling::DiscreteGaussian;
+use crate::clip::{BlockStats, NonFinitePolicy, axpy, clip_block, clip_block_grid};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::add_gaussian;
@@ -24,9 +25,37 @@ pub enum Aggregation {
         clip: f64,
         /// Non-finite gradient policy.
         on_nonfinite: NonFinitePolicy,
+        /// For discrete-Gaussian noise: the grid step γ the clipped sum is rounded onto
+        /// ([`crate::clip::clip_block_grid`]); `None` for floating-point noise.
+        grid: Option<f64>,
     },
     /// The plain sum, no clipping, no ledger. NOT PRIVATE.
     UnclippedNonPrivate,
+}
+
+/// A clipped sum: in floating point, or on the grid of step `gamma` (integers in units of γ).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClippedSum {
+    /// Σᵢ ḡᵢ in f32.
+    Float(Vec<f32>),
+    /// Σᵢ round(ḡᵢ/γ), exact.
+    Grid {
+        /// The sum in units of `gamma`.
+        values: Vec<i64>,
+        /// The grid step γ.
+        gamma: f64,
+    },
+}
+
+impl ClippedSum {
+    /// The sum as f32 values.
+    #[must_use]
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            ClippedSum::Float(v) => v.clone(),
+            ClippedSum::Grid { values, gamma } => values.iter().map(|&v| (v as f64 * gamma) as f32).collect(),
+        }
+    }
 }
 
 /// Blocks of examples per step (fixed, for a deterministic reduction).
@@ -61,6 +90,7 @@ struct Scratch {
     grads: Vec<f32>,
     losses: Vec<f32>,
     acc: Vec<f32>,
+    grid: Vec<i64>,
     stats: SumStats,
     failed: Option<usize>,
 }
@@ -75,6 +105,7 @@ impl Scratch {
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
             acc: vec![0.0; net.num_params()],
+            grid: Vec::new(),
             stats: SumStats::default(),
             failed: None,
         }
@@ -122,7 +153,7 @@ impl<'a> GradientPlan<'a> {
         theta: &[f32],
         ledger: &mut IndividualFilter,
         step: usize,
-    ) -> Result<(Vec<f32>, SumStats)> {
+    ) -> Result<(ClippedSum, SumStats)> {
         let n = self.data.len();
         if ledger.len() != n || theta.len() != self.net.num_params() {
             return Err(Error::State(format!(
@@ -139,7 +170,12 @@ impl<'a> GradientPlan<'a> {
         let scratch = self
             .scratch
             .get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(&self.net, self.chunk))).collect());
-        let partials: Vec<(Vec<f32>, SumStats, Option<usize>)> = ledger
+        let gamma = match self.aggregation {
+            Aggregation::Clip { grid, .. } => grid,
+            Aggregation::UnclippedNonPrivate => None,
+        };
+        let p = self.net.num_params();
+        let partials: Vec<(Vec<f32>, Vec<i64>, SumStats, Option<usize>)> = ledger
             .slots_mut(0..n)
             .chunks(block)
             .enumerate()
@@ -149,6 +185,10 @@ impl<'a> GradientPlan<'a> {
                 let mut guard = scratch[worker].lock().unwrap_or_else(PoisonError::into_inner);
                 let s = &mut *guard;
                 s.acc.iter_mut().for_each(|v| *v = 0.0);
+                if gamma.is_some() {
+                    s.grid.clear();
+                    s.grid.resize(p, 0);
+                }
                 s.stats = SumStats::default();
                 s.failed = None;
                 for (mb, mb_slots) in slots.chunks_mut(self.chunk).enumerate() {
@@ -157,18 +197,26 @@ impl<'a> GradientPlan<'a> {
                         break;
                     }
                 }
-                (s.acc.clone(), s.stats, s.failed)
+                let grid = if gamma.is_some() { s.grid.clone() } else { Vec::new() };
+                (s.acc.clone(), grid, s.stats, s.failed)
             })
             .collect();
-        let mut sum = vec![0.0f32; self.net.num_params()];
+        let mut sum = vec![0.0f32; p];
+        let mut grid = vec![0i64; if gamma.is_some() { p } else { 0 }];
         let mut stats = SumStats::default();
-        for (acc, part, failed) in partials {
+        for (acc, part_grid, part, failed) in partials {
             if let Some(example) = failed {
                 return Err(Error::NonFiniteGradient { example, step });
             }
             axpy(1.0, &acc, &mut sum);
+            // Integer sums: exact in any order (i64 cannot overflow: each term is below C/γ).
+            grid.iter_mut().zip(&part_grid).for_each(|(a, b)| *a += b);
             stats.add(&part);
         }
+        let sum = match gamma {
+            Some(gamma) => ClippedSum::Grid { values: grid, gamma },
+            None => ClippedSum::Float(sum),
+        };
         Ok((sum, stats))
     }
 
@@ -203,12 +251,18 @@ impl<'a> GradientPlan<'a> {
                     axpy(1.0, row, &mut s.acc);
                 }
             }
-            Aggregation::Clip { clip, on_nonfinite } => {
+            Aggregation::Clip { clip, on_nonfinite, grid } => {
                 let mut active: Vec<&mut LedgerSlot<'_>> =
                     slots.iter_mut().enumerate().filter(|(k, _)| s.index.contains(k)).map(|(_, slot)| slot).collect();
                 let mut block = BlockStats::default();
                 // Each row is clipped and added right after its backward pass, while in cache.
-                if let Err(j) = clip_block(rows, p, &mut active, clip, on_nonfinite, &mut s.acc, &mut block) {
+                let clipped = match grid {
+                    None => clip_block(rows, p, &mut active, clip, on_nonfinite, &mut s.acc, &mut block),
+                    Some(gamma) => {
+                        clip_block_grid(rows, p, &mut active, clip, on_nonfinite, gamma, &mut s.grid, &mut block)
+                    }
+                };
+                if let Err(j) = clipped {
                     s.failed = Some(start + s.index[j]);
                 }
                 s.stats.skipped_nonfinite += block.skipped_nonfinite;
@@ -217,19 +271,36 @@ impl<'a> GradientPlan<'a> {
     }
 }
 
-/// θ ← θ − η (sum + N(0, σ²C²I)) / n, with `noise_std` = σC (0 for non-private runs).
+/// θ ← θ − η (sum + noise) / n: N(0, σ²C²I) in floating point for a [`ClippedSum::Float`],
+/// the discrete Gaussian N_Z(0, (σC/γ)²) per coordinate on the grid for a
+/// [`ClippedSum::Grid`]; `noise_std` = σC (0 for non-private runs).
+///
+/// # Errors
+/// A noise scale the discrete sampler does not support (σC/γ outside its range).
 pub fn apply_update(
     theta: &mut [f32],
-    mut sum: Vec<f32>,
+    sum: ClippedSum,
     noise_std: f64,
     lr: f64,
     n: usize,
     rng: &mut rand_chacha::ChaCha20Rng,
-) {
-    if noise_std > 0.0 {
-        add_gaussian(&mut sum, noise_std, rng);
-    }
-    axpy(-lr / n.max(1) as f64, &sum, theta);
+) -> Result<()> {
+    let noisy = match sum {
+        ClippedSum::Float(mut v) => {
+            if noise_std > 0.0 {
+                add_gaussian(&mut v, noise_std, rng);
+            }
+            v
+        }
+        ClippedSum::Grid { mut values, gamma } => {
+            if noise_std > 0.0 {
+                DiscreteGaussian::new(noise_std / gamma)?.add_noise(&mut values, rng);
+            }
+            ClippedSum::Grid { values, gamma }.to_f32()
+        }
+    };
+    axpy(-lr / n.max(1) as f64, &noisy, theta);
+    Ok(())
 }
 
 /// The number of examples of `data` that the model θ classifies correctly (parallel forward

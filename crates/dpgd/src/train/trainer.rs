@@ -41,7 +41,7 @@ use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS
 use super::privacy::{self, PrivacyReport, RunSession};
 use super::releases::ReleaseKind;
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
-use super::step::{Aggregation, GradientPlan, SumStats, apply_update, count_correct};
+use super::step::{Aggregation, ClippedSum, GradientPlan, SumStats, apply_update, count_correct};
 use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
@@ -150,9 +150,6 @@ impl<'a> Trainer<'a> {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
         let c = cfg.config();
-        if c.privacy.noise == NoiseSampler::DiscreteGaussian {
-            return Err(Error::config("privacy.noise", "discrete-gaussian noise is not available in training yet"));
-        }
         let net = Network::new(cfg.model()).map_err(|e| Error::config("model", e.to_string()))?;
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
         check_data(&net, &train, &test, &data.dir)?;
@@ -170,7 +167,9 @@ impl<'a> Trainer<'a> {
         };
         let aggregation = match cfg.method() {
             Method::NonPrivate => Aggregation::UnclippedNonPrivate,
-            _ => Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite },
+            _ => {
+                Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite, grid: grid(cfg, &net)? }
+            }
         };
         let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
         let plan = GradientPlan::new(net, train, c.data.normalize, aggregation, c.train.chunk);
@@ -330,12 +329,12 @@ impl<'a> Trainer<'a> {
     pub fn step(&mut self) -> Result<()> {
         let t = self.step + 1;
         let start = Instant::now();
-        let (sum, stats): (Vec<f32>, SumStats) =
+        let (sum, stats): (ClippedSum, SumStats) =
             self.pool.install(|| self.plan.gradient_sum(&self.theta, &mut self.ledger, t))?;
         let c = self.cfg.config();
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
-        apply_update(&mut self.theta, sum, noise_std, self.cfg.lr_at(t), self.train.len(), &mut rng);
+        apply_update(&mut self.theta, sum, noise_std, self.cfg.lr_at(t), self.train.len(), &mut rng)?;
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -369,7 +368,7 @@ impl<'a> Trainer<'a> {
                 let (net, theta, train, norm, ledger) =
                     (self.plan.net(), &self.theta, self.train, self.norm, &self.ledger);
                 let pool = &self.pool;
-                s.release(t, self.cfg.noise_seed(), |kind| match kind {
+                s.release(t, self.cfg.noise_seed(), c.privacy.noise, |kind| match kind {
                     ReleaseKind::ActiveCount => ledger.active_count_non_private() as f64,
                     ReleaseKind::TrainAccuracy => pool.install(|| count_correct(net, theta, train, norm)) as f64,
                 })?
@@ -545,6 +544,21 @@ impl<'a> Trainer<'a> {
             privacy: Some(privacy),
         })
     }
+}
+
+/// The grid of discrete-Gaussian noise (None for floating-point noise), checked against the
+/// sampler's range before the run starts.
+fn grid(cfg: &ValidConfig, net: &Network) -> Result<Option<f64>> {
+    let c = cfg.config();
+    let (NoiseSampler::DiscreteGaussian, Some(sigma)) = (c.privacy.noise, cfg.sigma()) else { return Ok(None) };
+    let gamma = crate::clip::grid_step(c.privacy.clip, net.num_params());
+    crate::accounting::sampling::DiscreteGaussian::new(sigma * c.privacy.clip / gamma).map_err(|e| {
+        Error::config(
+            "privacy.noise",
+            format!("discrete-gaussian noise of std sigma*C = {} on a grid of {gamma:e}: {e}", sigma * c.privacy.clip),
+        )
+    })?;
+    Ok(Some(gamma))
 }
 
 fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
