@@ -58,6 +58,9 @@ impl ClippedSum {
     }
 }
 
+/// One block's float sum, grid sum, statistics and first failed example.
+type Partial = (Vec<f32>, Vec<i64>, SumStats, Option<usize>);
+
 /// Blocks of examples per step (fixed, for a deterministic reduction).
 const BLOCKS: usize = 64;
 
@@ -175,7 +178,7 @@ impl<'a> GradientPlan<'a> {
             Aggregation::UnclippedNonPrivate => None,
         };
         let p = self.net.num_params();
-        let partials: Vec<(Vec<f32>, Vec<i64>, SumStats, Option<usize>)> = ledger
+        let partials: Vec<Partial> = ledger
             .slots_mut(0..n)
             .chunks(block)
             .enumerate()
