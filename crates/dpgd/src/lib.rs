@@ -25,6 +25,7 @@
 
 pub use dpgd_accounting as accounting;
 pub mod arch;
+pub mod audit;
 pub mod clip;
 pub mod data;
 pub mod device;

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Every subcommand calls library functions only.
 
 mod account;
+mod audit;
 mod bench;
 mod data;
 mod progress;
@@ -35,6 +36,8 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Summarise a sweep's results (mean ± std over seeds) as Markdown.
     Report(sweep::ReportArgs),
+    /// Audit a configuration's privacy: an empirical lower bound on ε from white-box canaries.
+    Audit(audit::AuditArgs),
 }
 
 /// Parses the command line and runs it. Usage errors and failures print one line on
@@ -67,6 +70,7 @@ pub fn run() -> ExitCode {
         Command::BenchStep(args) => bench::run(args),
         Command::Sweep(args) => sweep::run_sweep(args),
         Command::Report(args) => sweep::run_report(args),
+        Command::Audit(args) => audit::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -274,21 +274,14 @@ impl<'a> GradientPlan<'a> {
     }
 }
 
-/// θ ← θ − η (sum + noise) / n: N(0, σ²C²I) in floating point for a [`ClippedSum::Float`],
-/// the discrete Gaussian N_Z(0, (σC/γ)²) per coordinate on the grid for a
-/// [`ClippedSum::Grid`]; `noise_std` = σC (0 for non-private runs).
+/// The released noisy sum: N(0, σ²C²) per coordinate in floating point for a
+/// [`ClippedSum::Float`], the discrete Gaussian N_Z(0, (σC/γ)²) per coordinate on the grid for
+/// a [`ClippedSum::Grid`]; `noise_std` = σC (0: no noise, for non-private runs).
 ///
 /// # Errors
 /// A noise scale the discrete sampler does not support (σC/γ outside its range).
-pub fn apply_update(
-    theta: &mut [f32],
-    sum: ClippedSum,
-    noise_std: f64,
-    lr: f64,
-    n: usize,
-    rng: &mut rand_chacha::ChaCha20Rng,
-) -> Result<()> {
-    let noisy = match sum {
+pub fn add_noise(sum: ClippedSum, noise_std: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Result<Vec<f32>> {
+    Ok(match sum {
         ClippedSum::Float(mut v) => {
             if noise_std > 0.0 {
                 add_gaussian(&mut v, noise_std, rng);
@@ -301,7 +294,22 @@ pub fn apply_update(
             }
             ClippedSum::Grid { values, gamma }.to_f32()
         }
-    };
+    })
+}
+
+/// θ ← θ − η (sum + noise) / n, the noise as in [`add_noise`].
+///
+/// # Errors
+/// As [`add_noise`].
+pub fn apply_update(
+    theta: &mut [f32],
+    sum: ClippedSum,
+    noise_std: f64,
+    lr: f64,
+    n: usize,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<()> {
+    let noisy = add_noise(sum, noise_std, rng)?;
     axpy(-lr / n.max(1) as f64, &noisy, theta);
     Ok(())
 }
