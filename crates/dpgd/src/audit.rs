@@ -22,7 +22,7 @@
 //! budget, is caught.
 //!
 //! Each trial runs [`GradientPlan::gradient_sum`](crate::train::step::GradientPlan) and
-//! [`add_noise`](crate::train::step::add_noise) — the trainer's own clip, charge and noise path —
+//! [`add_noise`] — the trainer's own clip, charge and noise path —
 //! on a dataset of eight 2 × 2 images, so thousands of trials of a 300-step schedule take
 //! seconds. The model's parameters stay at zero (the learning rate plays no role in what one
 //! step releases about the canary).
