@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use dpgd::data::Dataset;
 use dpgd::data::fetch::MNIST_SHA256;
-use dpgd::train::{RunOptions, TrainConfig, run};
+use dpgd::train::{RunOptions, Silent, TrainConfig, run};
 
 fn mnist_dir() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -43,7 +43,8 @@ fn plain_and_filtered_gd_learn_real_digits() {
         );
         let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let s = run(&cfg, &data, dir.path(), &RunOptions::default()).unwrap();
-        assert!(s.test_accuracy > 0.6, "{method}: test accuracy {} on real MNIST", s.test_accuracy);
+        let s = run(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent).unwrap();
+        let accuracy = s.result.unwrap().test_accuracy;
+        assert!(accuracy > 0.6, "{method}: test accuracy {accuracy} on real MNIST");
     }
 }
