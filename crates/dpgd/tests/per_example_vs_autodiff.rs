@@ -41,6 +41,13 @@ fn check(spec: ModelSpec, n: usize) {
     for (a, b) in ours.iter().zip(&burn_logits) {
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "logit {a} vs {b}");
     }
+    // Each layer's per-example squared norm adds up to the row's.
+    for i in 0..n {
+        let row = &fast[i * p..(i + 1) * p];
+        let total: f64 = net.layer_squared_norms(row).iter().sum();
+        let want = dpgd::clip::squared_norm(row);
+        assert!((total - want).abs() <= 1e-9 * want.max(1.0), "layer norms {total} vs row {want}");
+    }
     // And the round trip through burn modules preserves θ exactly.
     assert_eq!(model.to_params(&net).unwrap(), theta);
 }

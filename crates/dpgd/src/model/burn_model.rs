@@ -11,7 +11,8 @@ use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu, Tanh};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{Error, Result};
-use crate::per_example::{Network, Op};
+use crate::per_example::layers::{Conv2d as ConvRule, Linear as LinearRule};
+use crate::per_example::{Layer, Network};
 
 /// A sequential burn model built from a [`Network`] and its flat parameters θ.
 #[derive(Module, Debug)]
@@ -55,12 +56,13 @@ impl BurnModel {
         let tensor1 =
             |off: usize, n: usize| Tensor::<1>::from_data(TensorData::new(theta[off..off + n].to_vec(), [n]), device);
         let layers = net
-            .ops()
+            .layers()
             .iter()
-            .map(|op| match *op {
-                Op::Conv { cin, cout, k, stride, pad, w, b, .. } => {
+            .map(|layer| match *layer {
+                Layer::Conv2d(ConvRule { geometry: g, cout, w, b }) => {
+                    let (cin, k, pad) = (g.cin, g.k, g.pad);
                     let mut conv = Conv2dConfig::new([cin, cout], [k, k])
-                        .with_stride([stride, stride])
+                        .with_stride([g.stride, g.stride])
                         .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
                         .with_bias(b.is_some())
                         .init(device);
@@ -69,7 +71,7 @@ impl BurnModel {
                     conv.bias = b.map(|b| Param::from_tensor(tensor1(b, cout)));
                     BurnLayer::Conv2d(conv)
                 }
-                Op::Linear { din, dout, w, b } => {
+                Layer::Linear(LinearRule { din, dout, w, b }) => {
                     let mut lin = LinearConfig::new(din, dout).with_bias(b.is_some()).init(device);
                     // burn stores [in, out]; θ holds [out, in].
                     let mut wt = vec![0.0f32; din * dout];
@@ -82,12 +84,12 @@ impl BurnModel {
                     lin.bias = b.map(|b| Param::from_tensor(tensor1(b, dout)));
                     BurnLayer::Linear(lin)
                 }
-                Op::Relu { .. } => BurnLayer::Relu(Relu),
-                Op::Tanh { .. } => BurnLayer::Tanh(Tanh),
-                Op::MaxPool { k, stride, .. } => {
-                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([k, k]).with_strides([stride, stride]).init())
+                Layer::Relu(_) => BurnLayer::Relu(Relu),
+                Layer::Tanh(_) => BurnLayer::Tanh(Tanh),
+                Layer::MaxPool2d(p) => {
+                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([p.k, p.k]).with_strides([p.stride, p.stride]).init())
                 }
-                Op::Flatten { .. } => BurnLayer::Flatten(Flatten),
+                Layer::Flatten(_) => BurnLayer::Flatten(Flatten),
             })
             .collect();
         Self { layers }
@@ -121,16 +123,16 @@ impl BurnModel {
     /// Reads every parameter (through `read`, e.g. its value or its gradient) into θ's layout.
     fn flatten_params(&self, net: &Network, read: Read<'_>) -> Result<Vec<f32>> {
         let mut theta = vec![0.0f32; net.num_params()];
-        for (op, layer) in net.ops().iter().zip(&self.layers) {
-            match (*op, layer) {
-                (Op::Conv { cout, w, b, .. }, BurnLayer::Conv2d(conv)) => {
+        for (compiled, layer) in net.layers().iter().zip(&self.layers) {
+            match (*compiled, layer) {
+                (Layer::Conv2d(ConvRule { cout, w, b, .. }), BurnLayer::Conv2d(conv)) => {
                     let wt = read.flat(&conv.weight)?;
                     theta[w..w + wt.len()].copy_from_slice(&wt);
                     if let (Some(b), Some(bias)) = (b, &conv.bias) {
                         theta[b..b + cout].copy_from_slice(&read.flat(bias)?);
                     }
                 }
-                (Op::Linear { din, dout, w, b }, BurnLayer::Linear(lin)) => {
+                (Layer::Linear(LinearRule { din, dout, w, b }), BurnLayer::Linear(lin)) => {
                     let wt = read.flat(&lin.weight)?;
                     for o in 0..dout {
                         for i in 0..din {
@@ -141,7 +143,7 @@ impl BurnModel {
                         theta[b..b + dout].copy_from_slice(&read.flat(bias)?);
                     }
                 }
-                (Op::Conv { .. } | Op::Linear { .. }, _) => {
+                (Layer::Conv2d(_) | Layer::Linear(_), _) => {
                     return Err(Error::Record("the record's layers do not match the model architecture".into()));
                 }
                 _ => {}

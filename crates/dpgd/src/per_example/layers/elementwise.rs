@@ -1,0 +1,68 @@
+//! Element-wise activations: their input gradient is the output gradient times the
+//! activation's derivative, written from the output.
+
+use super::super::network::{Alloc, Shape, ShapeError};
+use super::{Backward, Forward, Rule};
+use crate::arch::LayerSpec;
+
+/// max(x, 0) over `len` values per example.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relu {
+    /// Values per example.
+    pub len: usize,
+}
+
+/// tanh(x) over `len` values per example.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tanh {
+    /// Values per example.
+    pub len: usize,
+}
+
+impl Relu {
+    pub(crate) fn compile(_: LayerSpec, input: Shape, _: usize, _: &mut Alloc) -> Result<(Self, Shape), ShapeError> {
+        Ok((Self { len: input.len() }, input))
+    }
+}
+
+impl Tanh {
+    pub(crate) fn compile(_: LayerSpec, input: Shape, _: usize, _: &mut Alloc) -> Result<(Self, Shape), ShapeError> {
+        Ok((Self { len: input.len() }, input))
+    }
+}
+
+impl Rule for Relu {
+    fn out_len(&self) -> usize {
+        self.len
+    }
+    fn forward(&self, f: Forward<'_>) {
+        for (o, i) in f.output.iter_mut().zip(&f.input[..f.b * self.len]) {
+            *o = i.max(0.0);
+        }
+    }
+    fn backward(&self, g: Backward<'_>) {
+        if let Some(dx) = g.dx {
+            for ((x, &d), &y) in dx.iter_mut().zip(g.dy).zip(&g.output[..g.b * self.len]) {
+                *x = if y > 0.0 { d } else { 0.0 };
+            }
+        }
+    }
+}
+
+impl Rule for Tanh {
+    fn out_len(&self) -> usize {
+        self.len
+    }
+    fn forward(&self, f: Forward<'_>) {
+        for (o, i) in f.output.iter_mut().zip(&f.input[..f.b * self.len]) {
+            *o = i.tanh();
+        }
+    }
+    fn backward(&self, g: Backward<'_>) {
+        if let Some(dx) = g.dx {
+            for ((x, &d), &y) in dx.iter_mut().zip(g.dy).zip(&g.output[..g.b * self.len]) {
+                *x = d * (1.0 - y * y);
+            }
+        }
+    }
+}

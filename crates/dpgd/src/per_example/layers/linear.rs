@@ -1,0 +1,104 @@
+//! Fully connected layer `y = W a + b`, weights `[dout, din]` then the bias in θ.
+//!
+//! Per example: ∂ℓᵢ/∂W = δᵢ aᵢᵀ (an outer product), ∂ℓᵢ/∂b = δᵢ; its squared norm is
+//! ‖δᵢ‖²‖aᵢ‖² + ‖δᵢ‖² without forming the product. Input gradient: Wᵀ δᵢ, batched.
+
+use super::super::matrix::{MatMut, MatRef, matmul};
+use super::super::network::{Alloc, Shape, ShapeError, checked};
+use super::{Backward, Forward, Params, Rule};
+use crate::arch::LayerSpec;
+
+/// A compiled fully connected layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Linear {
+    /// Input features.
+    pub din: usize,
+    /// Output features.
+    pub dout: usize,
+    /// Offset of the `[dout, din]` weights in θ.
+    pub w: usize,
+    /// Offset of the bias in θ, if any.
+    pub b: Option<usize>,
+}
+
+impl Linear {
+    pub(crate) fn compile(
+        spec: LayerSpec,
+        input: Shape,
+        at: usize,
+        alloc: &mut Alloc,
+    ) -> Result<(Self, Shape), ShapeError> {
+        let err = |reason: &str| ShapeError { layer: Some(at), reason: reason.into() };
+        let LayerSpec::Linear { out_features, bias } = spec else { return Err(err("not a linear layer")) };
+        let Shape::Flat(din) = input else {
+            return Err(err("linear needs a flat input: insert { kind = \"flatten\" } before it"));
+        };
+        if out_features == 0 {
+            return Err(err("linear needs out_features > 0"));
+        }
+        let w = alloc.take(checked(&[out_features, din], at, "the linear weight")?, at)?;
+        let b = if bias { Some(alloc.take(out_features, at)?) } else { None };
+        Ok((Self { din, dout: out_features, w, b }, Shape::Flat(out_features)))
+    }
+
+    /// The per-example squared gradient norm from the layer's input aᵢ and output gradient δᵢ
+    /// alone (the "ghost" norm): ‖δᵢ aᵢᵀ‖² + ‖δᵢ‖² = ‖δᵢ‖²(‖aᵢ‖² + 1) with a bias.
+    #[must_use]
+    pub fn ghost_squared_norm(&self, a: &[f32], delta: &[f32]) -> f64 {
+        let (aa, dd) = (crate::clip::squared_norm(a), crate::clip::squared_norm(delta));
+        dd * (aa + if self.b.is_some() { 1.0 } else { 0.0 })
+    }
+}
+
+impl Rule for Linear {
+    fn out_len(&self) -> usize {
+        self.dout
+    }
+
+    fn params(&self) -> Option<Params> {
+        Some(Params {
+            weight: self.w,
+            weight_len: self.dout * self.din,
+            bias: self.b,
+            bias_len: self.dout,
+            fan_in: self.din,
+        })
+    }
+
+    fn forward(&self, f: Forward<'_>) {
+        let (b, din, dout) = (f.b, self.din, self.dout);
+        let weights = MatRef::row_major(&f.theta[self.w..self.w + dout * din], dout, din);
+        matmul(
+            MatMut::row_major(f.output, b, dout),
+            MatRef::row_major(&f.input[..b * din], b, din),
+            weights.t(),
+            false,
+        );
+        if let Some(bo) = self.b {
+            let bias = &f.theta[bo..bo + dout];
+            for row in f.output.chunks_exact_mut(dout) {
+                row.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
+            }
+        }
+    }
+
+    fn backward(&self, g: Backward<'_>) {
+        let (b, din, dout, p) = (g.b, self.din, self.dout, g.p);
+        for e in 0..b {
+            let row = &mut g.grads[e * p..(e + 1) * p];
+            let (a, d) = (&g.input[e * din..(e + 1) * din], &g.dy[e * dout..(e + 1) * dout]);
+            for (o, &dov) in d.iter().enumerate() {
+                for (gw, &av) in row[self.w + o * din..self.w + (o + 1) * din].iter_mut().zip(a) {
+                    *gw = dov * av;
+                }
+            }
+            if let Some(bo) = self.b {
+                row[bo..bo + dout].copy_from_slice(d);
+            }
+        }
+        if let Some(dx) = g.dx {
+            let weights = MatRef::row_major(&g.theta[self.w..self.w + dout * din], dout, din);
+            matmul(MatMut::row_major(dx, b, din), MatRef::row_major(g.dy, b, dout), weights, false);
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The layer kinds of the per-example engine, one file each: its shape rule, forward pass,
+//! input gradient, per-example parameter gradient and per-example squared gradient norm.
+//!
+//! **Adding a layer kind** is one new file here implementing the `Rule` trait (with a `compile` from its
+//! spec) plus one registration line in the `layers!` list below; its config form is a variant
+//! of [`crate::arch::LayerSpec`] and its burn form a case in [`crate::model`].
+//!
+//! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
+//! example after example.
+
+mod conv2d;
+mod elementwise;
+mod flatten;
+mod linear;
+mod max_pool;
+
+pub use conv2d::Conv2d;
+pub use elementwise::{Relu, Tanh};
+pub use flatten::Flatten;
+pub use linear::Linear;
+pub use max_pool::MaxPool2d;
+
+use super::network::{Shape, ShapeError};
+use crate::arch::LayerSpec;
+
+/// Where a layer's parameters sit in the flat θ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Offset of the weights.
+    pub weight: usize,
+    /// Number of weights.
+    pub weight_len: usize,
+    /// Offset of the bias, if any.
+    pub bias: Option<usize>,
+    /// Number of bias values.
+    pub bias_len: usize,
+    /// The fan-in of PyTorch's default initialisation U(−1/√fan_in, 1/√fan_in).
+    pub fan_in: usize,
+}
+
+/// Scratch a layer needs per example of a micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Needs {
+    /// Its own im2col matrix (kept from forward to backward).
+    pub cols: usize,
+    /// Its own arg-max indices (kept from forward to backward).
+    pub argmax: usize,
+    /// Shared staging for channel-last outputs and output gradients.
+    pub hwc: usize,
+    /// Shared column gradients.
+    pub dcols: usize,
+}
+
+/// A layer's own scratch in a workspace.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LayerScratch {
+    pub cols: Vec<f32>,
+    pub argmax: Vec<u32>,
+}
+
+/// Scratch shared by the layers of a workspace.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shared {
+    pub hwc: Vec<f32>,
+    pub dcols: Vec<f32>,
+}
+
+/// The forward pass of one layer over `b` examples.
+pub(crate) struct Forward<'a> {
+    pub theta: &'a [f32],
+    pub input: &'a [f32],
+    pub output: &'a mut [f32],
+    pub b: usize,
+    pub own: &'a mut LayerScratch,
+    pub shared: &'a mut Shared,
+}
+
+/// The backward pass of one layer over `b` examples.
+pub(crate) struct Backward<'a> {
+    pub theta: &'a [f32],
+    pub input: &'a [f32],
+    pub output: &'a [f32],
+    /// ∂ℓᵢ/∂(output), `b × out_len`.
+    pub dy: &'a [f32],
+    /// ∂ℓᵢ/∂(input), `b × in_len`, when an earlier layer needs it.
+    pub dx: Option<&'a mut [f32]>,
+    /// Per-example parameter gradients, `b` rows of `p`.
+    pub grads: &'a mut [f32],
+    pub p: usize,
+    pub b: usize,
+    pub own: &'a LayerScratch,
+    pub shared: &'a mut Shared,
+}
+
+/// One layer kind's exact per-example rules.
+pub(crate) trait Rule {
+    /// Values per example at the output.
+    fn out_len(&self) -> usize;
+    /// Its parameters, if it has any.
+    fn params(&self) -> Option<Params> {
+        None
+    }
+    /// The scratch it needs per example.
+    fn needs(&self) -> Needs {
+        Needs::default()
+    }
+    /// Forward pass.
+    fn forward(&self, f: Forward<'_>);
+    /// Input gradient (if `dx` is given) and per-example parameter gradients.
+    fn backward(&self, g: Backward<'_>);
+    /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
+    fn squared_norm(&self, grad_row: &[f32]) -> f64 {
+        self.params().map_or(0.0, |p| {
+            let w = crate::clip::squared_norm(&grad_row[p.weight..p.weight + p.weight_len]);
+            w + p.bias.map_or(0.0, |b| crate::clip::squared_norm(&grad_row[b..b + p.bias_len]))
+        })
+    }
+}
+
+/// The engine's layer kinds: each line registers one (its type implements [`Rule`] and has a
+/// `compile(spec, input shape, parameter allocator)`).
+macro_rules! layers {
+    ($($variant:ident($ty:ident) <= $spec:pat => $compile:expr),* $(,)?) => {
+        /// A compiled layer (static dispatch over its kinds).
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Layer {
+            $(
+                #[allow(missing_docs)]
+                $variant($ty),
+            )*
+        }
+
+        impl Layer {
+            /// Compiles `spec` for `input` (the layer at index `at`), allocating its parameters.
+            pub(crate) fn compile(spec: LayerSpec, input: Shape, at: usize, alloc: &mut super::network::Alloc) -> Result<(Layer, Shape), ShapeError> {
+                let _ = (input, at, &alloc);
+                match spec {
+                    $( $spec => { let (l, s) = $compile(spec, input, at, alloc)?; Ok((Layer::$variant(l), s)) } )*
+                }
+            }
+
+            fn rule(&self) -> &dyn Rule {
+                match self { $( Layer::$variant(l) => l, )* }
+            }
+
+            /// Values per example at this layer's output.
+            #[must_use]
+            pub fn out_len(&self) -> usize {
+                match self { $( Layer::$variant(l) => l.out_len(), )* }
+            }
+
+            /// Where its parameters sit in θ, if it has any.
+            #[must_use]
+            pub fn params(&self) -> Option<Params> {
+                match self { $( Layer::$variant(l) => l.params(), )* }
+            }
+
+            pub(crate) fn needs(&self) -> Needs {
+                match self { $( Layer::$variant(l) => l.needs(), )* }
+            }
+
+            pub(crate) fn forward(&self, f: Forward<'_>) {
+                match self { $( Layer::$variant(l) => l.forward(f), )* }
+            }
+
+            pub(crate) fn backward(&self, g: Backward<'_>) {
+                match self { $( Layer::$variant(l) => l.backward(g), )* }
+            }
+
+            /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
+            #[must_use]
+            pub fn squared_norm(&self, grad_row: &[f32]) -> f64 {
+                self.rule().squared_norm(grad_row)
+            }
+        }
+    };
+}
+
+layers! {
+    Conv2d(Conv2d) <= LayerSpec::Conv2d { .. } => Conv2d::compile,
+    Linear(Linear) <= LayerSpec::Linear { .. } => Linear::compile,
+    Relu(Relu) <= LayerSpec::Relu => Relu::compile,
+    Tanh(Tanh) <= LayerSpec::Tanh => Tanh::compile,
+    MaxPool2d(MaxPool2d) <= LayerSpec::MaxPool2d { .. } => MaxPool2d::compile,
+    Flatten(Flatten) <= LayerSpec::Flatten => Flatten::compile,
+}
