@@ -166,38 +166,8 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
     if settings.trials < 100 || settings.trials > 10_000_000 {
         return Err(Error::config("--trials", "give between 100 and 10,000,000 trials"));
     }
-    let spec = ModelSpec {
-        input: [1, 2, 2],
-        classes: 2,
-        layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 2, bias: false }],
-    };
-    let net = Network::new(&spec).map_err(|e| Error::State(e.to_string()))?;
-    // The canary's gradient direction (θ = 0: softmax (½, ½), label 0): (−1, +1)/√2 on W[·, 3].
-    let direction =
-        [(CANARY_PIXEL, -std::f64::consts::FRAC_1_SQRT_2), (4 + CANARY_PIXEL, std::f64::consts::FRAC_1_SQRT_2)];
-    let (k, steps) = (cfg.worst_case_steps(), cfg.max_steps());
-    let noise_std = sigma * p.clip;
-    let grid = (p.noise == NoiseSampler::DiscreteGaussian).then(|| crate::clip::grid_step(p.clip, net.num_params()));
-    let aggregation = Aggregation::Clip { clip: p.clip, on_nonfinite: p.on_nonfinite, grid };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|e| Error::Environment(e.to_string()))?;
-    let mut scores: [[Vec<f64>; 2]; 2] = Default::default(); // [world][statistic]
-    for (w, world_in) in [true, false].into_iter().enumerate() {
-        let data = dataset(world_in, p.neighbours);
-        // Normalised, the canary's pixel is 100: its gradient norm is 50√2, far above any clip
-        // the audit is meant for.
-        let plan =
-            GradientPlan::new(net.clone(), data.head(0), Normalize { mean: 0.0, std: 0.01 }, aggregation, EXAMPLES);
-        let theta = vec![0.0f32; net.num_params()];
-        for i in 0..settings.trials {
-            // Every trial draws its own noise: with a fixed `train.seed` (reproducible audits, for
-            // tests) each trial and step has its own stream; otherwise each is keyed from the OS.
-            let first_stream = ((w * settings.trials + i) * steps) as u64;
-            let (first_k, all) =
-                pool.install(|| trial(&plan, &theta, cfg, settings, noise_std, &direction, first_stream))?;
-            scores[w][0].push(first_k);
-            scores[w][1].push(all);
-        }
-    }
+    let k = cfg.worst_case_steps();
+    let scores = run_worlds(cfg, settings, sigma * p.clip)?;
     let each = 1.0 - (1.0 - settings.confidence) / 2.0;
     let options = AuditOptions { confidence: each, delta: p.delta, selection_fraction: 0.1 };
     let mut bounds = Vec::new();
@@ -231,13 +201,50 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
         training_mu: run.gaussian_dp().mu(),
         confidence: settings.confidence,
         trials: settings.trials,
-        steps,
+        steps: cfg.max_steps(),
         worst_case_steps: k,
         statistic: bounds[best].statistic.clone(),
         consistent: b.epsilon_lower_gdp <= claimed,
         scores: (s_in[best].clone(), s_out[best].clone()),
         bounds,
     })
+}
+
+/// Every trial of both worlds: `[world][statistic]` scores (world 0 with the canary).
+fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Result<[[Vec<f64>; 2]; 2]> {
+    let p = &cfg.config().privacy;
+    let steps = cfg.max_steps();
+    let spec = ModelSpec {
+        input: [1, 2, 2],
+        classes: 2,
+        layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 2, bias: false }],
+    };
+    let net = Network::new(&spec).map_err(|e| Error::State(e.to_string()))?;
+    // The canary's gradient direction (θ = 0: softmax (½, ½), label 0): (−1, +1)/√2 on W[·, 3].
+    let direction =
+        [(CANARY_PIXEL, -std::f64::consts::FRAC_1_SQRT_2), (4 + CANARY_PIXEL, std::f64::consts::FRAC_1_SQRT_2)];
+    let grid = (p.noise == NoiseSampler::DiscreteGaussian).then(|| crate::clip::grid_step(p.clip, net.num_params()));
+    let aggregation = Aggregation::Clip { clip: p.clip, on_nonfinite: p.on_nonfinite, grid };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|e| Error::Environment(e.to_string()))?;
+    let mut scores: [[Vec<f64>; 2]; 2] = Default::default(); // [world][statistic]
+    for (w, world_in) in [true, false].into_iter().enumerate() {
+        let data = dataset(world_in, p.neighbours);
+        // Normalised, the canary's pixel is 100: its gradient norm is 50√2, far above any clip
+        // the audit is meant for.
+        let plan =
+            GradientPlan::new(net.clone(), data.head(0), Normalize { mean: 0.0, std: 0.01 }, aggregation, EXAMPLES);
+        let theta = vec![0.0f32; net.num_params()];
+        for i in 0..settings.trials {
+            // Every trial draws its own noise: with a fixed `train.seed` (reproducible audits, for
+            // tests) each trial and step has its own stream; otherwise each is keyed from the OS.
+            let first_stream = ((w * settings.trials + i) * steps) as u64;
+            let (first_k, all) =
+                pool.install(|| trial(&plan, &theta, cfg, settings, noise_std, &direction, first_stream))?;
+            scores[w][0].push(first_k);
+            scores[w][1].push(all);
+        }
+    }
+    Ok(scores)
 }
 
 /// `audit.png`: the distribution of the chosen statistic with and without the canary, and the
