@@ -11,7 +11,7 @@ use super::progress::{Mode, SweepProgress};
 pub(crate) struct SweepArgs {
     /// The sweep file (e.g. experiments/tiny.toml).
     file: PathBuf,
-    /// Results folder (default experiments/<name>).
+    /// Results folder (default: results/ beside the sweep file).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Runs trained at the same time (each gets cores / jobs threads).
@@ -34,13 +34,13 @@ fn parse_only(s: &str) -> std::result::Result<(String, String), String> {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReportArgs {
-    /// A sweep's results folder (e.g. experiments/tiny).
+    /// A sweep's folder or its results folder (e.g. experiments/tiny).
     dir: PathBuf,
 }
 
 pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
     let (sweep, runs) = dpgd::sweep::plan(&a.file)?;
-    let dir = a.out.unwrap_or_else(|| PathBuf::from("experiments").join(&sweep.name));
+    let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
     if let Some((k, _)) = a.only.iter().find(|(k, _)| !fields.contains(k)) {
         let names: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
@@ -68,7 +68,8 @@ pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
 }
 
 pub(crate) fn run_report(a: ReportArgs) -> Result<()> {
-    print!("{}", dpgd::sweep::report(&a.dir)?);
-    eprintln!("plots: {}", a.dir.join("report.png").display());
+    let dir = if a.dir.join("results").join("results.jsonl").exists() { a.dir.join("results") } else { a.dir };
+    print!("{}", dpgd::sweep::report(&dir)?);
+    eprintln!("plots: {}", dir.join("report.png").display());
     Ok(())
 }

@@ -28,5 +28,5 @@ mod plan;
 mod report;
 
 pub use execute::{ExecuteOptions, QuietSweep, SweepObserver, execute};
-pub use plan::{MAX_RUNS, PlannedRun, SweepFile, plan, value_text};
+pub use plan::{MAX_RUNS, PlannedRun, SweepFile, default_results, plan, value_text};
 pub use report::{ResultRow, report, write_results};

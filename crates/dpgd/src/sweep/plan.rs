@@ -16,7 +16,8 @@ pub const MAX_RUNS: usize = 100_000;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepFile {
-    /// Sweep name (the results folder defaults to `experiments/<name>`).
+    /// Sweep name (its results go to `results/` beside the sweep file unless `--out` says
+    /// otherwise).
     pub name: String,
     /// Base training config: relative to the sweep file's folder, or else to the working
     /// directory.
@@ -31,8 +32,9 @@ pub struct SweepFile {
     /// Grid: each key is a config field, each value a non-empty list.
     #[serde(default)]
     pub grid: BTreeMap<String, toml::Value>,
-    /// Other sweeps' results folders: a run finished there with exactly this run's
-    /// configuration is copied instead of being trained again.
+    /// Other sweeps' results folders (relative to this file's folder, or to the working
+    /// directory): a run finished there with exactly this run's configuration is copied
+    /// instead of being trained again.
     #[serde(default)]
     pub reuse: Vec<PathBuf>,
 }
@@ -85,6 +87,7 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
         ));
     }
     sweep.base = resolve(path, &sweep.base);
+    sweep.reuse = sweep.reuse.iter().map(|r| resolve(path, r)).collect();
     let points = expand(&sweep)?;
     let mut runs = Vec::with_capacity(points.len());
     let mut ids: BTreeMap<String, BTreeMap<String, toml::Value>> = BTreeMap::new();
@@ -110,15 +113,22 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
     Ok((sweep, runs))
 }
 
-/// `base` relative to the sweep file's folder if that exists, else as given.
-fn resolve(sweep: &Path, base: &Path) -> PathBuf {
-    if base.is_absolute() {
-        return base.into();
+/// A path of the sweep file: relative to the sweep file's folder if it exists there, else as
+/// given (relative to the working directory).
+fn resolve(sweep: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.into();
     }
-    match sweep.parent().map(|d| d.join(base)) {
-        Some(p) if p.is_file() => p,
-        _ => base.into(),
+    match sweep.parent().map(|d| d.join(path)) {
+        Some(p) if p.exists() => p,
+        _ => path.into(),
     }
+}
+
+/// Where a sweep's results go by default: `results/` beside its sweep file.
+#[must_use]
+pub fn default_results(sweep_file: &Path) -> PathBuf {
+    sweep_file.parent().unwrap_or(Path::new(".")).join("results")
 }
 
 /// The sweep's points: cases × grid, each at its seeds, seeds varying slowest.

@@ -135,8 +135,7 @@ pub struct PrivacyConfig {
     /// Clip value C.
     pub clip: f64,
     /// k, the worst-case number of steps: B_norm = k·C² (plain GD runs exactly k steps).
-    /// Called `steps` before; the old name is still read.
-    #[serde(alias = "steps")]
+    /// Called `steps` before; the old name is still read (see [`RENAMED`]).
     pub worst_case_steps: usize,
     /// Conversion used to calibrate and report ε.
     #[serde(default = "default_conversion")]
@@ -273,6 +272,35 @@ pub const MAX_THREADS: usize = 1024;
 /// Steps a run may take: full-batch gradient descent for more than ten million steps is a typo.
 pub const MAX_STEPS: usize = 10_000_000;
 
+/// Fields renamed since configs were first written: (section, old name, new name). Old names
+/// are still read — in files and in overrides — and written under the new name.
+pub const RENAMED: &[(&str, &str, &str)] = &[("privacy", "steps", "worst_case_steps")];
+
+/// Renames old field names in `table` to their new ones, refusing a table that has both.
+fn canonical(table: &mut toml::Table) -> Result<()> {
+    for (section, old, new) in RENAMED {
+        let Some(s) = table.get_mut(*section).and_then(toml::Value::as_table_mut) else { continue };
+        if let Some(v) = s.remove(*old) {
+            if s.contains_key(*new) {
+                return Err(Error::config(
+                    format!("{section}.{old}"),
+                    format!("renamed to {section}.{new}; give only the new name"),
+                ));
+            }
+            s.insert(new.to_string(), v);
+        }
+    }
+    Ok(())
+}
+
+/// The current name of a dotted field that may use an old name.
+fn canonical_key(key: &str) -> String {
+    RENAMED
+        .iter()
+        .find(|(section, old, _)| key == format!("{section}.{old}"))
+        .map_or_else(|| key.to_string(), |(section, _, new)| format!("{section}.{new}"))
+}
+
 /// One change to a config made outside its file: on the command line or by a sweep.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Override {
@@ -334,6 +362,8 @@ impl TrainConfig {
     pub fn from_toml(text: &str, overrides: &[Override]) -> Result<Self> {
         let mut table: toml::Table =
             text.parse().map_err(|e: toml::de::Error| Error::config("(file)", e.to_string()))?;
+        let renamed = RENAMED.iter().any(|(s, old, _)| table.get(*s).and_then(|t| t.get(*old)).is_some());
+        canonical(&mut table)?;
         for o in overrides {
             apply(&mut table, o)?;
         }
@@ -341,7 +371,7 @@ impl TrainConfig {
             check_layer_kinds(layers)?;
         }
         let own;
-        let parsed = if overrides.is_empty() {
+        let parsed = if overrides.is_empty() && !renamed {
             text
         } else {
             own = toml::to_string(&table).map_err(|e| Error::config("(file)", e.to_string()))?;
@@ -354,6 +384,7 @@ impl TrainConfig {
             config_error(text, overrides, &path, inner.message())
         })
     }
+
     /// The config as a TOML value (every field explicit), for comparisons and records.
     ///
     /// # Errors
@@ -842,7 +873,7 @@ fn attribute(e: Error, f: &str) -> Error {
 
 /// Applies one override to a TOML table.
 fn apply(root: &mut toml::Table, o: &Override) -> Result<()> {
-    let key = o.key();
+    let key = &canonical_key(o.key().trim());
     let parts: Vec<&str> = key.split('.').map(str::trim).collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(Error::config("--set", format!("`{key}` is not a dotted field name like privacy.epsilon")));
@@ -854,7 +885,7 @@ fn apply(root: &mut toml::Table, o: &Override) -> Result<()> {
             .entry(part.to_string())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()))
             .as_table_mut()
-            .ok_or_else(|| Error::config(key, "cannot set a field inside a non-table value"))?;
+            .ok_or_else(|| Error::config(key.as_str(), "cannot set a field inside a non-table value"))?;
     }
     match o {
         Override::Set(_, value) => {

@@ -14,8 +14,8 @@ pub mod stopping;
 mod trainer;
 
 pub use config::{
-    ActiveRelease, DataConfig, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, ReleaseConfig,
-    StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
+    ActiveRelease, DataConfig, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
+    ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
 };
 pub use folder::RunFolder;
 pub use observer::{Observer, Silent};
