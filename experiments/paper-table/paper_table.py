@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The paper-table sweep's results in the layout of paper 001 §5.1, next to the paper's numbers.
+"""The paper-table sweep's results in the layout of Feldman & Zrnic 2021, §5.1, next to the
+paper's numbers.
 
-    python3 experiments/paper_table.py [experiments/paper-table [experiments/paper-table-eps1.0-k400]]  > table.md
+    python3 experiments/paper-table/paper_table.py [TABLE [REBUILT]]  > table.md
 
-Reads results.jsonl written by `dpgd sweep experiments/paper-table.toml` and, where it has been
-run, by `dpgd sweep experiments/paper-table-eps1.0-k400.toml` (the epsilon = 1.0 rows rebuilt
+TABLE and REBUILT are study folders or their results folders (default:
+experiments/paper-table and experiments/paper-table-eps1.0-k400). Reads the results.jsonl
+written by `dpgd sweep experiments/paper-table/sweep.toml` and, where it has been run, by
+`dpgd sweep experiments/paper-table-eps1.0-k400/sweep.toml` (the epsilon = 1.0 rows rebuilt
 from tuned k = 400; printed under the table's own epsilon = 1.0 rows, marked "k400"). GD is the
 test accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with the same
 sigma); "filtered" is the model the stopping rule returned. Mean ± sample std over the seeds
-finished so far.
+finished so far. sigma, C and k are those of each run's accounting (privacy.json's
+`accounting.training`), the learning rate that of its publishable/config.toml. The runs use
+fixed noise seeds and are therefore not private (their `epsilon` is null); the epsilon they are
+accounted for is `epsilon_of_configuration`.
 """
 
 import json
@@ -41,9 +47,15 @@ def pm(xs):
     return f"{statistics.mean(xs):.2f} ± {sd:.2f}"
 
 
-# Marks the rows of the ε = 1.0 rebuild from tuned k = 400 (paper-table-eps1.0-k400.toml).
+# Marks the rows of the ε = 1.0 rebuild from tuned k = 400 (experiments/paper-table-eps1.0-k400).
 REBUILT = " (k400)"
 ROWS = ("0.3", "0.5", "1.0", "1.0" + REBUILT)
+
+
+def results(folder):
+    """A study folder's results folder (or the results folder itself)."""
+    folder = Path(folder)
+    return folder if (folder / "results.jsonl").exists() or folder.name == "results" else folder / "results"
 
 
 def load(folder, cells, suffix=""):
@@ -51,15 +63,14 @@ def load(folder, cells, suffix=""):
     for line in (folder / "results.jsonl").read_text().splitlines():
         row = json.loads(line)
         row["folder"] = folder
-        case = row["point"]["case"].strip('"')
-        regime, eps = case.split("-eps")
-        conversion = row["point"]["privacy.conversion"].strip('"')
+        regime, eps = row["point"]["case"].split("-eps")
+        conversion = row["point"]["privacy.conversion"]
         cells[(conversion, regime, eps + suffix)].append(row)
 
 
 def main():
-    table = Path(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
-    rebuilt = Path(sys.argv[2] if len(sys.argv) > 2 else "experiments/paper-table-eps1.0-k400")
+    table = results(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
+    rebuilt = results(sys.argv[2] if len(sys.argv) > 2 else "experiments/paper-table-eps1.0-k400")
     cells = defaultdict(list)
     load(table, cells)
     if (rebuilt / "results.jsonl").exists():
@@ -80,8 +91,9 @@ def main():
                 filt = [100 * r["test_accuracy"] for r in rows]
                 (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps.removesuffix(REBUILT))]
                 if rows:
-                    p = rows[0]["privacy"]["training"]
-                    config = tomllib.loads((rows[0]["folder"] / "runs" / rows[0]["id"] / "config.toml").read_text())
+                    p = rows[0]["privacy"]["accounting"]["training"]
+                    run = rows[0]["folder"] / "runs" / rows[0]["id"] / "publishable"
+                    config = tomllib.loads((run / "config.toml").read_text())
                     setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {config['train']['lr']:g}"
                     better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
                     near = " / ".join(
