@@ -1,5 +1,5 @@
-"""An independent PyTorch implementation of private GD with individual filtering (paper 001,
-Algorithm 3) on MNIST with the Opacus example CNN at PyTorch's default initialisation.
+"""An independent PyTorch implementation of private GD with individual filtering (Feldman &
+Zrnic 2021, Algorithm 3) on MNIST with the Opacus example CNN at PyTorch's default initialisation.
 
 It exists to check that what dpgd's runs show (e.g. the suboptimal regime's plateau after step
 k = B_norm/C^2) is a property of the algorithm and set-up, not of dpgd's code: same data
@@ -10,8 +10,11 @@ NON-PRIVATE DIAGNOSTIC: it logs exact training accuracy, exact active-point coun
 accuracy every few steps; nothing it prints may be published as a private result.
 
     PY=$HOME/.cache/peers-venv/bin/python      # ../shared/peers/install.sh
-    $PY experiments/torch_crosscheck.py --clip 1.5 --noise-std 162.469 --k 44 --max-steps 88 \
-        --lr 2.0 --seed 1 --out experiments/torch-crosscheck/subopt-eps0.3.csv
+    $PY experiments/torch-crosscheck/torch_crosscheck.py --clip 1.5 --noise-std 162.469 --k 44 \
+        --max-steps 88 --lr 2.0 --seed 1 --out experiments/torch-crosscheck/subopt-eps0.3.csv
+
+(run from the repository root; the committed CSVs beside this script and the commands that made
+them are in README.md here)
 """
 import argparse
 import csv
@@ -24,7 +27,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "shared", "peers"))
+# ../shared/peers relative to the repository root (this file is in experiments/torch-crosscheck/)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "shared", "peers"))
 import mnist_data  # noqa: E402  (the peers' IDX loader, normalised like the Opacus example)
 from bench_torch import SampleConvNet  # noqa: E402  (the Opacus MNIST example network)
 
