@@ -153,27 +153,44 @@ fn bad_sweep_files_fail_before_any_run_naming_the_field() {
 #[test]
 fn the_committed_configs_and_sweep_files_are_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    // Sweep files name their base config relative to the repository root.
-    std::env::set_current_dir(&root).unwrap();
-    let tomls = |dir: &str| {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
+    let sorted = |mut files: Vec<PathBuf>| {
         files.sort();
         files
     };
-    let configs = tomls("configs");
+    let tomls = |dir: &Path| {
+        sorted(
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "toml"))
+                .collect(),
+        )
+    };
+    // The training configs, and the base configs the studies pin (experiments/base-*.toml).
+    let configs = tomls(&root.join("configs"));
     assert!(!configs.is_empty());
-    for path in configs {
-        let cfg = dpgd::train::TrainConfig::from_file(&path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let bases = tomls(&root.join("experiments"));
+    assert!(bases.iter().any(|p| p.ends_with("base-filtered.toml")), "{bases:?}");
+    for path in configs.iter().chain(&bases) {
+        let cfg = dpgd::train::TrainConfig::from_file(path, &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         cfg.validate().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
-    let sweeps = tomls("experiments");
-    assert!(sweeps.iter().any(|p| p.ends_with("paper-table.toml")));
+    // One folder per study: experiments/<study>/sweep.toml. Its base and reuse paths resolve
+    // beside it, whatever the working directory.
+    let sweeps = sorted(
+        std::fs::read_dir(root.join("experiments"))
+            .unwrap()
+            .map(|e| e.unwrap().path().join("sweep.toml"))
+            .filter(|p| p.is_file())
+            .collect(),
+    );
+    assert!(sweeps.iter().any(|p| p.ends_with("paper-table/sweep.toml")), "{sweeps:?}");
     for path in sweeps {
-        let (_, runs) = plan(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (sweep, runs) = plan(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(!runs.is_empty(), "{}", path.display());
+        assert!(sweep.base.is_file(), "{}: base {}", path.display(), sweep.base.display());
+        for r in &sweep.reuse {
+            assert!(r.is_dir(), "{}: reuse {}", path.display(), r.display());
+        }
     }
 }
