@@ -29,12 +29,12 @@ pub enum Error {
         message: String,
     },
     /// An I/O error on a named file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (shown in the message, not repeated as a cause).
+        error: std::io::Error,
     },
     /// A per-example gradient was NaN or infinite and the policy is to stop.
     #[error(
@@ -104,7 +104,7 @@ impl Error {
     /// An [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { path, source }
+        move |error| Error::Io { path, error }
     }
 
     /// An [`Error::Config`] for `field`.

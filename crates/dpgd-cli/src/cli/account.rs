@@ -6,7 +6,7 @@ use dpgd_accounting::filter::{
     BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
 };
 use dpgd_accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
-use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, PureDp, ToApproxDp, Zcdp, calibrate_sigma};
+use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, GaussianRelease, GdPlan, PrivateGd, PureDp, ToApproxDp, Zcdp};
 use serde_json::{Value, json};
 
 use super::{positive, probability};
@@ -143,8 +143,8 @@ pub(crate) struct ConvertArgs {
     /// Target δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
-    /// bun-steinke, cks or gaussian-exact. Default: gaussian-exact for --gdp, cks otherwise.
-    /// gaussian-exact with --zcdp assumes ρ comes from Gaussian mechanisms (μ = √(2ρ)).
+    /// bun-steinke, cks or gaussian-exact. Default: gaussian-exact (for --zcdp it assumes ρ
+    /// comes from Gaussian mechanisms, μ = √(2ρ)), except cks for --pure, where it is invalid.
     #[arg(long)]
     method: Option<Conversion>,
     /// Print exactly one JSON object on stdout.
@@ -176,8 +176,9 @@ pub(crate) struct MaxRhoArgs {
     /// Target δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
-    /// bun-steinke, cks or gaussian-exact (the last for Gaussian mechanisms only).
-    #[arg(long, default_value = "cks")]
+    /// bun-steinke, cks or gaussian-exact (the default everywhere it is valid; here it gives
+    /// μ²/2 for the largest μ-GDP, i.e. it assumes Gaussian mechanisms).
+    #[arg(long, default_value = "gaussian-exact")]
     method: Conversion,
     /// Print exactly one JSON object on stdout.
     #[arg(long)]
@@ -187,15 +188,23 @@ pub(crate) struct MaxRhoArgs {
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub(crate) struct CalibrateArgs {
+    /// A training config: calibrate exactly as `dpgd train` will (its target, k, neighbouring
+    /// relation and every scheduled noisy release), instead of --epsilon/--delta/--steps.
+    #[arg(long, conflicts_with_all = ["epsilon", "delta", "steps"])]
+    config: Option<std::path::PathBuf>,
     /// Target ε > 0.
-    #[arg(long, value_parser = positive)]
-    epsilon: f64,
+    #[arg(long, value_parser = positive, required_unless_present = "config")]
+    epsilon: Option<f64>,
     /// Target δ ∈ (0, 1).
-    #[arg(long, value_parser = probability)]
-    delta: f64,
+    #[arg(long, value_parser = probability, required_unless_present = "config")]
+    delta: Option<f64>,
     /// Worst-case steps k (B_norm = k·C²): the steps plain private GD would take.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    steps: u64,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), required_unless_present = "config")]
+    steps: Option<u64>,
+    /// Noisy counts released beside training, as STD:COUNT (e.g. 500:12 for twelve counts of
+    /// noise std 500, sensitivity 1); repeatable.
+    #[arg(long = "release", value_name = "STD:COUNT", value_parser = parse_release)]
+    releases: Vec<(f64, u64)>,
     /// Clip value C.
     #[arg(long, value_parser = positive, default_value_t = 1.0)]
     clip: f64,
@@ -251,12 +260,53 @@ pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
     } else if let Some(text) = human {
         print!("{text}");
     } else {
-        // Every command above builds its output with `json!({...})`, an object.
-        for (k, v) in out.as_object().into_iter().flatten() {
-            println!("{k:>18}: {}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()));
-        }
+        print!("{}", human_lines(&out));
     }
     Ok(())
+}
+
+/// The answer first (`epsilon = 1.3081`), then the inputs and details, one per line; no null
+/// fields, whole numbers without a decimal point.
+fn human_lines(out: &Value) -> String {
+    let answer = match out["command"].as_str() {
+        Some("convert") => "epsilon",
+        Some("max-rho") => "rho",
+        Some("calibrate") => "sigma",
+        Some("filter") => "rounds",
+        Some("odometer") => "bound",
+        _ => "",
+    };
+    let mut s = String::new();
+    if let Some(v) = out.get(answer).filter(|v| !v.is_null()) {
+        s += &format!("{answer} = {}\n", shown(v));
+    } else if !answer.is_empty() {
+        s += &format!("{answer}: none (the bound is trivial)\n");
+    }
+    // Every command above builds its output with `json!({...})`, an object.
+    for (k, v) in out.as_object().into_iter().flatten() {
+        if k != "command" && k != answer && !v.is_null() {
+            s += &format!("  {k}: {}\n", shown(v));
+        }
+    }
+    s
+}
+
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+            _ => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(shown).collect::<Vec<_>>().join(", "),
+        Value::Object(o) => o
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k} {}", shown(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
 }
 
 fn convert(a: &ConvertArgs) -> Result<Value> {
@@ -284,7 +334,7 @@ fn convert(a: &ConvertArgs) -> Result<Value> {
         };
         out[source] = json!(g.zcdp.or(g.pure));
         out["rho"] = json!(zcdp.rho());
-        let method = a.method.unwrap_or(Conversion::Cks);
+        let method = a.method.unwrap_or(if source == "pure" { Conversion::Cks } else { Conversion::GaussianExact });
         out["method"] = json!(method.name());
         if method == Conversion::GaussianExact {
             out["assumes"] = json!("the zCDP guarantee comes from Gaussian mechanisms (mu = sqrt(2 rho))");
@@ -307,13 +357,52 @@ fn max_rho(a: &MaxRhoArgs) -> Result<Value> {
     }))
 }
 
+fn parse_release(s: &str) -> std::result::Result<(f64, u64), String> {
+    let (std, count) = s.split_once(':').ok_or_else(|| format!("`{s}`: write STD:COUNT, e.g. 500:12"))?;
+    let std = positive(std)?;
+    let count = count.trim().parse::<u64>().map_err(|_| format!("`{count}` is not a whole number of releases"))?;
+    Ok((std, count))
+}
+
 fn calibrate(a: &CalibrateArgs) -> Result<Value> {
-    let sigma = calibrate_sigma(ApproxDp::new(a.epsilon, a.delta)?, a.steps as f64, a.method)?;
-    let run = PrivateGd::new(sigma, a.clip, a.steps as f64)?;
+    if let Some(path) = &a.config {
+        return calibrate_config(path);
+    }
+    // clap requires these three without --config.
+    let (Some(epsilon), Some(delta), Some(steps)) = (a.epsilon, a.delta, a.steps) else {
+        anyhow::bail!("give --config FILE, or --epsilon, --delta and --steps");
+    };
+    let mut plan = GdPlan::new(steps as f64)?;
+    for &(std, count) in &a.releases {
+        plan = plan.with_release(GaussianRelease::new(std, 1.0, count)?);
+    }
+    let sigma = plan.calibrate(ApproxDp::new(epsilon, delta)?, a.method)?;
+    let run = PrivateGd::new(sigma, a.clip, steps as f64)?;
+    let releases: Vec<Value> = a.releases.iter().map(|(s, c)| json!({ "std": s, "count": c })).collect();
     Ok(json!({
-        "command": "calibrate", "epsilon": a.epsilon, "delta": a.delta, "steps": a.steps, "clip": a.clip,
-        "method": a.method.name(), "sigma": sigma, "noise_std": sigma * a.clip, "rho": run.zcdp().rho(),
-        "mu": run.gaussian_dp().mu(), "b_norm": run.b_norm(), "epsilon_achieved": run.epsilon(a.delta, a.method)?,
+        "command": "calibrate", "sigma": sigma, "epsilon": epsilon, "delta": delta, "steps": steps, "clip": a.clip,
+        "method": a.method.name(), "noise_std": sigma * a.clip, "releases": releases,
+        "rho": plan.guarantee(sigma)?.to_zcdp().rho(), "mu": plan.guarantee(sigma)?.mu(), "b_norm": run.b_norm(),
+        "epsilon_achieved": plan.guarantee(sigma)?.epsilon(delta, a.method)?,
+    }))
+}
+
+/// σ exactly as `dpgd train` calibrates it for `path`.
+fn calibrate_config(path: &std::path::Path) -> Result<Value> {
+    let cfg = dpgd::train::TrainConfig::from_file(path, &[])?.validate()?;
+    let p = &cfg.config().privacy;
+    let Some(sigma) = cfg.sigma() else {
+        anyhow::bail!("{}: method = non-private has no noise to calibrate", path.display())
+    };
+    let releases: Vec<Value> = cfg
+        .releases()
+        .iter()
+        .map(|r| json!({ "mechanism": r.kind.name(), "std": r.sigma, "count": r.count_through(r.last) }))
+        .collect();
+    Ok(json!({
+        "command": "calibrate", "sigma": sigma, "config": path, "epsilon": cfg.epsilon(), "delta": p.delta,
+        "steps": p.worst_case_steps, "clip": p.clip, "method": p.conversion.name(), "neighbours": p.neighbours.name(),
+        "noise_std": sigma * p.clip, "releases": releases,
     }))
 }
 

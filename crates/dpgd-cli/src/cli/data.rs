@@ -24,6 +24,12 @@ pub(crate) enum DataCommand {
 pub(crate) fn run(cmd: DataCommand) -> Result<()> {
     match cmd {
         DataCommand::Fetch { name, from, to } => {
+            if from.is_none() && !dpgd::data::fetch::KNOWN.iter().any(|k| k.name == name) {
+                anyhow::bail!(
+                    "unknown dataset `{name}`: the fetch step knows mnist and fashion-mnist; for another dataset in \
+                     IDX format pass --from DIR"
+                );
+            }
             let dest = to.unwrap_or_else(|| PathBuf::from("datasets").join(&name));
             for f in dpgd::data::fetch::fetch(&name, &dest, from.as_deref())? {
                 let check = if f.verified { "SHA-256 verified" } else { "structure verified (no published SHA-256)" };

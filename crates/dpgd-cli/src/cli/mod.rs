@@ -4,6 +4,8 @@ mod account;
 mod audit;
 mod bench;
 mod data;
+mod eval;
+mod inspect;
 mod progress;
 mod sweep;
 mod train;
@@ -36,19 +38,36 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Summarise a sweep's results (mean ± std over seeds) as Markdown.
     Report(sweep::ReportArgs),
+    /// Test accuracy of a run's model (or a model.safetensors) on a dataset's test split.
+    Eval(eval::EvalArgs),
+    /// Predict the classes of images (IDX or CSV) with a run's model.
+    Predict(eval::PredictArgs),
+    /// Show how much of its privacy budget each training example of a run spent (confidential).
+    Inspect(inspect::InspectArgs),
     /// Audit a configuration's privacy: an empirical lower bound on ε from white-box canaries.
     Audit(audit::AuditArgs),
 }
 
-/// Parses the command line and runs it. Usage errors and failures print one line on
-/// stderr (naming the bad argument) and exit non-zero.
+/// Parses the command line and runs it. A command without its subcommand shows its help;
+/// usage errors and failures print `error: …` on stderr (naming the bad argument or file)
+/// and exit non-zero (2 for usage, 1 for failures).
 pub fn run() -> ExitCode {
+    use clap::error::ErrorKind;
     let cli = match Cli::try_parse_from(join_negative_values(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version
             let _ = e.print();
             return ExitCode::SUCCESS;
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
+            ) =>
+        {
+            let _ = e.print();
+            return ExitCode::from(2);
         }
         Err(e) => {
             // One line: clap's message without its usage and help hints.
@@ -59,7 +78,7 @@ pub fn run() -> ExitCode {
                 .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
                 .filter(|l| !l.is_empty())
                 .collect();
-            eprintln!("{}", body.join(" "));
+            eprintln!("{}", body.join(" ").trim_end_matches('.'));
             return ExitCode::from(2);
         }
     };
@@ -71,11 +90,16 @@ pub fn run() -> ExitCode {
         Command::Sweep(args) => sweep::run_sweep(args),
         Command::Report(args) => sweep::run_report(args),
         Command::Audit(args) => audit::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Eval(args) => eval::eval(args),
+        Command::Predict(args) => eval::predict(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            // One message, its causes after colons; a config file's syntax error keeps its
+            // caret diagram on the lines below.
+            eprintln!("error: {}", format!("{e:#}").trim_end_matches(['.', '\n']));
             ExitCode::FAILURE
         }
     }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{Dataset, FILES, idx, locate};
+use super::{Dataset, FILES, Normalize, idx, locate};
 use crate::error::{Error, Result};
 
 /// SHA-256 of the *uncompressed* official MNIST files (as published with the dataset and in
@@ -14,6 +14,16 @@ pub const MNIST_SHA256: [(&str, &str); 4] = [
     ("train-labels-idx1-ubyte", "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5"),
     ("t10k-images-idx3-ubyte", "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7"),
     ("t10k-labels-idx1-ubyte", "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
+];
+
+/// SHA-256 of the *uncompressed* Fashion-MNIST files (Xiao, Rasul & Vollgraf 2017), as
+/// repackaged by Debian (`dataset-fashion-mnist` 0.0~git20200523.55506a9, from
+/// zalandoresearch/fashion-mnist at commit 55506a9).
+pub const FASHION_MNIST_SHA256: [(&str, &str); 4] = [
+    ("train-images-idx3-ubyte", "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888"),
+    ("train-labels-idx1-ubyte", "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9"),
+    ("t10k-images-idx3-ubyte", "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b"),
+    ("t10k-labels-idx1-ubyte", "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"),
 ];
 
 /// A dataset the fetch step knows: where to look locally and which mirrors to try.
@@ -27,6 +37,8 @@ pub struct Known {
     pub mirrors: &'static [&'static str],
     /// Expected SHA-256 of the uncompressed files, when published.
     pub sha256: Option<&'static [(&'static str, &'static str); 4]>,
+    /// Its normalisation (computed from its public test split, never from training data).
+    pub normalize: Normalize,
 }
 
 /// The datasets `dpgd data fetch` knows by name.
@@ -39,12 +51,18 @@ pub const KNOWN: [Known; 2] = [
             "https://storage.googleapis.com/cvdf-datasets/mnist/",
         ],
         sha256: Some(&MNIST_SHA256),
+        normalize: Normalize::MNIST,
     },
     Known {
         name: "fashion-mnist",
         local: &["/usr/share/datasets/fashion-mnist"],
-        mirrors: &["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],
-        sha256: None,
+        mirrors: &[
+            "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        ],
+        sha256: Some(&FASHION_MNIST_SHA256),
+        // Mean and std of the 10,000 public test images' pixels in [0, 1].
+        normalize: Normalize { mean: 0.2868, std: 0.3524 },
     },
 ];
 
@@ -63,9 +81,13 @@ pub struct Fetched {
 /// the first local folder that has them, else from the public mirrors (needs `curl`). Every
 /// file is checked (SHA-256 where published, and a full IDX parse) before it is kept.
 pub fn fetch(name: &str, dest: &Path, from: Option<&Path>) -> Result<Vec<Fetched>> {
-    let known = KNOWN.iter().find(|k| k.name == name).ok_or_else(|| Error::Config {
-        field: "dataset".into(),
-        message: format!("unknown dataset `{name}`; known: mnist, fashion-mnist (or pass --from DIR with IDX files)"),
+    let custom = Known { name: "custom", local: &[], mirrors: &[], sha256: None, normalize: Normalize::MNIST };
+    let known = KNOWN.iter().find(|k| k.name == name).or(from.map(|_| &custom)).ok_or_else(|| Error::Data {
+        path: dest.into(),
+        message: format!(
+            "`{name}` is not a dataset the fetch step knows (mnist, fashion-mnist); for another IDX dataset use \
+             --from DIR"
+        ),
     })?;
     std::fs::create_dir_all(dest).map_err(Error::io(dest))?;
     let mut out = Vec::new();

@@ -1,6 +1,9 @@
-//! The burn form of a model ([`BurnModel`]): records, evaluation on any burn device, and
-//! autodiff reference gradients. Architectures themselves are plain data in [`crate::arch`].
+//! The returned model in other forms: burn modules ([`BurnModel`]) for records, evaluation on
+//! any burn device and autodiff reference gradients, and a portable safetensors file
+//! ([`export`]) that carries its own architecture. Architectures themselves are plain data in
+//! [`crate::arch`].
 
 mod burn_model;
+pub mod export;
 
 pub use burn_model::BurnModel;

@@ -98,9 +98,10 @@ pub struct DataConfig {
     /// Use only the first N test examples (0 = all).
     #[serde(default)]
     pub test_subset: usize,
-    /// Pixel normalisation.
-    #[serde(default = "default_norm")]
-    pub normalize: Normalize,
+    /// Pixel normalisation; absent: the dataset's own (MNIST's, Fashion-MNIST's, or computed
+    /// from the public test split of another dataset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<Normalize>,
 }
 
 /// The `[model]` section: a preset or explicit layers.
@@ -238,9 +239,6 @@ pub struct TrainConfig {
 fn default_dir() -> PathBuf {
     PathBuf::from("datasets/mnist")
 }
-fn default_norm() -> Normalize {
-    Normalize::MNIST
-}
 fn default_conversion() -> Conversion {
     Conversion::GaussianExact
 }
@@ -263,7 +261,7 @@ fn default_name() -> String {
     "run".into()
 }
 fn default_data() -> DataConfig {
-    DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: default_norm() }
+    DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: None }
 }
 
 /// Worker threads a config may ask for: more is a typo, not a machine.
@@ -364,6 +362,18 @@ impl TrainConfig {
             text.parse().map_err(|e: toml::de::Error| Error::config("(file)", e.to_string()))?;
         let renamed = RENAMED.iter().any(|(s, old, _)| table.get(*s).and_then(|t| t.get(*old)).is_some());
         canonical(&mut table)?;
+        // The noise is given by exactly one of ε and σ: setting one from outside the file
+        // replaces the file's other one.
+        for (set, other) in [("privacy.sigma", "epsilon"), ("privacy.epsilon", "sigma")] {
+            let sets =
+                |key: &str| overrides.iter().any(|o| matches!(o, Override::Set(k, _) if canonical_key(k) == key));
+            if sets(set)
+                && !sets(&format!("privacy.{other}"))
+                && let Some(p) = table.get_mut("privacy").and_then(toml::Value::as_table_mut)
+            {
+                p.remove(other);
+            }
+        }
         for o in overrides {
             apply(&mut table, o)?;
         }
@@ -448,7 +458,7 @@ impl TrainConfig {
     }
 
     fn validate_data(&self) -> Result<()> {
-        let n = self.data.normalize;
+        let Some(n) = self.data.normalize else { return Ok(()) };
         if !(n.std.is_finite() && n.std > 0.0) {
             return Err(Error::config("data.normalize.std", format!("{} is not a finite number > 0", n.std)));
         }

@@ -101,6 +101,11 @@ impl RunFolder {
     pub fn model(&self) -> PathBuf {
         self.publishable().join("model.bpk")
     }
+    /// The model in safetensors format, with its architecture and normalisation (publishable).
+    #[must_use]
+    pub fn model_safetensors(&self) -> PathBuf {
+        self.publishable().join("model.safetensors")
+    }
     /// The model's architecture, so the record loads without the config (publishable).
     #[must_use]
     pub fn model_spec(&self) -> PathBuf {

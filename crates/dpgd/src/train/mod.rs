@@ -1,6 +1,7 @@
 //! Training: configuration (validated before use), the private step, the durable run state,
 //! the privacy session, and the [`Trainer`] that runs them.
 
+pub mod budget;
 mod config;
 pub mod folder;
 pub mod observer;

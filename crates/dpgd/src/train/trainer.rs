@@ -172,7 +172,8 @@ impl<'a> Trainer<'a> {
             }
         };
         let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
-        let plan = GradientPlan::new(net, train, c.data.normalize, aggregation, c.train.chunk);
+        let norm = c.data.normalize.unwrap_or_else(|| data.default_normalize());
+        let plan = GradientPlan::new(net, train, norm, aggregation, c.train.chunk);
         let b_norm = if cfg.is_private_method() {
             c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
         } else {
@@ -185,7 +186,7 @@ impl<'a> Trainer<'a> {
             plan,
             train,
             test,
-            norm: c.data.normalize,
+            norm,
             pool,
             step: 0,
             theta,
@@ -236,7 +237,7 @@ impl<'a> Trainer<'a> {
                 });
             }
             self.folder.create()?;
-            state::atomic_write(&self.folder.config(), resolved_config(self.cfg)?.as_bytes())?;
+            state::atomic_write(&self.folder.config(), resolved_config(self.cfg, self.norm)?.as_bytes())?;
             self.session = open_session(self.cfg, 0)?;
             return Ok(());
         };
@@ -496,10 +497,11 @@ impl<'a> Trainer<'a> {
             .metrics
             .iter()
             .rev()
-            .find(|r| r.step > k)
-            .and_then(|r| Some(ActiveAfterK { step: r.step, count: r.active_count_noisy? }));
+            .filter(|r| r.step > k)
+            .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
         BurnModel::from_params(self.plan.net(), model, &c.train.device.device()?).save(&self.folder.model())?;
         write_json(&self.folder.model_spec(), self.cfg.model())?;
+        crate::model::export::save(self.plan.net(), model, self.norm, &self.folder.model_safetensors())?;
         let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
         let result = RunResult {
             private: privacy.private,
@@ -523,6 +525,15 @@ impl<'a> Trainer<'a> {
             examples: self.train.len(),
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
+        if self.cfg.is_private_method() {
+            let b = super::budget::summarise(
+                self.ledger.spent_all(),
+                self.ledger.budget(),
+                self.step,
+                &self.record.confidential,
+            );
+            super::budget::write(&self.folder, &b)?;
+        }
         super::plot::plot_run(&self.folder, self.cfg, &self.record.metrics, selected_step)?;
         write_json(&self.folder.privacy(), &privacy)?;
         let info = FinishInfo {
@@ -606,12 +617,15 @@ fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) ->
     )
 }
 
-fn resolved_config(cfg: &ValidConfig) -> Result<String> {
+fn resolved_config(cfg: &ValidConfig, norm: Normalize) -> Result<String> {
     let text = toml::to_string_pretty(cfg.config()).map_err(|e| Error::Record(format!("config: {e}")))?;
-    let head = match cfg.sigma() {
+    let mut head = match cfg.sigma() {
         Some(s) => format!("# resolved noise multiplier: sigma = {s}\n"),
         None => String::new(),
     };
+    if cfg.config().data.normalize.is_none() {
+        head += &format!("# resolved normalisation (the dataset's own): mean = {}, std = {}\n", norm.mean, norm.std);
+    }
     Ok(head + &text)
 }
 

@@ -1,0 +1,126 @@
+//! `dpgd eval` and `dpgd predict`: use a run's model without its config — it is read from
+//! `publishable/model.safetensors`, which carries its architecture and normalisation.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use dpgd::data::{Dataset, Split, idx};
+use dpgd::model::export::{self, ExportedModel};
+use dpgd::train::step::count_correct;
+use dpgd::train::{RunFolder, TrainConfig};
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalArgs {
+    /// A run folder or a model.safetensors file.
+    model: PathBuf,
+    /// A folder of MNIST-format IDX files whose test split to evaluate on (default: the run's data).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PredictArgs {
+    /// A run folder or a model.safetensors file.
+    model: PathBuf,
+    /// Images: an IDX file (gzip or raw, `n × rows × cols` bytes) or a CSV file with one image per
+    /// line (rows·cols pixel values 0–255).
+    #[arg(long)]
+    input: PathBuf,
+    /// Print one JSON object (the predicted classes and each image's class probabilities).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The model of a run folder or a safetensors file.
+fn model(path: &Path) -> Result<ExportedModel> {
+    let file = if path.is_dir() { RunFolder::new(path).model_safetensors() } else { path.to_path_buf() };
+    if !file.exists() {
+        bail!("{}: no model.safetensors (is the run finished?)", file.display());
+    }
+    Ok(export::load(&file)?)
+}
+
+pub(crate) fn eval(a: EvalArgs) -> Result<()> {
+    let m = model(&a.model)?;
+    let dir = match a.data {
+        Some(d) => d,
+        None => {
+            let config = RunFolder::new(&a.model).config();
+            TrainConfig::from_file(&config, &[]).with_context(|| "give --data DIR")?.data.dir
+        }
+    };
+    let data = Dataset::load(&dir, m.net.classes())?;
+    let test = data.test.head(0);
+    if test.pixels() != m.net.input_len() {
+        bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.net.input_len());
+    }
+    let correct = count_correct(&m.net, &m.theta, test, m.normalize);
+    println!(
+        "test accuracy {:.2} % ({correct} of {} test images in {})",
+        100.0 * correct as f64 / test.len() as f64,
+        test.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Images from an IDX or CSV file, checked against the model's input size.
+fn images(path: &Path, pixels: usize) -> Result<Split> {
+    let is_csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    if !is_csv {
+        let a = idx::read(path, 3)?;
+        if a.dims[1] * a.dims[2] != pixels {
+            bail!(
+                "{}: images of {}x{} pixels; the model expects {pixels} values",
+                path.display(),
+                a.dims[1],
+                a.dims[2]
+            );
+        }
+        return Ok(Split { labels: vec![0; a.dims[0]], images: a.data, rows: a.dims[1], cols: a.dims[2] });
+    }
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut images = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let row: Vec<u8> =
+            line.split(',').map(|v| v.trim().parse::<u8>()).collect::<Result<_, _>>().with_context(|| {
+                format!("{} line {}: pixel values must be whole numbers 0-255", path.display(), i + 1)
+            })?;
+        if row.len() != pixels {
+            bail!("{} line {}: {} values; the model expects {pixels}", path.display(), i + 1, row.len());
+        }
+        images.extend(row);
+    }
+    let n = images.len() / pixels.max(1);
+    Ok(Split { images, labels: vec![0; n], rows: pixels, cols: 1 })
+}
+
+pub(crate) fn predict(a: PredictArgs) -> Result<()> {
+    let m = model(&a.model)?;
+    let data = images(&a.input, m.net.input_len())?;
+    let x = data.head(0);
+    let (classes, px, batch) = (m.net.classes(), m.net.input_len(), 256);
+    let mut ws = m.net.workspace(batch);
+    let mut buf = vec![0.0f32; batch * px];
+    let (mut predicted, mut probabilities) = (Vec::new(), Vec::new());
+    for lo in (0..x.len()).step_by(batch) {
+        let hi = (lo + batch).min(x.len());
+        x.normalised_into(lo..hi, m.normalize, &mut buf[..(hi - lo) * px]);
+        for z in m.net.forward(&m.theta, &mut ws, &buf[..(hi - lo) * px], hi - lo).chunks_exact(classes) {
+            let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f64> = z.iter().map(|&v| f64::from(v - top).exp()).collect();
+            let s: f64 = e.iter().sum();
+            predicted.push(z.iter().enumerate().fold(0, |b, (i, &v)| if v > z[b] { i } else { b }));
+            probabilities.push(e.iter().map(|v| v / s).collect::<Vec<_>>());
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::json!({ "predicted": predicted, "probabilities": probabilities }));
+    } else {
+        for p in predicted {
+            println!("{p}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! `dpgd inspect`: the data owner's view of a run — how much of its privacy budget each
+//! training example spent. CONFIDENTIAL output.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use dpgd::per_example::Network;
+use dpgd::train::state::{self, Expect};
+use dpgd::train::{RunFolder, TrainConfig, budget};
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The run folder (e.g. runs/mnist-filtered).
+    run: PathBuf,
+    /// Also show this training example's spent budget (0-based index).
+    #[arg(long)]
+    example: Option<usize>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(a: InspectArgs) -> Result<()> {
+    let folder = RunFolder::new(&a.run);
+    if !folder.config().is_file() {
+        bail!("{} holds no run (no publishable/config.toml)", a.run.display());
+    }
+    let cfg = TrainConfig::from_file(&folder.config(), &[])?.validate()?;
+    if !cfg.is_private_method() {
+        bail!("{}: method = non-private keeps no privacy ledger", a.run.display());
+    }
+    let params = Network::new(cfg.model()).map(|n| n.num_params()).context("the run's model")?;
+    let report = budget::report(&folder, params, cfg.max_steps())?;
+    if !folder.budget().exists() || !folder.is_finished() {
+        budget::write(&folder, &report)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    let [min, p10, med, p90, max] = report.spent_fraction_quantiles.map(|q| 100.0 * q);
+    println!("CONFIDENTIAL — for the data owner; not covered by the run's privacy guarantee, do not publish");
+    println!(
+        "{} training examples, budget B_norm = {} each (squared clipped gradient norm), after {} steps:",
+        report.examples, report.budget_per_example, report.steps
+    );
+    println!(
+        "  {} out of budget ({:.1} %)",
+        report.exhausted,
+        100.0 * report.exhausted as f64 / report.examples.max(1) as f64
+    );
+    println!(
+        "  share of its budget an example spent: min {min:.1} %, 10 % {p10:.1} %, median {med:.1} %, 90 % {p90:.1} %, max {max:.1} %"
+    );
+    if let Some(&(step, _)) = report.exhausted_before_step.iter().find(|&&(_, e)| e > 0) {
+        println!("  the first examples ran out before step {step}");
+    }
+    if let Some(i) = a.example {
+        let expect = Expect { params, examples: report.examples, max_steps: cfg.max_steps() };
+        let snap = state::read(&folder.state(), expect)?.context("the run's training state")?;
+        let Some(&spent) = snap.spent.get(i) else {
+            bail!("--example {i}: the run has {} training examples (0 to {})", report.examples, report.examples - 1);
+        };
+        println!(
+            "  example {i}: spent {spent} of {} ({:.1} %)",
+            report.budget_per_example,
+            100.0 * spent / report.budget_per_example
+        );
+    }
+    println!("  histogram: {}", folder.budget_plot().display());
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! A run through the command line as a user makes it: train, inspect, eval, predict, resume,
+//! and the errors a user meets on the way.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn dpgd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dpgd")).args(args).output().expect("run dpgd")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn setup(dir: &Path) -> String {
+    let data = dir.join("data");
+    dpgd::data::synthetic::Synthetic { train: 500, test: 100, side: 28, seed: 2 }.write(&data).unwrap();
+    let cfg = dir.join("cfg.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"cli\"\n[data]\ndir = \"{}\"\n[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"filtered\"\n\
+             epsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 6\n[train]\nlr = 1.0\nmax_steps = 10\n\
+             [release]\nactive_count = \"noisy\"\nactive_count_sigma = 20.0\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    cfg.display().to_string()
+}
+
+#[test]
+fn train_inspect_eval_predict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let run = tmp.path().join("run");
+    let run_s = run.display().to_string();
+    let o = dpgd(&["train", "--config", &cfg, "--out", &run_s]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("plain private GD at step k = 6") && t.contains("with individual filtering"), "{t}");
+    assert!(t.contains("(") && t.contains("zero-out neighbours"), "the guarantee and its relation: {t}");
+    assert!(!t.contains("NaN"), "{t}");
+    // Non-terminal stderr gets plain progress lines, not silence.
+    assert!(t.contains("step 1/10") || t.contains("step 10/10"), "{t}");
+    let o = dpgd(&["inspect", &run_s, "--example", "3"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.starts_with("CONFIDENTIAL") && t.contains("example 3: spent"), "{t}");
+    assert!(run.join("confidential/budget.json").exists() && run.join("confidential/budget.png").exists());
+    let o = dpgd(&["eval", &run_s]);
+    assert!(o.status.success() && text(&o).contains("test accuracy"), "{}", text(&o));
+    // Predict from an IDX file and from CSV: the same classes.
+    let images = tmp.path().join("data/t10k-images-idx3-ubyte.gz");
+    let o = dpgd(&[
+        "predict",
+        &run.join("publishable/model.safetensors").display().to_string(),
+        "--input",
+        &images.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let from_idx: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    assert_eq!(from_idx.len(), 100);
+    let d = dpgd::data::Dataset::load(&tmp.path().join("data"), 10).unwrap();
+    let csv: String = d
+        .test
+        .images
+        .chunks(784)
+        .take(5)
+        .map(|r| r.iter().map(u8::to_string).collect::<Vec<_>>().join(",") + "\n")
+        .collect();
+    let csv_path = tmp.path().join("five.csv");
+    std::fs::write(&csv_path, csv).unwrap();
+    let o = dpgd(&["predict", &run_s, "--input", &csv_path.display().to_string()]);
+    let from_csv: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    assert_eq!(from_csv, from_idx[..5]);
+}
+
+#[test]
+fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let run = tmp.path().join("run").display().to_string();
+    assert!(dpgd(&["train", "--quiet", "--config", &cfg, "--out", &run, "--stop-after", "3"]).status.success());
+    let o = dpgd(&["train", "--resume", &run, "--set", "train.lr=0.1"]);
+    assert!(!o.status.success() && text(&o).contains("train.lr"), "{}", text(&o));
+    let o = dpgd(&["train", "--resume", &run, "--set", "data.test_subset=10"]);
+    assert!(!o.status.success() && text(&o).contains("data.test_subset"), "{}", text(&o));
+    let o = dpgd(&["train", "--resume", &run, "--config", &cfg]);
+    assert!(!o.status.success() && text(&o).contains("--config"), "{}", text(&o));
+    let o = dpgd(&["train", "--config", &cfg, "--out", &run]);
+    assert!(!o.status.success() && text(&o).contains("--resume"), "{}", text(&o));
+    let o = dpgd(&["train", "--quiet", "--resume", &run, "--set", "train.threads=1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // σ instead of ε on the command line replaces the file's ε.
+    let o = dpgd(&[
+        "train",
+        "--quiet",
+        "--config",
+        &cfg,
+        "--out",
+        &tmp.path().join("sigma").display().to_string(),
+        "--set",
+        "privacy.sigma=3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    // A command without its subcommand shows its help.
+    for args in [vec![], vec!["account"], vec!["data"]] {
+        let o = dpgd(&args);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o).contains("Usage:") && text(&o).contains("Commands:"), "{args:?}: {}", text(&o));
+    }
+    // A missing file is named once.
+    let o = dpgd(&["train", "--config", "nothere.toml"]);
+    assert_eq!(text(&o).matches("No such file").count(), 1, "{}", text(&o));
+}

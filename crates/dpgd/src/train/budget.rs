@@ -1,0 +1,150 @@
+//! The per-example budget report: how much of its privacy budget each training example spent,
+//! how many ran out and when — individual accounting made visible to the data owner.
+//!
+//! **Confidential.** Every number here is an exact statistic of the training data (which
+//! examples are hard, how many were still training at each step). It lives in
+//! `confidential/budget.json` and `budget.png`, never among the publishable files.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::folder::RunFolder;
+use super::outputs::ConfidentialRow;
+use super::state::{self, Expect};
+use crate::error::{Error, Result};
+use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+
+/// Bins of the spent-fraction histogram.
+const BINS: usize = 20;
+
+/// `confidential/budget.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    /// What this file is.
+    pub notice: String,
+    /// Training examples.
+    pub examples: usize,
+    /// The per-example budget B_norm (squared clipped gradient norm).
+    pub budget_per_example: f64,
+    /// Steps completed.
+    pub steps: usize,
+    /// Examples whose budget is spent.
+    pub exhausted: usize,
+    /// Quantiles of the spent fraction (0 = none spent, 1 = all): min, 10 %, median, 90 %, max.
+    pub spent_fraction_quantiles: [f64; 5],
+    /// Histogram of the spent fraction over [0, 1] in 20 equal bins (the last one holds 1).
+    pub spent_fraction_histogram: Vec<usize>,
+    /// Per step: how many examples had run out of budget before it (from the exact active
+    /// counts of `steps.jsonl`).
+    pub exhausted_before_step: Vec<(usize, usize)>,
+}
+
+/// The budget report of the run in `folder`, from its saved training state and confidential
+/// step records.
+///
+/// # Errors
+/// A folder without a training state, or unreadable records.
+pub fn report(folder: &RunFolder, params: usize, max_steps: usize) -> Result<BudgetReport> {
+    let meta = state::peek_meta(&folder.state()).ok_or_else(|| Error::RunState {
+        path: folder.state(),
+        message: "no training state to report on: the run has not taken a step".into(),
+    })?;
+    let expect = Expect { params, examples: meta.identity.examples, max_steps };
+    let snap = state::read(&folder.state(), expect)?
+        .ok_or_else(|| Error::RunState { path: folder.state(), message: "the state file is missing".into() })?;
+    let steps: Vec<ConfidentialRow> = std::fs::read_to_string(folder.steps())
+        .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+        .unwrap_or_default();
+    Ok(summarise(&snap.spent, snap.meta.budget, snap.meta.step, &steps))
+}
+
+/// The report from every example's spent budget and the confidential step records.
+pub(crate) fn summarise(spent: &[f64], budget: f64, step: usize, steps: &[ConfidentialRow]) -> BudgetReport {
+    let n = spent.len();
+    let mut fractions: Vec<f64> = spent.iter().map(|&s| (s / budget).clamp(0.0, 1.0)).collect();
+    fractions.sort_by(f64::total_cmp);
+    let q = |p: f64| fractions.get(((n.saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(0.0);
+    let mut histogram = vec![0usize; BINS];
+    for &f in &fractions {
+        histogram[((f * BINS as f64) as usize).min(BINS - 1)] += 1;
+    }
+    BudgetReport {
+        notice: "CONFIDENTIAL to the data owner: exact per-example statistics of the training data, not covered \
+                 by the run's guarantee; do not publish"
+            .into(),
+        examples: n,
+        budget_per_example: budget,
+        steps: step,
+        exhausted: spent.iter().filter(|&&s| s >= budget).count(),
+        spent_fraction_quantiles: [q(0.0), q(0.1), q(0.5), q(0.9), q(1.0)],
+        spent_fraction_histogram: histogram,
+        exhausted_before_step: steps.iter().map(|r| (r.step, n.saturating_sub(r.active_exact))).collect(),
+    }
+}
+
+/// Writes `budget.json` and `budget.png` into the run's `confidential/` folder.
+///
+/// # Errors
+/// If a file cannot be written.
+pub fn write(folder: &RunFolder, report: &BudgetReport) -> Result<()> {
+    let text = serde_json::to_string_pretty(report).map_err(|e| Error::Record(e.to_string()))?;
+    state::atomic_write(&folder.budget(), text.as_bytes())?;
+    plot(report, &folder.budget_plot())
+}
+
+fn plot(r: &BudgetReport, path: &Path) -> Result<()> {
+    let width = 100.0 / BINS as f64;
+    let mut hist = Vec::new();
+    for (i, &c) in r.spent_fraction_histogram.iter().enumerate() {
+        hist.push((i as f64 * width, c as f64));
+        hist.push(((i + 1) as f64 * width, c as f64));
+    }
+    let panels = [
+        Panel {
+            title: format!(
+                "CONFIDENTIAL — budget spent per example ({} examples, {} exhausted)",
+                r.examples, r.exhausted
+            ),
+            x_label: "share of its budget an example spent (%)".into(),
+            y_label: "examples".into(),
+            series: vec![Series { label: String::new(), points: hist }],
+            markers: vec![],
+            y_from_zero: true,
+            legend: SeriesLabelPosition::UpperLeft,
+        },
+        Panel {
+            title: "CONFIDENTIAL — examples out of budget before each step".into(),
+            x_label: "step".into(),
+            y_label: "examples out of budget".into(),
+            series: vec![Series {
+                label: String::new(),
+                points: r.exhausted_before_step.iter().map(|&(s, e)| (s as f64, e as f64)).collect(),
+            }],
+            markers: vec![],
+            y_from_zero: true,
+            legend: SeriesLabelPosition::UpperLeft,
+        },
+    ];
+    line_charts(path, &panels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summarises_spent_budgets() {
+        let spent = [0.0, 1.0, 2.0, 2.0, 0.5];
+        let rows = [
+            ConfidentialRow { step: 1, active_exact: 5, ..Default::default() },
+            ConfidentialRow { step: 2, active_exact: 3, ..Default::default() },
+        ];
+        let r = summarise(&spent, 2.0, 2, &rows);
+        assert_eq!((r.examples, r.exhausted), (5, 2));
+        assert_eq!(r.spent_fraction_quantiles, [0.0, 0.0, 0.5, 1.0, 1.0]);
+        assert_eq!(r.spent_fraction_histogram.iter().sum::<usize>(), 5);
+        assert_eq!(r.spent_fraction_histogram[BINS - 1], 2);
+        assert_eq!(r.exhausted_before_step, vec![(1, 0), (2, 2)]);
+    }
+}
