@@ -136,7 +136,10 @@ fn publishable_files_hold_no_timings_exact_counts_or_losses() {
         }
     }
     let csv = std::fs::read_to_string(folder.metrics_csv()).unwrap();
-    assert_eq!(csv.lines().next().unwrap(), "step,epsilon_so_far,test_accuracy,active_count_noisy");
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "step,epsilon_so_far,test_accuracy,active_count_noisy,train_accuracy_noisy"
+    );
     let steps = std::fs::read_to_string(folder.steps()).unwrap();
     assert!(
         steps.contains("\"seconds\"") && steps.contains("active_exact"),

@@ -132,3 +132,17 @@ fn bad_stopping_settings_name_the_field() {
         assert!(e.contains(want), "expected `{want}` in: {e}");
     }
 }
+
+#[test]
+fn a_filtered_run_returns_its_best_released_model_by_default() {
+    let filtered = TrainConfig::from_toml(&config("filtered", "sigma = 3.0", "max_steps = 16"), &[]).unwrap();
+    assert_eq!(filtered.stopping.rule, Some(dpgd::train::StopRule::BestTrainAccuracy), "resolved and written out");
+    let plain = TrainConfig::from_toml(&config("plain", "sigma = 3.0", ""), &[]).unwrap();
+    assert_eq!(plain.stopping.rule, Some(dpgd::train::StopRule::MaxSteps));
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&config("filtered", "epsilon = 4.0", "max_steps = 18"), dir.path(), None);
+    assert!(metrics(dir.path()).iter().any(|r| r.train_accuracy_noisy.is_some()), "the rule's queries were made");
+    let recorded = std::fs::read_to_string(dir.path().join("publishable/config.toml")).unwrap();
+    assert!(recorded.contains("rule = \"best-train-accuracy\""), "{recorded}");
+    assert!(result(&s).selected_step >= 10);
+}

@@ -154,7 +154,7 @@ impl Observer for RunProgress {
                 "warning: at step {step} the noisy active count is ~{count:.0} of {examples} examples: the remaining \
                  steps add mostly noise (use stopping.rule = \"best-train-accuracy\" or fewer train.max_steps)"
             ),
-            Warning::Deprecated(what) => format!("note: {what}"),
+            Warning::Advice(what) => format!("note: {what}"),
         };
         self.say(&line);
     }

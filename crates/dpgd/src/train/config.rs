@@ -45,12 +45,13 @@ pub enum ActiveRelease {
     ExactNonPrivate,
 }
 
-/// When a filtered run stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// When a run stops and which model it returns. Absent from a config, it is
+/// `best-train-accuracy` for a filtered run (the steps after k can only help then) and
+/// `max-steps` otherwise; it is written out in the run's recorded config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StopRule {
     /// Run `train.max_steps` steps and keep the last model.
-    #[default]
     MaxSteps,
     /// The adaptive rule of [FZ21] §5.1: from step k on, release the training accuracy every
     /// `stopping.every` steps as an accounted noisy count, and keep the model whose released
@@ -64,9 +65,9 @@ pub enum StopRule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoppingConfig {
-    /// The rule.
-    #[serde(default)]
-    pub rule: StopRule,
+    /// The rule (absent: see [`StopRule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<StopRule>,
     /// Steps between two training-accuracy queries.
     #[serde(default = "default_stop_every")]
     pub every: usize,
@@ -81,7 +82,7 @@ pub struct StoppingConfig {
 
 impl Default for StoppingConfig {
     fn default() -> Self {
-        Self { rule: StopRule::MaxSteps, every: default_stop_every(), sigma: default_stop_sigma(), patience: 0 }
+        Self { rule: None, every: default_stop_every(), sigma: default_stop_sigma(), patience: 0 }
     }
 }
 
@@ -388,10 +389,23 @@ impl TrainConfig {
             &own
         };
         let de = toml::Deserializer::parse(parsed).map_err(|e| Error::config("(file)", e.to_string()))?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut config: TrainConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
             config_error(text, overrides, &path, inner.message())
+        })?;
+        // Defaults that depend on other fields are written out, so that a run's recorded config
+        // says what it did.
+        config.stopping.rule = Some(config.stop_rule());
+        Ok(config)
+    }
+
+    /// The stopping rule, its default resolved (see [`StopRule`]).
+    #[must_use]
+    pub fn stop_rule(&self) -> StopRule {
+        self.stopping.rule.unwrap_or(match self.privacy.method {
+            Method::Filtered => StopRule::BestTrainAccuracy,
+            _ => StopRule::MaxSteps,
         })
     }
 
@@ -521,7 +535,7 @@ impl TrainConfig {
             out.push(release);
         }
         let s = &self.stopping;
-        if s.rule == StopRule::BestTrainAccuracy {
+        if self.stop_rule() == StopRule::BestTrainAccuracy {
             if self.privacy.method != Method::Filtered {
                 return Err(Error::config(
                     "stopping.rule",

@@ -96,8 +96,8 @@ pub enum Warning {
         /// Training examples.
         examples: usize,
     },
-    /// A deprecated config field was read and ignored.
-    Deprecated(String),
+    /// Advice on the configuration (a deprecated field, a noise level that defeats its purpose).
+    Advice(String),
 }
 
 /// A run's events, in order: `started`, then `step` per step (with `warning`s in between),

@@ -191,7 +191,7 @@ impl<'a> Trainer<'a> {
             step: 0,
             theta,
             ledger: IndividualFilter::new(train.len(), b_norm)?,
-            stopping: StoppingRule::new(c.stopping.rule, c.stopping.patience),
+            stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
             record: Record::default(),
             last_cost: StepCost::default(),
@@ -207,8 +207,19 @@ impl<'a> Trainer<'a> {
         if !why.is_empty() {
             t.observer.warning(&Warning::NotPrivate(why));
         }
+        if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && c.stopping.sigma > 0.05 * t.train.len() as f64
+        {
+            t.observer.warning(&Warning::Advice(format!(
+                "stopping.sigma = {} is {:.0} % of the {} training examples: the stopping rule's noisy accuracies \
+                 are mostly noise; about 1 % of the examples (stopping.sigma = {:.0}) lets it tell models apart",
+                c.stopping.sigma,
+                100.0 * c.stopping.sigma / t.train.len() as f64,
+                t.train.len(),
+                (0.01 * t.train.len() as f64).max(1.0)
+            )));
+        }
         if c.train.checkpoint_every.is_some() {
-            t.observer.warning(&Warning::Deprecated(
+            t.observer.warning(&Warning::Advice(
                 "train.checkpoint_every is ignored: the training state is written after every step".into(),
             ));
         }
@@ -247,8 +258,7 @@ impl<'a> Trainer<'a> {
             path: self.folder.state(),
             message: format!("its ledger is invalid ({e}): the file is corrupt"),
         })?;
-        self.stopping =
-            StoppingRule::restore(c.stopping.rule, c.stopping.patience, snap.meta.stopping, snap.best_theta);
+        self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
         self.step = snap.meta.step;
         self.last_cost = snap.meta.cost;
