@@ -16,11 +16,12 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-/// Real MNIST when it is at hand (`../shared` or `datasets/mnist` of the repository), else a
+/// Real MNIST when it is at hand (`$DPGD_DATASETS/mnist` or `datasets/mnist` of the repository), else a
 /// synthetic dataset of the same shape (the timings do not depend on the pixel values).
 fn mnist() -> Dataset {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for dir in [root.join("../shared/datasets/mnist"), root.join("datasets/mnist")] {
+    let local = std::env::var_os("DPGD_DATASETS").map(|d| Path::new(&d).join("mnist"));
+    for dir in local.into_iter().chain([root.join("datasets/mnist")]) {
         if let Ok(d) = Dataset::load(&dir, 10) {
             return d;
         }

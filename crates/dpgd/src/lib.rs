@@ -2,7 +2,7 @@
 //!
 //! dpgd trains models by full-batch private gradient descent and accounts privacy *per
 //! example*, following Feldman & Zrnic, "Individual Privacy Accounting via a Rényi Filter"
-//! (NeurIPS 2021; paper 001 in `../shared/papers`). Each step clips every per-example
+//! (NeurIPS 2021, [arXiv:2008.11193](https://arxiv.org/abs/2008.11193)). Each step clips every per-example
 //! gradient to min(‖g‖, C, √(B_norm − spentᵢ)), adds N(0, σ²C²I) to the sum and steps; a
 //! per-example ledger drops examples whose budget is spent. The whole run is
 //! B_norm/(2σ²C²)-zCDP (and √B_norm/(σC)-Gaussian DP) however many steps it takes.

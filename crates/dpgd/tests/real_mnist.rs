@@ -1,7 +1,7 @@
 //! The real-MNIST suite, selected explicitly (it needs the MNIST files, which `cargo test` must
 //! not): `cargo test -p dpgd --features real-mnist --test real_mnist`. It reads
 //! `$DPGD_MNIST_DIR`, else `datasets/mnist` (filled by `dpgd data fetch mnist`), else
-//! `../shared/datasets/mnist` beside the repository.
+//! `$DPGD_DATASETS/mnist` (the local dataset folder of the fetch step).
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,7 @@ fn mnist_dir() -> PathBuf {
     let candidates = [
         std::env::var_os("DPGD_MNIST_DIR").map(PathBuf::from),
         Some(root.join("datasets/mnist")),
-        Some(root.join("../shared/datasets/mnist")),
+        std::env::var_os("DPGD_DATASETS").map(|d| PathBuf::from(d).join("mnist")),
     ];
     candidates
         .into_iter()
@@ -28,6 +28,7 @@ fn the_files_are_mnist() {
     let d = Dataset::load(&mnist_dir(), 10).unwrap();
     assert_eq!((d.train.len(), d.test.len(), d.train.rows, d.train.cols), (60_000, 10_000, 28, 28));
     assert_eq!(MNIST_SHA256.len(), 4);
+    assert_eq!(d.default_normalize(), dpgd::data::Normalize::MNIST, "MNIST is recognised by its fingerprint");
 }
 
 /// Plain and filtered private GD learn real digits on a 2,000-example subset at ε = 8.

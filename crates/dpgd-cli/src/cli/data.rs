@@ -7,7 +7,7 @@ use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DataCommand {
-    /// Fill datasets/<NAME> from a local copy (../shared/datasets/<NAME>, /usr/share/datasets/<NAME>,
+    /// Fill datasets/<NAME> from a local copy ($DPGD_DATASETS/<NAME>, /usr/share/datasets/<NAME>,
     /// or --from) or the public mirrors, verifying each file.
     Fetch {
         /// mnist or fashion-mnist.

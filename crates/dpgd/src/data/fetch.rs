@@ -1,5 +1,6 @@
-//! The dataset step: fill `datasets/<name>/` from a local copy or, for users with internet,
-//! the public mirrors, and verify every file.
+//! The dataset step: fill `datasets/<name>/` from a local copy (`--from DIR`, the folder named
+//! by `$DPGD_DATASETS`, or a system folder) or, for users with internet, the public mirrors,
+//! and verify every file.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,8 +8,7 @@ use std::process::Command;
 use super::{Dataset, FILES, Normalize, idx, locate};
 use crate::error::{Error, Result};
 
-/// SHA-256 of the *uncompressed* official MNIST files (as published with the dataset and in
-/// `../shared/datasets/mnist/SHA256SUMS.uncompressed`).
+/// SHA-256 of the *uncompressed* official MNIST files (LeCun, Cortes & Burges).
 pub const MNIST_SHA256: [(&str, &str); 4] = [
     ("train-images-idx3-ubyte", "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db"),
     ("train-labels-idx1-ubyte", "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5"),
@@ -31,7 +31,8 @@ pub const FASHION_MNIST_SHA256: [(&str, &str); 4] = [
 pub struct Known {
     /// Name used on the command line and as the folder under `datasets/`.
     pub name: &'static str,
-    /// Local folders tried in order (relative paths are relative to the working directory).
+    /// System folders tried after `$DPGD_DATASETS/<name>` (relative paths are relative to the
+    /// working directory).
     pub local: &'static [&'static str],
     /// Public mirrors (base URLs of the `.gz` files).
     pub mirrors: &'static [&'static str],
@@ -45,7 +46,7 @@ pub struct Known {
 pub const KNOWN: [Known; 2] = [
     Known {
         name: "mnist",
-        local: &["../shared/datasets/mnist", "/usr/share/datasets/mnist"],
+        local: &["/usr/share/datasets/mnist"],
         mirrors: &[
             "https://ossci-datasets.s3.amazonaws.com/mnist/",
             "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -126,10 +127,19 @@ fn check(path: &Path, stem: &str, expected: Option<&str>) -> Result<()> {
     Ok(())
 }
 
+/// The environment variable naming a local folder of datasets (`<folder>/<name>/` holds the
+/// files of dataset `<name>`): a mirror for machines without internet. This repository's
+/// `.cargo/config.toml` points it at the project machines' shared copy.
+pub const LOCAL_DATASETS_VAR: &str = "DPGD_DATASETS";
+
+fn local_sources(name: &str) -> Option<PathBuf> {
+    std::env::var_os(LOCAL_DATASETS_VAR).filter(|v| !v.is_empty()).map(|d| PathBuf::from(d).join(name))
+}
+
 fn copy_local(known: &Known, from: Option<&Path>, stem: &str, target: &Path, expected: Option<&str>) -> Result<String> {
     let dirs: Vec<PathBuf> = match from {
         Some(d) => vec![d.to_path_buf()],
-        None => known.local.iter().map(PathBuf::from).collect(),
+        None => local_sources(known.name).into_iter().chain(known.local.iter().map(PathBuf::from)).collect(),
     };
     let mut last = String::from("no local folder given or found");
     for dir in dirs {

@@ -293,7 +293,7 @@ pub fn summary(cfg: &ValidConfig) -> String {
     format!(
         "({}, {})-DP via {} under {} neighbours",
         cfg.epsilon().map_or("?".into(), |e| format!("{e:.4}")),
-        p.delta,
+        if p.delta < 1e-3 { format!("{:e}", p.delta) } else { p.delta.to_string() },
         p.conversion,
         p.neighbours
     )
