@@ -253,7 +253,7 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
 /// # Errors
 /// If the image cannot be written.
 pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
-    use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+    use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
     let (a, b) = &report.scores;
     let (lo, hi) = a.iter().chain(b).fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
     let bins = 60usize;
@@ -284,7 +284,7 @@ pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
             Series { label: format!("without ({})", report.neighbours), points: hist(b) },
         ],
         markers: vec![],
-        y_from_zero: true,
+        y_range: YRange::FromZero,
         legend: SeriesLabelPosition::UpperLeft,
     };
     line_charts(path, &[panel])

@@ -146,3 +146,39 @@ fn a_filtered_run_returns_its_best_released_model_by_default() {
     assert!(recorded.contains("rule = \"best-train-accuracy\""), "{recorded}");
     assert!(result(&s).selected_step >= 10);
 }
+
+/// Collects the run's warnings.
+#[derive(Default)]
+struct Warnings(Vec<dpgd::train::Warning>);
+
+impl dpgd::train::Observer for Warnings {
+    fn warning(&mut self, w: &dpgd::train::Warning) {
+        self.0.push(w.clone());
+    }
+}
+
+/// With a clip far below every gradient's norm each example spends C² per step, so all of
+/// them run out at step k and the noisy active count collapses: the operator is warned once,
+/// and told whether the best model is already returned.
+#[test]
+fn a_collapsed_active_count_is_warned_about_with_advice_that_fits_the_rule() {
+    use dpgd::data::Dataset;
+    use dpgd::train::{RunOptions, TrainConfig, Warning, run};
+    let release = "[release]\nactive_count = \"noisy\"\nactive_count_sigma = 5.0\nactive_count_every = 2\n";
+    for (stop, best) in
+        [(STOP.replace("max_steps = 18\n", ""), true), ("[stopping]\nrule = \"max-steps\"\n".into(), false)]
+    {
+        let text = config("filtered", "sigma = 3.0", &format!("max_steps = 18\n{release}{stop}"))
+            .replace("clip = 1.0", "clip = 0.001");
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let data = Dataset::load(&cfg.config().data.dir, 10).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = Warnings::default();
+        run(&cfg, &data, dir.path(), &RunOptions::default(), &mut seen).unwrap();
+        let collapsed: Vec<_> = seen.0.iter().filter(|w| matches!(w, Warning::ActiveCollapsed { .. })).collect();
+        assert_eq!(collapsed.len(), 1, "{:?}", seen.0);
+        let Warning::ActiveCollapsed { step, returns_best, .. } = collapsed[0] else { unreachable!() };
+        assert!(*step >= 10, "warned at step {step}, before k");
+        assert_eq!(*returns_best, best);
+    }
+}

@@ -512,7 +512,7 @@ fn odometer_series(a: &OdometerArgs) -> Result<()> {
 
 fn compare(a: &CompareArgs) -> Result<Value> {
     use clap::ValueEnum;
-    use dpgd::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+    use dpgd::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
     if a.out.exists() && !a.out.is_dir() {
         anyhow::bail!(
             "--out {}: exists and is not a folder; give a folder for filters.png and odometers.png",
@@ -565,7 +565,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
                 y_label: y.into(),
                 series,
                 markers: vec![],
-                y_from_zero: false,
+                y_range: YRange::All,
                 legend,
             }],
         )?;

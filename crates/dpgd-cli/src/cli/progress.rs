@@ -150,9 +150,14 @@ impl Observer for RunProgress {
                      contributing nothing); further skips are counted in confidential/steps.jsonl"
                 )
             }
-            Warning::ActiveCollapsed { step, count, examples } => format!(
+            Warning::ActiveCollapsed { step, count, examples, returns_best } => format!(
                 "warning: at step {step} the noisy active count is ~{count:.0} of {examples} examples: the remaining \
-                 steps add mostly noise (use stopping.rule = \"best-train-accuracy\" or fewer train.max_steps)"
+                 steps add mostly noise ({})",
+                if *returns_best {
+                    "the best released model is returned; fewer train.max_steps would save time"
+                } else {
+                    "use stopping.rule = \"best-train-accuracy\" to return the best model, or fewer train.max_steps"
+                }
             ),
             Warning::Advice(what) => format!("note: {what}"),
         };

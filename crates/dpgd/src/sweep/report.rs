@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::{PlannedRun, value_text};
 use crate::error::{Error, Result};
-use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+use crate::plot::{Marker, Panel, Series, SeriesLabelPosition, YRange, line_charts};
 use crate::train::outputs::MetricsRow;
 use crate::train::privacy::PrivacyReport;
 use crate::train::{RunFolder, read_json};
@@ -165,7 +165,7 @@ pub fn report(dir: &Path) -> Result<String> {
         groups.entry(group_fields(&row)).or_default().push(row);
     }
     let mut out = String::from(
-        "| configuration | runs | test accuracy (%) | after k = B_norm/C² steps (%) | steps run | epsilon |\n\
+        "| configuration | runs | test accuracy (%) | at step k = B_norm/C²: plain private GD, same σ (%) | steps run | epsilon |\n\
          |---|---|---|---|---|---|\n",
     );
     for (key, g) in &groups {
@@ -220,7 +220,7 @@ fn metrics(dir: &Path, id: &str) -> Vec<MetricsRow> {
 /// field when there are two or more, one series per group, a vertical line at each
 /// k = B_norm/C²; `active.png`: the noisy active counts, one panel per group, every seed.
 fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<ResultRow>>) -> Result<()> {
-    let mut accuracy: BTreeMap<String, (Vec<Series>, Vec<f64>)> = BTreeMap::new();
+    let mut accuracy: BTreeMap<String, (Vec<Series>, Vec<Marker>)> = BTreeMap::new();
     let mut active = Vec::new();
     for (fields, g) in groups {
         let key = join(fields);
@@ -240,10 +240,10 @@ fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<ResultRow>>) ->
         }
         let points =
             by_step.iter().filter(|(_, v)| v.len() == runs.len()).map(|(s, v)| (*s as f64, mean_std(v).0)).collect();
-        let k = g.first().map(|r| r.k as f64);
+        let k = g.first().map(|r| Marker::new(r.k as f64, format!("k = {}", r.k)));
         let (series, markers) = accuracy.entry(panel).or_default();
         series.push(Series { label, points });
-        markers.extend(k.filter(|k| !markers.contains(k)));
+        markers.extend(k.clone().filter(|k| !markers.contains(k)));
         let counts: Vec<Series> = runs
             .iter()
             .map(|(r, rows)| Series {
@@ -259,7 +259,7 @@ fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<ResultRow>>) ->
                 y_label: "active points".into(),
                 series: counts,
                 markers: k.into_iter().collect(),
-                y_from_zero: true,
+                y_range: YRange::FromZero,
                 legend: SeriesLabelPosition::LowerLeft,
             });
         }
@@ -276,7 +276,7 @@ fn plot(dir: &Path, groups: &BTreeMap<Vec<(String, String)>, Vec<ResultRow>>) ->
             y_label: "test accuracy (%)".into(),
             series,
             markers,
-            y_from_zero: false,
+            y_range: YRange::Settled,
             legend: SeriesLabelPosition::LowerRight,
         })
         .collect();

@@ -13,7 +13,7 @@ use super::folder::RunFolder;
 use super::outputs::ConfidentialRow;
 use super::state::{self, Expect};
 use crate::error::{Error, Result};
-use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
 
 /// Bins of the spent-fraction histogram.
 const BINS: usize = 20;
@@ -110,7 +110,7 @@ fn plot(r: &BudgetReport, path: &Path) -> Result<()> {
             y_label: "examples".into(),
             series: vec![Series { label: String::new(), points: hist }],
             markers: vec![],
-            y_from_zero: true,
+            y_range: YRange::FromZero,
             legend: SeriesLabelPosition::UpperLeft,
         },
         Panel {
@@ -122,7 +122,7 @@ fn plot(r: &BudgetReport, path: &Path) -> Result<()> {
                 points: r.exhausted_before_step.iter().map(|&(s, e)| (s as f64, e as f64)).collect(),
             }],
             markers: vec![],
-            y_from_zero: true,
+            y_range: YRange::FromZero,
             legend: SeriesLabelPosition::UpperLeft,
         },
     ];

@@ -19,5 +19,5 @@ pub use config::{
     ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
 };
 pub use folder::RunFolder;
-pub use observer::{Observer, Silent};
+pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
 pub use trainer::{RunOptions, RunSummary, Trainer, read_json, run};

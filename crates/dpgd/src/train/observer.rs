@@ -95,6 +95,9 @@ pub enum Warning {
         count: f64,
         /// Training examples.
         examples: usize,
+        /// Whether the stopping rule already returns the best released model
+        /// (`best-train-accuracy`) rather than the last one.
+        returns_best: bool,
     },
     /// Advice on the configuration (a deprecated field, a noise level that defeats its purpose).
     Advice(String),

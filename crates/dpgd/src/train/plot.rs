@@ -4,7 +4,7 @@ use super::config::{ActiveRelease, ValidConfig};
 use super::folder::RunFolder;
 use super::outputs::MetricsRow;
 use crate::error::Result;
-use crate::plot::{Panel, Series, SeriesLabelPosition, line_charts};
+use crate::plot::{Marker, Panel, Series, SeriesLabelPosition, YRange, line_charts};
 
 /// Draws test accuracy (and the released training accuracy and active count) against the
 /// step, with k = B_norm/C² and the returned model's step marked.
@@ -21,14 +21,19 @@ pub fn plot_run(folder: &RunFolder, cfg: &ValidConfig, rows: &[MetricsRow], sele
     if !train.is_empty() {
         series.push(Series { label: "training accuracy (noisy count)".into(), points: train });
     }
-    let k = cfg.worst_case_steps() as f64;
+    let k = cfg.worst_case_steps();
+    let k_marker = Marker::new(k as f64, format!("k = {k}"));
+    let mut markers = vec![k_marker.clone()];
+    if selected_step != rows.last().map_or(0, |r| r.step) || selected_step == k {
+        markers.push(Marker::new(selected_step as f64, format!("returned model (step {selected_step})")));
+    }
     let mut panels = vec![Panel {
         title: format!("{} — test accuracy", cfg.config().name),
         x_label: "step".into(),
         y_label: "accuracy (%)".into(),
         series,
-        markers: vec![k, selected_step as f64],
-        y_from_zero: false,
+        markers,
+        y_range: YRange::Settled,
         legend: SeriesLabelPosition::LowerRight,
     }];
     let exact = cfg.config().release.active_count == ActiveRelease::ExactNonPrivate;
@@ -40,8 +45,8 @@ pub fn plot_run(folder: &RunFolder, cfg: &ValidConfig, rows: &[MetricsRow], sele
             x_label: "step".into(),
             y_label: "active points".into(),
             series: vec![Series { label: label.into(), points: active }],
-            markers: vec![k],
-            y_from_zero: true,
+            markers: vec![k_marker],
+            y_range: YRange::FromZero,
             legend: SeriesLabelPosition::LowerLeft,
         });
     }

@@ -436,7 +436,8 @@ impl<'a> Trainer<'a> {
             && a < 0.05 * n as f64
         {
             self.warned_collapse = true;
-            self.observer.warning(&Warning::ActiveCollapsed { step: row.step, count: a, examples: n });
+            let returns_best = self.cfg.config().stop_rule() == super::config::StopRule::BestTrainAccuracy;
+            self.observer.warning(&Warning::ActiveCollapsed { step: row.step, count: a, examples: n, returns_best });
         }
         self.observer.step(&StepReport {
             step: row.step,
