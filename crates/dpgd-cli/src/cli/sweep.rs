@@ -9,7 +9,7 @@ use super::progress::{Mode, SweepProgress};
 
 #[derive(Debug, Args)]
 pub(crate) struct SweepArgs {
-    /// The sweep file (e.g. experiments/tiny.toml).
+    /// The sweep file (e.g. experiments/tiny/sweep.toml).
     file: PathBuf,
     /// Results folder (default: results/ beside the sweep file).
     #[arg(long)]
