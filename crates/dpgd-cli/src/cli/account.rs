@@ -511,8 +511,7 @@ fn odometer_series(a: &OdometerArgs) -> Result<()> {
 }
 
 fn compare(a: &CompareArgs) -> Result<Value> {
-    use clap::ValueEnum;
-    use dpgd::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
+    use dpgd::plot::{Panel, SeriesLabelPosition, YRange, line_charts};
     if a.out.exists() && !a.out.is_dir() {
         anyhow::bail!(
             "--out {}: exists and is not a folder; give a folder for filters.png and odometers.png",
@@ -520,41 +519,7 @@ fn compare(a: &CompareArgs) -> Result<Value> {
         );
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
-    let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
-    let mut filter_series = Vec::new();
-    for kind in FilterKind::value_variants() {
-        let rule = filter_rule(*kind, a.epsilon, a.delta)?;
-        let mut pts = Vec::new();
-        for &e0 in &eps0s {
-            if let Some(r) = rounds_allowed(rule.as_ref(), e0)?.filter(|&r| r > 0) {
-                pts.push((e0.log10(), (r as f64).log10()));
-            }
-        }
-        filter_series.push(Series { label: kind_name(*kind), points: pts });
-    }
-    let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
-    let mut odo_series = Vec::new();
-    for kind in OdometerKind::value_variants() {
-        let args = OdometerArgs {
-            kind: *kind,
-            per_round: a.per_round,
-            rounds: max_rounds,
-            delta: a.delta,
-            target_epsilon: Some(a.epsilon),
-            gamma: None,
-            v0: Some(a.per_round * a.per_round * 10.0),
-            dataset_size: Some(a.dataset_size),
-            series: false,
-            json: false,
-        };
-        let rule = odometer_rule(&args)?;
-        let c = ApproxDp::pure(a.per_round)?;
-        let pts = (1..=200u64)
-            .map(|i| i * max_rounds / 200)
-            .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))
-            .collect();
-        odo_series.push(Series { label: kind_name(*kind), points: pts });
-    }
+    let (filter_series, odo_series) = (filter_curves(a)?, odometer_curves(a)?);
     let chart = |name: &str, title: String, x: &str, y: &str, series, legend| -> Result<std::path::PathBuf> {
         let path = a.out.join(name);
         line_charts(
@@ -591,4 +556,53 @@ fn compare(a: &CompareArgs) -> Result<Value> {
         "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,
         "dataset_size": a.dataset_size, "filters_plot": filters, "odometers_plot": odometers,
     }))
+}
+
+/// Rounds each filter allows against the per-round ε (log-log), for `account compare`.
+fn filter_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
+    use clap::ValueEnum;
+    use dpgd::plot::Series;
+    let eps0s: Vec<f64> = (0..=40).map(|i| 10f64.powf(-3.0 + 2.5 * f64::from(i) / 40.0)).collect();
+    let mut filter_series = Vec::new();
+    for kind in FilterKind::value_variants() {
+        let rule = filter_rule(*kind, a.epsilon, a.delta)?;
+        let mut pts = Vec::new();
+        for &e0 in &eps0s {
+            if let Some(r) = rounds_allowed(rule.as_ref(), e0)?.filter(|&r| r > 0) {
+                pts.push((e0.log10(), (r as f64).log10()));
+            }
+        }
+        filter_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    Ok(filter_series)
+}
+
+/// Each odometer's bound against the rounds run, for `account compare`.
+fn odometer_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
+    use clap::ValueEnum;
+    use dpgd::plot::Series;
+    let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
+    let mut odo_series = Vec::new();
+    for kind in OdometerKind::value_variants() {
+        let args = OdometerArgs {
+            kind: *kind,
+            per_round: a.per_round,
+            rounds: max_rounds,
+            delta: a.delta,
+            target_epsilon: Some(a.epsilon),
+            gamma: None,
+            v0: Some(a.per_round * a.per_round * 10.0),
+            dataset_size: Some(a.dataset_size),
+            series: false,
+            json: false,
+        };
+        let rule = odometer_rule(&args)?;
+        let c = ApproxDp::pure(a.per_round)?;
+        let pts = (1..=200u64)
+            .map(|i| i * max_rounds / 200)
+            .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))
+            .collect();
+        odo_series.push(Series { label: kind_name(*kind), points: pts });
+    }
+    Ok(odo_series)
 }

@@ -165,12 +165,7 @@ impl<'a> Trainer<'a> {
             examples: train.len(),
             params: net.num_params(),
         };
-        let aggregation = match cfg.method() {
-            Method::NonPrivate => Aggregation::UnclippedNonPrivate,
-            _ => {
-                Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite, grid: grid(cfg, &net)? }
-            }
-        };
+        let aggregation = aggregation(cfg, &net)?;
         let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
         let norm = c.data.normalize.unwrap_or_else(|| data.default_normalize());
         let plan = GradientPlan::new(net, train, norm, aggregation, c.train.chunk);
@@ -203,27 +198,33 @@ impl<'a> Trainer<'a> {
         t.resume()?;
         t.stop_at = t.step.saturating_add(opts.stop_after.unwrap_or(usize::MAX));
         t.observer.started(&t.start_info());
-        let why = cfg.non_private_reasons();
+        t.advise();
+        Ok(t)
+    }
+
+    /// Warnings about the configuration: not private, and why; settings that defeat their
+    /// purpose.
+    fn advise(&mut self) {
+        let c = self.cfg.config();
+        let why = self.cfg.non_private_reasons();
         if !why.is_empty() {
-            t.observer.warning(&Warning::NotPrivate(why));
+            self.observer.warning(&Warning::NotPrivate(why));
         }
-        if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && c.stopping.sigma > 0.05 * t.train.len() as f64
-        {
-            t.observer.warning(&Warning::Advice(format!(
-                "stopping.sigma = {} is {:.0} % of the {} training examples: the stopping rule's noisy accuracies \
+        let n = self.train.len() as f64;
+        if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && c.stopping.sigma > 0.05 * n {
+            self.observer.warning(&Warning::Advice(format!(
+                "stopping.sigma = {} is {:.0} % of the {n} training examples: the stopping rule's noisy accuracies \
                  are mostly noise; about 1 % of the examples (stopping.sigma = {:.0}) lets it tell models apart",
                 c.stopping.sigma,
-                100.0 * c.stopping.sigma / t.train.len() as f64,
-                t.train.len(),
-                (0.01 * t.train.len() as f64).max(1.0)
+                100.0 * c.stopping.sigma / n,
+                (0.01 * n).max(1.0)
             )));
         }
         if c.train.checkpoint_every.is_some() {
-            t.observer.warning(&Warning::Advice(
+            self.observer.warning(&Warning::Advice(
                 "train.checkpoint_every is ignored: the training state is written after every step".into(),
             ));
         }
-        Ok(t)
     }
 
     /// Loads the saved state if there is one (checking it is this run's), else writes the
@@ -528,23 +529,7 @@ impl<'a> Trainer<'a> {
             active_after_k_noisy: active_after_k,
         };
         write_json(&self.folder.result(), &result)?;
-        let diagnostics = Diagnostics {
-            notice: "CONFIDENTIAL to the operator: exact values on the training data; do not publish".into(),
-            seconds: self.record.confidential.iter().map(|r| r.seconds).sum(),
-            nonfinite_skipped: self.record.confidential.iter().map(|r| r.nonfinite_skipped).sum(),
-            active_at_end: self.ledger.active_count_non_private(),
-            examples: self.train.len(),
-        };
-        write_json(&self.folder.diagnostics(), &diagnostics)?;
-        if self.cfg.is_private_method() {
-            let b = super::budget::summarise(
-                self.ledger.spent_all(),
-                self.ledger.budget(),
-                self.step,
-                &self.record.confidential,
-            );
-            super::budget::write(&self.folder, &b)?;
-        }
+        self.write_confidential()?;
         super::plot::plot_run(&self.folder, self.cfg, &self.record.metrics, selected_step)?;
         write_json(&self.folder.privacy(), &privacy)?;
         let info = FinishInfo {
@@ -566,6 +551,39 @@ impl<'a> Trainer<'a> {
             privacy: Some(privacy),
         })
     }
+
+    /// The operator's files: `diagnostics.json` (exact values) and, for a private run, the
+    /// per-example budget report.
+    fn write_confidential(&self) -> Result<()> {
+        let diagnostics = Diagnostics {
+            notice: "CONFIDENTIAL to the operator: exact values on the training data; do not publish".into(),
+            seconds: self.record.confidential.iter().map(|r| r.seconds).sum(),
+            nonfinite_skipped: self.record.confidential.iter().map(|r| r.nonfinite_skipped).sum(),
+            active_at_end: self.ledger.active_count_non_private(),
+            examples: self.train.len(),
+        };
+        write_json(&self.folder.diagnostics(), &diagnostics)?;
+        if self.cfg.is_private_method() {
+            let b = super::budget::summarise(
+                self.ledger.spent_all(),
+                self.ledger.budget(),
+                self.step,
+                &self.record.confidential,
+            );
+            super::budget::write(&self.folder, &b)?;
+        }
+        Ok(())
+    }
+}
+
+/// How per-example gradients are combined: clipped (on the discrete grid if the noise is),
+/// or summed unclipped for a non-private run.
+fn aggregation(cfg: &ValidConfig, net: &Network) -> Result<Aggregation> {
+    let c = cfg.config();
+    Ok(match cfg.method() {
+        Method::NonPrivate => Aggregation::UnclippedNonPrivate,
+        _ => Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite, grid: grid(cfg, net)? },
+    })
 }
 
 /// The grid of discrete-Gaussian noise (None for floating-point noise), checked against the
