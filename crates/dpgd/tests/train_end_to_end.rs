@@ -64,6 +64,13 @@ fn stopping_and_resuming_continues_the_same_run() {
     assert_eq!((first.steps, first.finished), (33, false));
     let second = train(&text, parts.path(), None);
     assert_eq!(second.steps, 36);
+    // The resume is on the operator's record, with the settings a resume may change.
+    let resumes = std::fs::read_to_string(RunFolder::new(parts.path()).resumes()).unwrap();
+    let lines: Vec<serde_json::Value> = resumes.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{resumes}");
+    assert_eq!(lines[0]["resumed_after_step"], 33);
+    assert!(lines[0]["train.threads"].as_u64().is_some_and(|t| t >= 1) && lines[0]["train.device"].is_string());
+    assert!(!RunFolder::new(whole.path()).resumes().exists(), "an uninterrupted run has no resumes");
     let a = snapshot(&text, whole.path());
     let b = snapshot(&text, parts.path());
     // A fixed seed and a deterministic reduction: the resumed run is bit-for-bit the same.

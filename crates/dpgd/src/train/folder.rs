@@ -5,6 +5,7 @@
 //!   publishable/    model.bpk model.json config.toml privacy.json result.json
 //!                   metrics.csv metrics.jsonl accuracy.png
 //!   confidential/   state.bin steps.jsonl diagnostics.json budget.json budget.png
+//!                   resumes.jsonl
 //! ```
 //!
 //! `publishable/` holds only the model, the configuration, the privacy report, and numbers that
@@ -125,6 +126,12 @@ impl RunFolder {
     #[must_use]
     pub fn diagnostics(&self) -> PathBuf {
         self.confidential().join("diagnostics.json")
+    }
+    /// One line per resume: the step it continued from and the settings a resume may change
+    /// (threads, device), so the record says what ran where (confidential).
+    #[must_use]
+    pub fn resumes(&self) -> PathBuf {
+        self.confidential().join("resumes.jsonl")
     }
     /// The per-example budget report (confidential).
     #[must_use]

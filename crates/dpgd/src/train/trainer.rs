@@ -254,6 +254,7 @@ impl<'a> Trainer<'a> {
             return Ok(());
         };
         self.check_identity(&snap.meta)?;
+        self.log_resume(snap.meta.step)?;
         let c = self.cfg.config();
         self.ledger = IndividualFilter::from_spent(self.ledger.budget(), snap.spent).map_err(|e| Error::RunState {
             path: self.folder.state(),
@@ -289,6 +290,25 @@ impl<'a> Trainer<'a> {
                 ),
             }),
         }
+    }
+
+    /// Appends this resume to `confidential/resumes.jsonl` (rewritten whole and atomically,
+    /// as every file of the run): the fields a resume may change are not in the run's
+    /// identity, so this is where the record keeps them.
+    fn log_resume(&self, step: usize) -> Result<()> {
+        let path = self.folder.resumes();
+        let mut text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(Error::io(&path)(e)),
+        };
+        let line = serde_json::json!({
+            "resumed_after_step": step,
+            "train.threads": self.pool.current_num_threads(),
+            "train.device": self.cfg.config().train.device.to_string(),
+        });
+        text += &format!("{line}\n");
+        state::atomic_write(&path, text.as_bytes())
     }
 
     fn check_identity(&self, saved: &Meta) -> Result<()> {
