@@ -54,6 +54,18 @@ fn calibrate_meets_the_target() {
 }
 
 #[test]
+fn calibrate_for_humans_answers_first_and_keeps_releases_apart() {
+    let args = ["account", "calibrate", "--epsilon", "0.3", "--delta", "1e-5", "--steps", "44"];
+    let out = dpgd(&[&args[..], &["--release", "1000:22", "--release", "500:12"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("sigma = "), "{text}");
+    let releases = text.lines().find(|l| l.trim_start().starts_with("releases:")).unwrap_or_default();
+    assert_eq!(releases.matches("; ").count(), 1, "two releases, one separator: {releases}");
+    assert!(!text.contains("null"), "{text}");
+}
+
+#[test]
 fn budget_lists_every_conversion_side_by_side() {
     let v = json(&["account", "budget", "--sigma", "8", "--steps", "100", "--delta", "1e-5", "--json"]);
     let e = &v["epsilon"];

@@ -109,6 +109,20 @@ fn bad_configs_name_the_field() {
     let clip = dpgd::train::Override::parse_set("privacy.clip=0").unwrap();
     let e = TrainConfig::from_toml(&base, &[clip]).unwrap().validate().unwrap_err().to_string();
     assert!(e.contains("privacy.clip"), "{e}");
+    // From a file: a misspelt key is found on its line, in that file, with the nearest name;
+    // an unknown key given with --set is blamed on the command line, not on the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, base.replace("lr = 2.0", "lrr = 2.0")).unwrap();
+    let e = TrainConfig::from_file(&path, &[]).unwrap_err().to_string();
+    let line = base.lines().position(|l| l.starts_with("lr = ")).unwrap() + 1;
+    assert!(e.contains(&format!("train.lrr (line {line})")) && e.contains("did you mean `lr`"), "{e}");
+    assert!(e.contains(&path.display().to_string()), "{e}");
+    std::fs::write(&path, &base).unwrap();
+    let set = dpgd::train::Override::parse_set("train.lrr=1").unwrap();
+    let e = TrainConfig::from_file(&path, &[set]).unwrap_err().to_string();
+    assert!(e.contains("train.lrr (set on the command line)") && e.contains("did you mean `lr`"), "{e}");
+    assert!(!e.contains(&path.display().to_string()), "the file is blamed for a --set key: {e}");
 }
 
 #[test]

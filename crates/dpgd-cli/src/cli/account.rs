@@ -298,7 +298,11 @@ fn shown(v: &Value) -> String {
             _ => n.to_string(),
         },
         Value::String(s) => s.clone(),
-        Value::Array(a) => a.iter().map(shown).collect::<Vec<_>>().join(", "),
+        // Objects in a list are separated more strongly than their own fields.
+        Value::Array(a) => {
+            let sep = if a.iter().any(Value::is_object) { "; " } else { ", " };
+            a.iter().map(shown).collect::<Vec<_>>().join(sep)
+        }
         Value::Object(o) => o
             .iter()
             .filter(|(_, v)| !v.is_null())

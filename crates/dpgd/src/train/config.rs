@@ -345,7 +345,8 @@ impl TrainConfig {
     pub fn from_file(path: &Path, overrides: &[Override]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
         Self::from_toml(&text, overrides).map_err(|e| match e {
-            Error::Config { field, message } => {
+            // A key set on the command line is not in the file: the file is not named for it.
+            Error::Config { field, message } if !field.ends_with(SET_ON_COMMAND_LINE) => {
                 Error::Config { field, message: format!("{message} (in {})", path.display()) }
             }
             other => other,
@@ -782,6 +783,8 @@ impl ValidConfig {
     }
 }
 
+const SET_ON_COMMAND_LINE: &str = " (set on the command line)";
+
 /// A deserialisation error as a config error: the full dotted key (the unknown field itself for
 /// an unknown field), its line in `text` or "set on the command line", and a suggestion.
 fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -> Error {
@@ -807,7 +810,7 @@ fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -
         None => key,
     };
     let place = if overrides.iter().any(|o| o.key() == key) {
-        " (set on the command line)".to_string()
+        SET_ON_COMMAND_LINE.to_string()
     } else {
         line_of(text, &key).map_or(String::new(), |l| format!(" (line {l})"))
     };
