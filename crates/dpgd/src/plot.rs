@@ -162,8 +162,9 @@ fn draw_panel(panel: &Panel, area: &DrawingArea<BitMapBackend<'_>, plotters::coo
         .draw()
         .map_err(|x| e(&x))?;
     draw_markers(&mut chart, &panel.markers, (y0, y1)).map_err(|x| e(&x))?;
+    let several = panel.series.len() > 1;
     for (i, s) in panel.series.iter().enumerate() {
-        draw_series(&mut chart, i, s).map_err(|x| e(&x))?;
+        draw_series(&mut chart, i, s, several).map_err(|x| e(&x))?;
     }
     if panel.series.len() > 1 || panel.series.iter().any(|s| !s.label.is_empty()) {
         chart
@@ -196,13 +197,19 @@ fn draw_markers<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Series `i`: colour from the palette, solid or dashed line by parity, and a point glyph
-/// (circle, triangle, cross) at each point, so lines that overlap can still be told apart.
-fn draw_series<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, i: usize, s: &Series) -> DrawResult<DB> {
+/// Series `i`: colour from the palette, solid or dashed line by parity and, among `several`,
+/// a point glyph (circle, triangle, cross) at each point, so lines that overlap can still be
+/// told apart.
+fn draw_series<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    i: usize,
+    s: &Series,
+    several: bool,
+) -> DrawResult<DB> {
     const GLYPHS: [&str; 3] = ["\u{25CF}", "\u{25B2}", "\u{2716}"];
     let color = Palette99::pick(i).to_rgba();
     let line = color.stroke_width(2);
-    let glyph = GLYPHS[i % GLYPHS.len()];
+    let glyph = if several { GLYPHS[i % GLYPHS.len()] } else { "" };
     let dashed = i % 2 == 1;
     let floor = chart.y_range().start;
     for part in above(&s.points, floor) {
@@ -214,7 +221,7 @@ fn draw_series<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, i: usize,
     }
     let font = ("sans-serif", 11).into_font().color(&color).pos(Pos::new(HPos::Center, VPos::Center));
     // Glyphs only where the points are few enough to be seen one by one.
-    let shown = if s.points.len() <= 60 { s.points.as_slice() } else { &[] };
+    let shown = if several && s.points.len() <= 60 { s.points.as_slice() } else { &[] };
     let anno = chart.draw_series(
         shown.iter().filter(|p| p.1 >= floor).map(|&p| EmptyElement::at(p) + Text::new(glyph, (0, 0), font.clone())),
     )?;
