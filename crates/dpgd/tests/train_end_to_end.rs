@@ -83,6 +83,11 @@ fn stopping_and_resuming_continues_the_same_run() {
     let changed = text.replace("clip = 1.0", "clip = 2.0");
     let e = try_train(&changed, stopped.path(), None).unwrap_err().to_string();
     assert!(e.contains("privacy.clip: 1.0 -> 2.0"), "{e}");
+    // A record of resumes too large to be one is refused by name, not read into memory.
+    let resumes = RunFolder::new(stopped.path()).resumes();
+    std::fs::write(&resumes, vec![b'x'; 2 << 20]).unwrap();
+    let e = try_train(&text, stopped.path(), None).unwrap_err().to_string();
+    assert!(e.contains("resumes.jsonl") && e.contains("not a record of resumes"), "{e}");
 }
 
 #[test]

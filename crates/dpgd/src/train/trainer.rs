@@ -296,7 +296,14 @@ impl<'a> Trainer<'a> {
     /// as every file of the run): the fields a resume may change are not in the run's
     /// identity, so this is where the record keeps them.
     fn log_resume(&self, step: usize) -> Result<()> {
+        const MAX_BYTES: u64 = 1 << 20; // ~10,000 resumes: more means the file is not ours.
         let path = self.folder.resumes();
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_BYTES) {
+            return Err(Error::RunState {
+                path,
+                message: format!("larger than {MAX_BYTES} bytes: not a record of resumes; move it away to resume"),
+            });
+        }
         let mut text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
