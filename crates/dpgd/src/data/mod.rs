@@ -65,13 +65,10 @@ impl Split {
     pub fn pixels(&self) -> usize {
         self.rows * self.cols
     }
-    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`).
+    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`), as
+    /// [`Examples::normalised_into`] on the whole split.
     pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: Normalize, out: &mut [f32]) {
-        let px = self.pixels();
-        let (scale, shift) = (1.0 / (255.0 * norm.std), norm.mean / norm.std);
-        for (o, &p) in out.iter_mut().zip(&self.images[range.start * px..range.end * px]) {
-            *o = f32::from(p) * scale - shift;
-        }
+        self.head(0).normalised_into(range, norm, out);
     }
     /// A borrowed view of the first `n` examples (all of them if `n` is 0 or larger than the
     /// split): training and evaluation read the dataset through views, so it is held once.

@@ -152,31 +152,9 @@ fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
     if made == planned {
         return Ok(());
     }
-    let mut differences = Vec::new();
-    differing_fields("", &made, &planned, &mut differences);
+    let as_json = |v: &toml::Value| serde_json::to_value(v).map_err(|e| Error::Record(e.to_string()));
+    let differences = crate::train::field_differences(&as_json(&made)?, &as_json(&planned)?);
     Err(Error::StaleRun { path: run_dir.to_path_buf(), differences: differences.join(", ") })
-}
-
-/// Appends `field: old -> new` for every leaf where `a` and `b` differ.
-fn differing_fields(prefix: &str, a: &toml::Value, b: &toml::Value, out: &mut Vec<String>) {
-    match (a, b) {
-        (toml::Value::Table(ta), toml::Value::Table(tb)) => {
-            let keys: std::collections::BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
-            for k in keys {
-                let field = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                match (ta.get(k), tb.get(k)) {
-                    (Some(x), Some(y)) => differing_fields(&field, x, y, out),
-                    (x, y) => out.push(format!("{field}: {} -> {}", shown(x), shown(y))),
-                }
-            }
-        }
-        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
-        _ => {}
-    }
-}
-
-fn shown(v: Option<&toml::Value>) -> String {
-    v.map_or_else(|| "(unset)".to_string(), ToString::to_string)
 }
 
 /// The configuration a run folder's run was made with, if it has one.

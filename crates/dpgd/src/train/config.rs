@@ -924,3 +924,31 @@ fn apply(root: &mut toml::Table, o: &Override) -> Result<()> {
     }
     Ok(())
 }
+
+/// `field: old -> new` for every leaf where two serialised configs differ, by dotted field
+/// name (`(unset)` for a field only one of them has): how a refused resume or a stale sweep
+/// run says what changed.
+pub(crate) fn field_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    differences_into("", a, b, &mut out);
+    out
+}
+
+fn differences_into(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    let shown = |v: Option<&Value>| v.map_or_else(|| "(unset)".to_string(), ToString::to_string);
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let f = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => differences_into(&f, p, q, out),
+                    (p, q) => out.push(format!("{f}: {} -> {}", shown(p), shown(q))),
+                }
+            }
+        }
+        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
+        _ => {}
+    }
+}

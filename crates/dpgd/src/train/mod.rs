@@ -14,6 +14,7 @@ pub mod step;
 pub mod stopping;
 mod trainer;
 
+pub(crate) use config::field_differences;
 pub use config::{
     ActiveRelease, DataConfig, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
     ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,

@@ -320,8 +320,7 @@ impl<'a> Trainer<'a> {
 
     fn check_identity(&self, saved: &Meta) -> Result<()> {
         let bad = |message: String| Error::RunState { path: self.folder.root().into(), message };
-        let mut diffs = Vec::new();
-        json_diff("", &saved.identity.config, &self.identity.config, &mut diffs);
+        let diffs = super::config::field_differences(&saved.identity.config, &self.identity.config);
         if !diffs.is_empty() {
             return Err(bad(format!(
                 "it holds a run made with other settings ({}); a run can only be resumed as it was started \
@@ -683,29 +682,6 @@ fn resolved_config(cfg: &ValidConfig, norm: Normalize) -> Result<String> {
         head += &format!("# resolved normalisation (the dataset's own): mean = {}, std = {}\n", norm.mean, norm.std);
     }
     Ok(head + &text)
-}
-
-/// Appends `field: old -> new` for every leaf where `a` and `b` differ.
-fn json_diff(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-    use serde_json::Value;
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            for k in keys {
-                let f = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                match (x.get(k), y.get(k)) {
-                    (Some(p), Some(q)) => json_diff(&f, p, q, out),
-                    (p, q) => out.push(format!("{f}: {} -> {}", shown(p), shown(q))),
-                }
-            }
-        }
-        _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
-        _ => {}
-    }
-}
-
-fn shown(v: Option<&serde_json::Value>) -> String {
-    v.map_or_else(|| "(unset)".into(), ToString::to_string)
 }
 
 /// Trains per `cfg` on `data` in `dir` to the end (or `opts.stop_after` steps), resuming the
