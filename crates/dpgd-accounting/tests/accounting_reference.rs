@@ -4,6 +4,8 @@
 //! `tests/reference/accounting_refs.txt`, parsed here. The `strict_*` rows take exact input
 //! doubles and 21-digit results, so that "never understates" can be checked strictly.
 
+mod reference;
+
 use dpgd_accounting::convert::{bun_steinke_epsilon, cks_epsilon, gaussian_delta, gaussian_epsilon};
 use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, PrivateGd, Rdp, ToApproxDp, Zcdp, calibrate_sigma};
 
@@ -14,13 +16,7 @@ const CLOSED: f64 = 1e-9;
 const SOLVED: f64 = 1e-6;
 
 fn rows(kind: &str) -> Vec<Vec<f64>> {
-    let rows: Vec<Vec<f64>> = REFS
-        .lines()
-        .filter(|l| l.split_whitespace().next() == Some(kind))
-        .map(|l| l.split_whitespace().skip(1).map(|x| x.parse().unwrap()).collect())
-        .collect();
-    assert!(!rows.is_empty(), "no reference rows of kind {kind}");
-    rows
+    reference::rows(REFS, kind)
 }
 
 fn assert_rel(got: f64, want: f64, tol: f64, what: &str) {

@@ -1,6 +1,8 @@
 //! Audit statistics against independent values (mpmath, `tests/reference/audit_refs.py`)
 //! and on exactly Gaussian scores, where the true μ is known.
 
+mod reference;
+
 use std::time::Instant;
 
 use dpgd_accounting::audit::{
@@ -15,13 +17,7 @@ use rand_distr::{Distribution, Normal};
 const REFS: &str = include_str!("reference/audit_refs.txt");
 
 fn rows(kind: &str) -> Vec<Vec<f64>> {
-    let rows: Vec<Vec<f64>> = REFS
-        .lines()
-        .filter(|l| l.split_whitespace().next() == Some(kind))
-        .map(|l| l.split_whitespace().skip(1).map(|x| x.parse().unwrap()).collect())
-        .collect();
-    assert!(!rows.is_empty(), "no reference rows of kind {kind}");
-    rows
+    reference::rows(REFS, kind)
 }
 
 #[test]
