@@ -28,6 +28,20 @@ fn convert_prints_epsilon_and_echoes_inputs() {
     assert_eq!(g["method"], "gaussian-exact");
 }
 
+/// Issue "privacy round 2", item 5: a general ρ-zCDP guarantee (a discrete-Gaussian run's) is
+/// converted by a rule valid for any zCDP mechanism unless the Gaussian curve is asked for; and
+/// pure ε-DP is never answered with a larger ε than ε itself.
+#[test]
+fn convert_defaults_to_conversions_valid_for_the_guarantee_given() {
+    let z = json(&["account", "convert", "--zcdp", "0.05", "--delta", "1e-5", "--json"]);
+    assert_eq!(z["method"], "cks", "{z}");
+    assert!((z["epsilon"].as_f64().unwrap() - 1.308_118_342_906_438).abs() < 1e-9);
+    let g = json(&["account", "convert", "--zcdp", "0.05", "--delta", "1e-5", "--method", "gaussian-exact", "--json"]);
+    assert!(g["assumes"].as_str().unwrap().contains("Gaussian"), "{g}");
+    let p = json(&["account", "convert", "--pure", "1", "--delta", "1e-5", "--json"]);
+    assert_eq!((p["epsilon"].as_f64(), &p["method"]), (Some(1.0), &serde_json::json!("pure")), "{p}");
+}
+
 #[test]
 fn calibrate_meets_the_target() {
     let v = json(&[

@@ -8,7 +8,7 @@ use std::path::Path;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dpgd::accounting::filter::IndividualFilter;
 use dpgd::arch::ModelSpec;
-use dpgd::clip::{BlockStats, NonFinitePolicy, clip_block};
+use dpgd::clip::{BlockStats, NonFinitePolicy, SumGrid, clip_block};
 use dpgd::data::{Dataset, Normalize};
 use dpgd::per_example::Network;
 use dpgd::train::step::{Aggregation, GradientPlan};
@@ -67,15 +67,30 @@ fn clip_kernel(c: &mut Criterion) {
         let mut ledger = IndividualFilter::new(n, 1e12).unwrap();
         // bytes the kernel must touch: the gradient buffer (read), the sum (read + write)
         g.throughput(Throughput::Bytes((n * p * 4 + 2 * p * 4) as u64));
+        let grid = SumGrid::fixed_point(1.0, 60_000).unwrap();
         g.bench_function(format!("norms_factors_ledger_sum_{n}x26010"), |bch| {
             bch.iter(|| {
                 let mut slots: Vec<_> = ledger.slots_mut(0..n).collect();
                 let mut refs: Vec<_> = slots.iter_mut().collect();
-                let mut acc = vec![0.0f32; p];
-                clip_block(&grads, p, &mut refs, 1.0, NonFinitePolicy::Skip, &mut acc, &mut BlockStats::default())
-                    .unwrap();
+                let mut acc = vec![0i64; p];
+                clip_block(
+                    &grads,
+                    p,
+                    &mut refs,
+                    1.0,
+                    NonFinitePolicy::Skip,
+                    grid,
+                    &mut acc,
+                    &mut BlockStats::default(),
+                )
+                .unwrap();
                 black_box(acc)
             })
+        });
+        // What the exact sum costs: the f32 weighted sum it replaced (whose sensitivity does not
+        // hold in floating point), same norms and factors, in the same run.
+        g.bench_function(format!("baseline_f32_sum_not_private_{n}x26010"), |bch| {
+            bch.iter(|| black_box(f32_clipped_sum(&grads, p)))
         });
         // The machine's bound for the same bytes, measured in the same run: a parallel
         // read-and-sum of the buffer (what any kernel must at least do).
@@ -84,6 +99,25 @@ fn clip_kernel(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// The float kernel the fixed-point one replaced: norms, factors, then `acc += f·row` in f32,
+/// in column blocks of 512 over groups of eight rows (a baseline only).
+fn f32_clipped_sum(grads: &[f32], p: usize) -> Vec<f32> {
+    let mut acc = vec![0.0f32; p];
+    for rows in grads.chunks(8 * p) {
+        let w: Vec<f32> =
+            rows.chunks_exact(p).map(|r| (1.0 / dpgd::clip::squared_norm(r).sqrt().max(1.0)) as f32).collect();
+        for start in (0..p).step_by(512) {
+            let end = (start + 512).min(p);
+            for (r, &wr) in w.iter().enumerate() {
+                for (y, &v) in acc[start..end].iter_mut().zip(&rows[r * p + start..r * p + end]) {
+                    *y += wr * v;
+                }
+            }
+        }
+    }
+    acc
 }
 
 /// Reads every value once with 16 independent lanes (vectorises, so it runs at memory speed).
@@ -103,7 +137,8 @@ fn full_step(c: &mut Criterion) {
     let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
     let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(0));
     let mut ledger = IndividualFilter::new(train.len(), 1e12).unwrap();
-    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
+    let grid = SumGrid::fixed_point(1.0, train.len()).unwrap();
+    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let plan = GradientPlan::new(net, train.head(0), Normalize::MNIST, aggregation, 16);
     let mut g = c.benchmark_group("full_step");
     g.sample_size(10);

@@ -223,8 +223,7 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
     // The canary's gradient direction (θ = 0: softmax (½, ½), label 0): (−1, +1)/√2 on W[·, 3].
     let direction =
         [(CANARY_PIXEL, -std::f64::consts::FRAC_1_SQRT_2), (4 + CANARY_PIXEL, std::f64::consts::FRAC_1_SQRT_2)];
-    let grid = (p.noise == NoiseSampler::DiscreteGaussian).then(|| crate::clip::grid_step(p.clip, net.num_params()));
-    let aggregation = Aggregation::Clip { clip: p.clip, on_nonfinite: p.on_nonfinite, grid };
+    let aggregation = Aggregation::for_run(cfg, &net, EXAMPLES)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|e| Error::Environment(e.to_string()))?;
     let mut scores: [[Vec<f64>; 2]; 2] = Default::default(); // [world][statistic]
     for (w, world_in) in [true, false].into_iter().enumerate() {
@@ -312,7 +311,7 @@ fn trial(
         }
         let (sum, _) = plan.gradient_sum(theta, &mut ledger, t)?;
         let mut rng = cfg.noise_seed().rng(Stream::update(first_stream as usize + t))?;
-        let noisy = add_noise(sum, std, &mut rng)?;
+        let noisy = add_noise(sum, cfg.config().privacy.noise, std, &mut rng)?;
         let o: f64 = direction.iter().map(|&(j, u)| f64::from(noisy[j]) * u).sum::<f64>() / noise_std;
         all += o;
         if t <= k {

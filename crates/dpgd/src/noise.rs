@@ -110,11 +110,20 @@ impl NoiseSeed {
     }
 }
 
-/// Adds N(0, std²) independently to every coordinate of `v`.
+/// One draw of N(0, std²), in f64. Added to an exact value in f64 it is the floating-point
+/// Gaussian mechanism, with its caveat: the low-order bits of a floating-point sample are not
+/// exactly Gaussian (Mironov 2012, see the module docs); `privacy.noise = "discrete-gaussian"` avoids that.
+#[must_use]
+pub fn gaussian(std: f64, rng: &mut ChaCha20Rng) -> f64 {
+    let z: f64 = StandardNormal.sample(rng);
+    std * z
+}
+
+/// Adds N(0, std²) independently to every coordinate of `v` in f32 (the unclipped sums of
+/// non-private runs; private values get [`gaussian`] added in f64 to their exact value).
 pub fn add_gaussian(v: &mut [f32], std: f64, rng: &mut ChaCha20Rng) {
     for x in v {
-        let z: f64 = StandardNormal.sample(rng);
-        *x += (std * z) as f32;
+        *x += gaussian(std, rng) as f32;
     }
 }
 

@@ -127,6 +127,12 @@ fn shapes_too_large_for_memory_are_refused_before_allocating() {
     let huge_layer = base().replace("preset = \"logistic\"", "layers = [{ kind = \"flatten\" }, { kind = \"linear\", out_features = 1000000000 }, { kind = \"linear\", out_features = 10 }]");
     let e = try_train(&huge_layer, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("GiB") && e.contains("nothing was allocated"), "{e}");
+    // Issue "privacy round 2", item 13: no advice to lower the chunk when chunk 1 cannot fit;
+    // the layer and its parameter count are named instead.
+    assert!(
+        e.contains("model.layers[1]") && e.contains("even at train.chunk = 1") && !e.contains("lower train.chunk"),
+        "{e}"
+    );
     let huge_chunk = base().replace("chunk = 8", "chunk = 1000000000");
     let e = try_train(&huge_chunk, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("train.chunk") && e.contains("GiB"), "{e}");
@@ -202,4 +208,24 @@ fn a_finished_run_is_not_redone_and_an_unfinished_one_resumes() {
     let a = train(&text, dir.path(), None);
     let b = train(&text, dir.path(), None);
     assert_eq!(a.result, b.result);
+}
+
+/// Issue "privacy round 2", item 16: a device whose backend is not compiled in is refused when
+/// the config is validated, not after the whole run when the model is saved.
+#[cfg(not(feature = "flex"))]
+#[test]
+fn a_device_not_compiled_in_is_refused_before_training() {
+    let o = [Override::Set("train.device".into(), toml::Value::String("flex".into()))];
+    let e = TrainConfig::from_toml(&base(), &o).unwrap().validate().map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("train.device") && e.contains("--features flex"), "{e}");
+}
+
+/// Issue "privacy round 2", item 17: δ ≥ 1/n promises nothing (publishing one random example
+/// whole meets it) and is refused by name.
+#[test]
+fn a_delta_of_at_least_one_over_n_is_refused() {
+    let text = base().replace("delta = 1e-5", "delta = 0.9999");
+    assert!(text.contains("0.9999"));
+    let e = try_train(&text, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
+    assert!(e.contains("privacy.delta") && e.contains("1/n"), "{e}");
 }

@@ -6,7 +6,7 @@ mod common;
 use common::{fixture_config, fixture_dir, result, train, try_train};
 use dpgd::accounting::filter::IndividualFilter;
 use dpgd::arch::{LayerSpec, ModelSpec};
-use dpgd::clip::NonFinitePolicy;
+use dpgd::clip::{NonFinitePolicy, SumGrid};
 use dpgd::data::{Normalize, Split};
 use dpgd::per_example::Network;
 use dpgd::train::step::{Aggregation, GradientPlan};
@@ -36,7 +36,8 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
 fn a_skipped_non_finite_example_contributes_nothing_to_the_real_gradient_sum() {
     let (net, data, theta) = poisoned();
     let norm = Normalize { mean: 0.0, std: 0.5 };
-    let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
+    let grid = SumGrid::fixed_point(1.0, 16).unwrap();
+    let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let plan = GradientPlan::new(net.clone(), data.head(0), norm, clip, 4);
     let mut ledger = IndividualFilter::new(16, 10.0).unwrap();
     let (sum, stats) = plan.gradient_sum(&theta, &mut ledger, 1).unwrap();
@@ -165,7 +166,8 @@ fn the_neighbouring_relation_is_stated_and_replace_one_calibrates_for_sensitivit
     assert_eq!(p.neighbours.relation.name(), "replace-one");
     assert!(p.summary.contains("replace-one"), "{}", p.summary);
     let a = p.accounting.as_ref().unwrap();
-    assert!(a.guarantee.contains("4 B_norm"), "{}", a.guarantee);
+    assert!(a.guarantee.contains("2 sqrt(B_norm)/(sigma C)"), "{}", a.guarantee);
+    assert!(a.rests_on["sensitivity"].starts_with("2C per step"), "{:?}", a.rests_on);
     // Counts keep sensitivity 1: their charge is 1/(2 s²) per release under both relations.
     let per = a.session.charged_rho["active-count"] / 3.0;
     assert!((per - 0.5 / (100.0f64 * 100.0)).abs() < 1e-12, "{per}");
@@ -268,4 +270,26 @@ fn discrete_gaussian_noise_trains_is_accounted_through_zcdp_and_reproduces() {
         .validate()
         .unwrap_err();
     assert!(e.to_string().contains("privacy.conversion"), "{e}");
+}
+
+/// Issue "privacy round 2", item 9: two processes continuing one run drew independent noise and
+/// left two noisy versions of a step. The second is refused, naming the holder; the lock goes
+/// with the first.
+#[test]
+fn a_second_trainer_on_one_run_folder_is_refused_while_the_first_holds_it() {
+    use dpgd::train::{RunOptions, Silent, Trainer};
+    let dir = tempfile::tempdir().unwrap();
+    let privacy = "method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
+    let text = fixture_config("lock", "logistic", (200, 50), privacy, "lr = 1.0\nseed = 1");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = dpgd::data::Dataset::load(&fixture_dir(), 10).unwrap();
+    let (mut a, mut b, mut c) = (Silent, Silent, Silent);
+    let first = Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut a).unwrap();
+    let Err(e) = Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut b) else {
+        panic!("a second trainer continued a run another one holds");
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("another process") && msg.contains(&format!("process {}", std::process::id())), "{msg}");
+    drop(first);
+    assert!(Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut c).is_ok());
 }

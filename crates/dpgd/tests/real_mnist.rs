@@ -31,6 +31,27 @@ fn the_files_are_mnist() {
     assert_eq!(d.default_normalize(), dpgd::data::Normalize::MNIST, "MNIST is recognised by its fingerprint");
 }
 
+/// Issue "privacy round 2", item 1: the default normalisation is published (config, model file,
+/// θ), so a training set and its neighbour — MNIST with one training image blanked — must give
+/// the same one. Before the fix MNIST was recognised by its *training* images' SHA-256 and the
+/// neighbour fell back to other statistics: (0.1307, 0.3081) against (0.13251, 0.31048).
+#[test]
+fn neighbouring_training_sets_publish_the_same_default_normalisation() {
+    use dpgd::data::{FILES, idx};
+    let d = Dataset::load(&mnist_dir(), 10).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = d.train.images.clone();
+    images[..784].iter_mut().for_each(|p| *p = 0);
+    let (n, t) = (d.train.len() as u32, d.test.len() as u32);
+    idx::write_gz(&dir.path().join(format!("{}.gz", FILES[0])), &[n, 28, 28], &images).unwrap();
+    idx::write_gz(&dir.path().join(format!("{}.gz", FILES[1])), &[n], &d.train.labels).unwrap();
+    idx::write_gz(&dir.path().join(format!("{}.gz", FILES[2])), &[t, 28, 28], &d.test.images).unwrap();
+    idx::write_gz(&dir.path().join(format!("{}.gz", FILES[3])), &[t], &d.test.labels).unwrap();
+    let neighbour = Dataset::load(dir.path(), 10).unwrap();
+    assert_ne!(neighbour.fingerprints()[0], d.fingerprints()[0], "the training images differ");
+    assert_eq!(neighbour.default_normalize(), d.default_normalize());
+}
+
 /// Plain and filtered private GD learn real digits on a 2,000-example subset at ε = 8.
 #[test]
 fn plain_and_filtered_gd_learn_real_digits() {

@@ -17,7 +17,7 @@ pub(crate) enum AccountCommand {
     Convert(ConvertArgs),
     /// The largest zCDP ρ that gives a target (ε, δ) under a conversion.
     MaxRho(MaxRhoArgs),
-    /// Noise multiplier σ for private GD with filtering (001 Alg. 3) to meet a target (ε, δ).
+    /// Noise multiplier σ for private GD with filtering (Feldman & Zrnic 2021, Alg. 3) to meet a target (ε, δ).
     Calibrate(CalibrateArgs),
     /// ε of private GD with filtering for a given σ and worst-case steps, under every conversion.
     Budget(BudgetArgs),
@@ -143,8 +143,9 @@ pub(crate) struct ConvertArgs {
     /// Target δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
-    /// bun-steinke, cks or gaussian-exact. Default: gaussian-exact (for --zcdp it assumes ρ
-    /// comes from Gaussian mechanisms, μ = √(2ρ)), except cks for --pure, where it is invalid.
+    /// bun-steinke, cks or gaussian-exact. Default: gaussian-exact for --gdp (exact there); cks
+    /// for --zcdp and --pure (gaussian-exact holds for --zcdp only when ρ comes from
+    /// continuous Gaussian mechanisms, μ = √(2ρ): ask for it explicitly; it is invalid for --pure).
     #[arg(long)]
     method: Option<Conversion>,
     /// Print exactly one JSON object on stdout.
@@ -338,13 +339,25 @@ fn convert(a: &ConvertArgs) -> Result<Value> {
         };
         out[source] = json!(g.zcdp.or(g.pure));
         out["rho"] = json!(zcdp.rho());
-        let method = a.method.unwrap_or(if source == "pure" { Conversion::Cks } else { Conversion::GaussianExact });
+        let method = a.method.unwrap_or(Conversion::Cks);
         out["method"] = json!(method.name());
-        if method == Conversion::GaussianExact {
-            out["assumes"] = json!("the zCDP guarantee comes from Gaussian mechanisms (mu = sqrt(2 rho))");
+        let converted = if method == Conversion::GaussianExact {
+            out["assumes"] = json!("the zCDP guarantee comes from continuous Gaussian mechanisms (mu = sqrt(2 rho))");
             GaussianDp::from_gaussian_zcdp(zcdp).epsilon(a.delta, method)?
         } else {
             zcdp.epsilon(a.delta, method)?
+        };
+        match g.pure {
+            // ε-DP is (ε, δ)-DP for every δ: the conversion only helps when it is smaller.
+            Some(eps) if eps <= converted => {
+                out["method"] = json!("pure");
+                out["note"] = json!(format!(
+                    "pure epsilon-DP is (epsilon, delta)-DP for every delta; the {} conversion gives {converted}",
+                    method.name()
+                ));
+                eps
+            }
+            _ => converted,
         }
     };
     if !epsilon.is_finite() {

@@ -8,10 +8,10 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 use dpgd::arch::Preset;
-use dpgd::clip::NonFinitePolicy;
+use dpgd::clip::{NonFinitePolicy, SumGrid};
 use dpgd::data::{Dataset, Normalize};
-use dpgd::noise::NoiseSeed;
 use dpgd::noise::Stream;
+use dpgd::noise::{NoiseSampler, NoiseSeed};
 use dpgd::per_example::Network;
 use dpgd::train::step::{Aggregation, GradientPlan, apply_update};
 use dpgd_accounting::filter::IndividualFilter;
@@ -57,15 +57,17 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
     // A budget no example exhausts, so every step does the full work.
     let mut ledger = IndividualFilter::new(train.len(), 1e12)?;
-    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid: None };
     let n = train.len();
+    let grid = SumGrid::fixed_point(1.0, n)?;
+    let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let plan = GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads as usize).build()?;
     let mut times = Vec::new();
     for rep in 0..=reps {
         let t0 = Instant::now();
         let (sum, _) = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
-        apply_update(&mut theta, sum, 1.0, 0.1, n, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?)?;
+        let noise = (NoiseSampler::Gaussian, 1.0);
+        apply_update(&mut theta, sum, noise, 0.1, n, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?)?;
         let dt = t0.elapsed().as_secs_f64();
         eprintln!("step {rep}{}: {dt:.3} s", if rep == 0 { " (warm-up)" } else { "" });
         if rep > 0 {

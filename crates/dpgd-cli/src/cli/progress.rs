@@ -2,6 +2,8 @@
 //! it is not (nohup, Slurm, CI), and the run's end summary.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dpgd::sweep::{PlannedRun, SweepObserver};
@@ -44,10 +46,16 @@ pub(crate) struct RunProgress {
     first_step: usize,
     skipped: usize,
     prefix: String,
+    /// Set once the NOT PRIVATE sentence was printed (shared by a sweep's runs: once per sweep).
+    said_not_private: Arc<AtomicBool>,
 }
 
 impl RunProgress {
     pub(crate) fn new(mode: Mode, multi: Option<&MultiProgress>, prefix: String) -> Self {
+        Self::sharing(mode, multi, prefix, Arc::new(AtomicBool::new(false)))
+    }
+
+    fn sharing(mode: Mode, multi: Option<&MultiProgress>, prefix: String, said: Arc<AtomicBool>) -> Self {
         let bar = match mode {
             Mode::Bar => {
                 let bar = ProgressBar::new(0);
@@ -64,7 +72,16 @@ impl RunProgress {
             }
             _ => ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::hidden()),
         };
-        Self { mode, bar, started: Instant::now(), last_line: None, first_step: 0, skipped: 0, prefix }
+        Self {
+            mode,
+            bar,
+            started: Instant::now(),
+            last_line: None,
+            first_step: 0,
+            skipped: 0,
+            prefix,
+            said_not_private: said,
+        }
     }
 
     fn say(&self, line: &str) {
@@ -111,9 +128,11 @@ impl Observer for RunProgress {
             return;
         }
         let sigma = info.sigma.map_or(String::new(), |s| format!(", sigma = {s:.4}"));
+        // The reasons follow in the warning; here only the verdict.
+        let guarantee = if info.guarantee.starts_with("NOT PRIVATE") { "NOT PRIVATE" } else { &info.guarantee };
         self.say(&format!(
-            "{}: {what} on {} examples, k = {}, up to {} steps{sigma}; {}",
-            info.name, info.examples, info.worst_case_steps, info.max_steps, info.guarantee
+            "{}: {what} on {} examples, k = {}, up to {} steps{sigma}; {guarantee}",
+            info.name, info.examples, info.worst_case_steps, info.max_steps
         ));
         self.say(&format!("noise: {}", info.noise));
         if info.resumed_after > 0 {
@@ -133,21 +152,35 @@ impl Observer for RunProgress {
             let done = r.step.saturating_sub(self.first_step).max(1) as f64;
             let per_step = self.started.elapsed().as_secs_f64() / done;
             let eta = per_step * r.max_steps.saturating_sub(r.step) as f64;
-            eprintln!("{}step {}/{} {} ETA {}", self.prefix, r.step, r.max_steps, message(r), duration(eta));
+            // The ETA tracks how many examples still train: the operator's, not for a published log.
+            eprintln!(
+                "{}step {}/{} {} | confidential: ETA {}",
+                self.prefix,
+                r.step,
+                r.max_steps,
+                message(r),
+                duration(eta)
+            );
         }
     }
 
     fn warning(&mut self, w: &Warning) {
         let line = match w {
-            Warning::NotPrivate(why) => format!("WARNING: this run is NOT PRIVATE: {}", why.join("; ")),
+            Warning::NotPrivate(why) => {
+                if self.said_not_private.swap(true, Ordering::Relaxed) {
+                    return;
+                }
+                format!("WARNING: this run is NOT PRIVATE: {}", why.join("; "))
+            }
             Warning::NonFiniteSkipped { step, count } => {
                 self.skipped += count;
                 if self.skipped > *count {
                     return;
                 }
                 format!(
-                    "warning: step {step}: {count} example(s) had a non-finite gradient and were skipped (charged, \
-                     contributing nothing); further skips are counted in confidential/steps.jsonl"
+                    "warning (confidential: an exact count on training data): step {step}: {count} example(s) had a \
+                     non-finite gradient and were skipped (charged, contributing nothing); further skips are counted \
+                     in confidential/steps.jsonl"
                 )
             }
             Warning::ActiveCollapsed { step, count, examples, returns_best } => format!(
@@ -168,7 +201,7 @@ impl Observer for RunProgress {
         self.bar.finish_and_clear();
         let took = duration(self.started.elapsed().as_secs_f64());
         self.say(&format!(
-            "done in {took}: {} steps; returned model of step {}: test accuracy {:.2}%",
+            "done: {} steps; returned model of step {}: test accuracy {:.2}%",
             f.steps,
             f.selected_step,
             100.0 * f.test_accuracy
@@ -177,15 +210,24 @@ impl Observer for RunProgress {
             let kept = f.active_after_k.map_or(String::new(), |(step, n)| {
                 format!("; ~{n:.0} of {} examples (noisy count) were still training at step {step}", f.examples)
             });
+            // Two models near chance level (a diverged run) differ by noise: no gain is claimed.
+            let chance = 1.0 / f.classes.max(1) as f64;
+            let gain = if f.test_accuracy.max(at_k) < 2.0 * chance {
+                "both near chance level: the run did not learn (lower train.lr?), so no gain is claimed".to_string()
+            } else {
+                format!("{:+.2} points", 100.0 * (f.test_accuracy - at_k))
+            };
             self.say(&format!(
-                "plain private GD at step k = {} (same sigma): {:.2}%; with individual filtering: {:.2}% ({:+.2} points){kept}",
+                "plain private GD at step k = {} (same sigma): {:.2}%; with individual filtering: {:.2}% ({gain}){kept}",
                 f.worst_case_steps,
                 100.0 * at_k,
                 100.0 * f.test_accuracy,
-                100.0 * (f.test_accuracy - at_k)
             ));
         }
-        self.say(&f.guarantee);
+        let guarantee = if f.guarantee.starts_with("NOT PRIVATE") { "NOT PRIVATE (see above)" } else { &f.guarantee };
+        self.say(guarantee);
+        // Wall time tracks how many examples are still training: the operator's only.
+        self.say(&format!("confidential (operator only, do not publish): wall time {took}"));
     }
 }
 
@@ -203,6 +245,7 @@ pub(crate) struct SweepProgress {
     mode: Mode,
     multi: MultiProgress,
     overall: ProgressBar,
+    said_not_private: Arc<AtomicBool>,
 }
 
 impl SweepProgress {
@@ -214,7 +257,7 @@ impl SweepProgress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
-        Self { mode, multi, overall }
+        Self { mode, multi, overall, said_not_private: Arc::new(AtomicBool::new(false)) }
     }
 
     pub(crate) fn finish(&self) {
@@ -233,7 +276,8 @@ impl SweepObserver for SweepProgress {
 
     fn run_observer(&self, run: &PlannedRun) -> Box<dyn Observer + Send + '_> {
         let mode = if self.mode == Mode::Lines { Mode::Lines } else { self.mode };
-        Box::new(RunProgress::new(mode, Some(&self.multi), format!("[{}] ", run.id)))
+        let said = Arc::clone(&self.said_not_private);
+        Box::new(RunProgress::sharing(mode, Some(&self.multi), format!("[{}] ", run.id), said))
     }
 
     fn run_done(&self, run: &PlannedRun) {

@@ -72,6 +72,9 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
     };
     let cfg = TrainConfig::from_file(&config_path, &overrides)?.validate()?;
+    if a.resume.is_none() {
+        warn_if_loosened(&config_path, &cfg);
+    }
     if RunFolder::new(&dir).is_finished() {
         eprintln!(
             "{} is finished already; its results are in {}",
@@ -81,6 +84,17 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         return Ok(());
     }
     let data = load_or_fetch(&cfg.config().data.dir, cfg.model().classes)?;
+    // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
+    // safe) and says how to continue.
+    let hint = dir.clone();
+    ctrlc::set_handler(move || {
+        eprintln!(
+            "\ninterrupted: every completed step is saved; continue with `dpgd train --resume {}`",
+            hint.display()
+        );
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")?;
     let mut progress = RunProgress::new(Mode::detect(a.quiet), None, String::new());
     let summary =
         run(&cfg, &data, &dir, &RunOptions { stop_after: a.stop_after, ..Default::default() }, &mut progress)?;
@@ -95,6 +109,27 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     }
     println!("{}", summary.dir.display());
     Ok(())
+}
+
+/// Says loudly when the command line weakens the guarantee the config file asks for (a larger
+/// ε or δ), e.g. `--set privacy.sigma=5` replacing a file's ε = 0.3 by ε = 6.
+fn warn_if_loosened(path: &Path, cfg: &dpgd::train::ValidConfig) {
+    let Ok(file) = TrainConfig::from_file(path, &[]).and_then(|f| f.validate()) else { return };
+    let (was, now) = (file.epsilon(), cfg.epsilon());
+    let (was_delta, now_delta) = (file.config().privacy.delta, cfg.config().privacy.delta);
+    let looser_eps = matches!((was, now), (Some(w), Some(n)) if n > w * (1.0 + 1e-9));
+    if looser_eps || now_delta > was_delta || (was.is_some() && now.is_none()) {
+        let show = |e: Option<f64>, d: f64| {
+            let d = if d < 1e-3 { format!("{d:e}") } else { d.to_string() };
+            e.map_or("not private".to_string(), |e| format!("({}, {d})-DP", dpgd::train::significant(e)))
+        };
+        eprintln!(
+            "WARNING: the command line loosens the privacy of {}: the file asks for {}, this run is {}",
+            path.display(),
+            show(was, was_delta),
+            show(now, now_delta)
+        );
+    }
 }
 
 /// Loads the dataset; a missing `datasets/<known name>` folder is filled by the dataset step first.

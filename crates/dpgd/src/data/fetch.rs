@@ -38,7 +38,8 @@ pub struct Known {
     pub mirrors: &'static [&'static str],
     /// Expected SHA-256 of the uncompressed files, when published.
     pub sha256: Option<&'static [(&'static str, &'static str); 4]>,
-    /// Its normalisation (computed from its public test split, never from training data).
+    /// Its normalisation: a public constant (MNIST's from the literature, Fashion-MNIST's from
+    /// its public test split), never computed from the training data a run uses.
     pub normalize: Normalize,
 }
 
@@ -102,15 +103,29 @@ pub fn fetch(name: &str, dest: &Path, from: Option<&Path>) -> Result<Vec<Fetched
         }
         let target = dest.join(format!("{stem}.gz"));
         let source = copy_local(known, from, stem, &target, expected).or_else(|local_err| {
-            download(known, stem, &target, expected).map_err(|net_err| Error::Data {
+            let local_err = message_of(local_err);
+            download(known, stem, &target, expected).map_err(message_of).map_err(|net_err| Error::Data {
                 path: target.clone(),
-                message: format!("no usable copy: {local_err}; and no mirror worked: {net_err}"),
+                message: format!(
+                    "{stem} of {name}: no local copy ({local_err}) and no mirror answered ({net_err}). Without \
+                     internet, use a copy you have: `dpgd data fetch {name} --from DIR` (DIR holding the four IDX \
+                     files, .gz or not), or set {LOCAL_DATASETS_VAR}=FOLDER where FOLDER/{name}/ holds them",
+                    name = known.name
+                ),
             })
         })?;
         out.push(Fetched { path: target, source, verified: expected.is_some() });
     }
     Dataset::load(dest, 10)?;
     Ok(out)
+}
+
+/// An error's message without the path [`Error::Data`] puts before it (the caller names it once).
+fn message_of(e: Error) -> String {
+    match e {
+        Error::Data { message, .. } => message,
+        other => other.to_string(),
+    }
 }
 
 /// Checks one file: its uncompressed SHA-256 (if `expected`) and that it parses as IDX.

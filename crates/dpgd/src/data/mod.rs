@@ -31,7 +31,9 @@ fn mnist_std() -> f32 {
 }
 
 impl Normalize {
-    /// MNIST's (0.1307, 0.3081).
+    /// MNIST's (0.1307, 0.3081): the pixel mean and std of MNIST's *training* split
+    /// (0.13066, 0.30811), as published with the Opacus and PyTorch MNIST examples — a public
+    /// constant of the literature, never recomputed from the data a run trains on.
     pub const MNIST: Normalize = Normalize { mean: 0.1307, std: 0.3081 };
 }
 
@@ -231,23 +233,13 @@ impl Dataset {
         Ok(Self { train, test, dir: dir.into(), fingerprints })
     }
 
-    /// The normalisation to use when the config gives none: a known dataset's own (recognised
-    /// by the SHA-256 of its training images), else the mean and std of the *test* split's
-    /// pixels — public data, so nothing about the training set is released by the choice.
+    /// The normalisation to use when the config gives none, chosen from the *test* split only
+    /// ([`public_normalize`]): nothing about the training data may choose it, since it is
+    /// published (config, model file, θ) and two neighbouring training sets must give the same.
     #[must_use]
     pub fn default_normalize(&self) -> Normalize {
-        let train_images = self.fingerprints.first().map(|f| f.sha256.as_str());
-        let known = fetch::KNOWN.iter().find(|k| {
-            k.sha256.is_some_and(|h| h.iter().any(|(stem, sha)| *stem == FILES[0] && Some(*sha) == train_images))
-        });
-        if let Some(k) = known {
-            return k.normalize;
-        }
-        let n = self.test.images.len().max(1) as f64;
-        let mean = self.test.images.iter().map(|&p| f64::from(p)).sum::<f64>() / (255.0 * n);
-        let var = self.test.images.iter().map(|&p| (f64::from(p) / 255.0 - mean).powi(2)).sum::<f64>() / n;
-        let std = var.sqrt();
-        Normalize { mean: mean as f32, std: if std > 1e-6 { std as f32 } else { 1.0 } }
+        let test_images = self.fingerprints.iter().find(|f| f.file.starts_with(FILES[2])).map(|f| f.sha256.as_str());
+        public_normalize(&self.test, test_images)
     }
 
     /// The SHA-256 fingerprints of the four files, training images first.
@@ -255,6 +247,26 @@ impl Dataset {
     pub fn fingerprints(&self) -> &[Fingerprint] {
         &self.fingerprints
     }
+}
+
+/// The default normalisation, a function of public data only — the test split and the SHA-256
+/// of its images file — and never of the training split (which it cannot see): a known
+/// dataset's published constants ([`fetch::KNOWN`]) when the test images are that dataset's,
+/// else the mean and std of the test split's pixels (std 1 for a constant split). dpgd treats
+/// the test split as public: test accuracy is released without noise.
+#[must_use]
+pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Normalize {
+    let known = fetch::KNOWN.iter().find(|k| {
+        k.sha256.is_some_and(|h| h.iter().any(|(stem, sha)| *stem == FILES[2] && Some(*sha) == test_images_sha256))
+    });
+    if let Some(k) = known {
+        return k.normalize;
+    }
+    let n = test.images.len().max(1) as f64;
+    let mean = test.images.iter().map(|&p| f64::from(p)).sum::<f64>() / (255.0 * n);
+    let var = test.images.iter().map(|&p| (f64::from(p) / 255.0 - mean).powi(2)).sum::<f64>() / n;
+    let std = var.sqrt();
+    Normalize { mean: mean as f32, std: if std > 1e-6 { std as f32 } else { 1.0 } }
 }
 
 /// The SHA-256 of one dataset file's uncompressed content.

@@ -69,8 +69,28 @@ pub fn save(net: &Network, theta: &[f32], normalize: Normalize, path: &Path) -> 
     meta.insert("format".to_string(), "pt".to_string());
     meta.insert("dpgd.architecture".to_string(), serde_json::to_string(net.spec()).map_err(|e| bad(&e))?);
     meta.insert("dpgd.normalize".to_string(), serde_json::to_string(&normalize).map_err(|e| bad(&e))?);
-    let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| bad(&e))?;
+    let mut bytes = safetensors::serialize(views, Some(meta)).map_err(|e| bad(&e))?;
+    canonical_header(&mut bytes).map_err(|e| bad(&e))?;
     crate::train::state::atomic_write(path, &bytes)
+}
+
+/// Rewrites a safetensors file's JSON header with its keys sorted, in place, so that the same
+/// model always gives the same bytes (and published checksums agree): `safetensors` writes its
+/// metadata from a `HashMap`, in a random order. The header keeps its length (the same JSON,
+/// reordered, padded with spaces as the format allows), so no offset changes.
+fn canonical_header(bytes: &mut [u8]) -> std::result::Result<(), String> {
+    let len_bytes: [u8; 8] = bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or("no header length")?;
+    let len = usize::try_from(u64::from_le_bytes(len_bytes)).map_err(|e| e.to_string())?;
+    let header = bytes.get_mut(8..8 + len).ok_or("header longer than the file")?;
+    // serde_json's default map is a BTreeMap: parsing and printing sorts every object's keys.
+    let value: serde_json::Value = serde_json::from_slice(header).map_err(|e| e.to_string())?;
+    let sorted = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
+    if sorted.len() > len {
+        return Err(format!("the sorted header ({} bytes) is longer than the original ({len})", sorted.len()));
+    }
+    header[..sorted.len()].copy_from_slice(&sorted);
+    header[sorted.len()..].fill(b' ');
+    Ok(())
 }
 
 /// Reads a model written by [`save`], checking its architecture and every tensor's name and
@@ -128,5 +148,22 @@ mod tests {
         assert_eq!((m.net, m.theta, m.normalize), (net, theta, norm));
         std::fs::write(&path, b"not a model").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("model.safetensors"));
+    }
+
+    /// Issue "privacy round 2", item 12: two saves of one model are byte-identical (the
+    /// metadata came from a `HashMap` in random order, so published checksums differed).
+    #[test]
+    fn the_same_model_gives_the_same_bytes() {
+        let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
+        let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(2));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let mut first = None;
+        for _ in 0..12 {
+            save(&net, &theta, Normalize::MNIST, &path).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(first.get_or_insert_with(|| bytes.clone()), &bytes, "two saves of one model differ");
+        }
+        assert_eq!(load(&path).unwrap().theta, theta);
     }
 }

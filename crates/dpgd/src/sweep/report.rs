@@ -182,9 +182,17 @@ pub fn report(dir: &Path) -> Result<String> {
             eps,
         );
     }
+    out += POOLED_NOTE;
     plot(dir, &groups)?;
     Ok(out)
 }
+
+/// What the table's pooled numbers cost, printed under it.
+const POOLED_NOTE: &str = "\n_epsilon_ is each run's own guarantee. A row pooled over r runs on the same training data \
+    uses r models, each (epsilon, delta)-DP: the row as a whole is covered only by their composition (basic \
+    composition: (r·epsilon, r·delta); for Gaussian noise sqrt(r)·mu in Gaussian DP). Choosing hyperparameters by \
+    comparing rows measured on the training data, or on a test set you then report, is a release no run accounts \
+    for (Papernot & Steinke 2022): the guarantee covers a run whose settings were fixed in advance.\n";
 
 /// `mean ± std`, or just the value for a single run.
 fn pm(s: Option<(f64, f64, usize)>, digits: usize) -> String {

@@ -462,6 +462,8 @@ impl TrainConfig {
                 format!("{} threads is more than {MAX_THREADS}; use 0 for all cores", self.train.threads),
             ));
         }
+        // Its backend must be compiled in: found now, not when the finished run is saved.
+        self.train.device.device()?;
         let max_steps = self.max_steps()?;
         let releases = self.scheduled_releases(max_steps)?;
         let privacy = match p.method {
@@ -809,7 +811,13 @@ fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -
         Some(m) => m,
         None => key,
     };
-    let place = if overrides.iter().any(|o| o.key() == key) {
+    // An override is to blame when it set this key (by its old name too) or a key under it (a
+    // misspelt section: `privcy.epsilon` gives an unknown field `privcy`).
+    let set_here = |o: &Override| {
+        let k = canonical_key(o.key().trim());
+        k == key || k.starts_with(&format!("{key}."))
+    };
+    let place = if overrides.iter().any(set_here) {
         SET_ON_COMMAND_LINE.to_string()
     } else {
         line_of(text, &key).map_or(String::new(), |l| format!(" (line {l})"))

@@ -2,10 +2,10 @@
 //!
 //! ```text
 //! runs/<name>/
-//!   publishable/    model.bpk model.json config.toml privacy.json result.json
+//!   publishable/    model.safetensors model.bpk model.json config.toml privacy.json result.json
 //!                   metrics.csv metrics.jsonl accuracy.png
 //!   confidential/   state.bin steps.jsonl diagnostics.json budget.json budget.png
-//!                   resumes.jsonl
+//!                   resumes.jsonl run.lock
 //! ```
 //!
 //! `publishable/` holds only the model, the configuration, the privacy report, and numbers that
@@ -42,7 +42,7 @@ const CONFIDENTIAL_README: &str = "\
 CONFIDENTIAL to the operator of a dpgd run. Do not publish anything in this folder.
 
 It holds the training state (parameters and every training example's spent privacy budget), exact
-counts, losses and per-step timings on the training data. None of it is covered by the run's privacy
+counts, losses and per-step timings on the training data, and run.lock (the process training the run). None of it is covered by the run's privacy
 guarantee: step times, for example, track how many examples are still training.
 ";
 
@@ -154,6 +154,75 @@ impl RunFolder {
         self.config().is_file() || self.state().is_file()
     }
 
+    /// `confidential/run.lock`: held by the process training the run.
+    #[must_use]
+    pub fn lock_file(&self) -> PathBuf {
+        self.confidential().join("run.lock")
+    }
+
+    /// Takes the folder's exclusive lock for this process, for as long as the returned guard
+    /// lives: two processes training one run would continue it with independent noise and
+    /// leave two noisy versions of a step. The lock is the operating system's (`flock`), so a
+    /// process that dies, however it dies, releases it.
+    ///
+    /// # Errors
+    /// [`Error::RunState`] naming the holder (its process id and start time) when another
+    /// process holds the lock; an I/O error naming the lock file.
+    pub fn lock(&self) -> Result<RunLock> {
+        let path = self.lock_file();
+        let dir = self.confidential();
+        std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(Error::io(&path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+                let holder = holder.trim();
+                return Err(Error::RunState {
+                    path: self.root.clone(),
+                    message: format!(
+                        "another process is training this run ({}); wait for it to end or stop it, then resume",
+                        if holder.is_empty() { "holder unknown" } else { holder }
+                    ),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path)(e)),
+        }
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let holder = format!("process {} since unix time {since}\n", std::process::id());
+        file.set_len(0).map_err(Error::io(&path))?;
+        std::io::Write::write_all(&mut file, holder.as_bytes()).map_err(Error::io(&path))?;
+        self.remove_orphaned_temporaries();
+        Ok(RunLock { _file: file })
+    }
+
+    /// Removes the temporary files (`NAME.PID.K.tmp`, see `atomic_write`) that processes which
+    /// no longer run left behind when they were killed mid-write. Linux only (it asks `/proc`
+    /// whether a process runs); elsewhere they stay, harmless.
+    fn remove_orphaned_temporaries(&self) {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        for dir in [self.publishable(), self.confidential()] {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(stem) = name.strip_suffix(".tmp") else { continue };
+                let pid = stem.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+                if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
     /// Creates both halves, each with a README saying what it is.
     ///
     /// # Errors
@@ -165,6 +234,12 @@ impl RunFolder {
         }
         Ok(())
     }
+}
+
+/// The exclusive lock on a run folder ([`RunFolder::lock`]), released when dropped.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
 }
 
 /// The released and confidential per-step records of a run, kept in memory and written whole

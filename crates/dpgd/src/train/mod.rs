@@ -21,4 +21,5 @@ pub use config::{
 };
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
+pub use privacy::significant;
 pub use trainer::{RunOptions, RunSummary, Trainer, read_json, run};

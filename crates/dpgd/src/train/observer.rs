@@ -72,6 +72,8 @@ pub struct FinishInfo {
     pub worst_case_steps: usize,
     /// The guarantee line, as in [`StartInfo::guarantee`].
     pub guarantee: String,
+    /// Number of classes (chance level is 1/classes).
+    pub classes: usize,
 }
 
 /// Something the operator should know.

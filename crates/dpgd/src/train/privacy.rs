@@ -22,7 +22,7 @@ use crate::accounting::session::{Mechanism, PrivacySession};
 use crate::accounting::{Conversion, GaussianDp, Neighbours, PrivateGd, ToApproxDp, Zcdp};
 use crate::clip::NonFinitePolicy;
 use crate::error::{Error, Result};
-use crate::noise::{NoiseSampler, NoiseSeed, Stream, add_gaussian};
+use crate::noise::{NoiseSampler, NoiseSeed, Stream, gaussian};
 
 /// The run's session: its filter, the training mechanism and the scheduled releases.
 pub struct RunSession {
@@ -94,15 +94,7 @@ impl RunSession {
                 NoiseSampler::DiscreteGaussian => Some(DiscreteGaussian::new(r.sigma)?),
                 NoiseSampler::Gaussian => None,
             };
-            let noisy = m.query(*cost, || match &discrete {
-                // A count is an integer: exact discrete-Gaussian noise keeps it on the integers.
-                Some(d) => (exact(r.kind).round() as i64).saturating_add(d.sample(&mut rng)) as f64,
-                None => {
-                    let mut v = [exact(r.kind) as f32];
-                    add_gaussian(&mut v, r.sigma, &mut rng);
-                    f64::from(v[0])
-                }
-            })?;
+            let noisy = m.query(*cost, || noisy_count(exact(r.kind), r.sigma, discrete.as_ref(), &mut rng))?;
             out.push((r.kind, noisy));
         }
         Ok(out)
@@ -123,6 +115,23 @@ impl RunSession {
             *e = crate::accounting::numeric::add_up(*e, c.cost.rho());
         }
         out
+    }
+}
+
+/// A count with noise of std `sigma` added: exact discrete-Gaussian noise on the integers, or
+/// Gaussian noise added in f64 to the exact count. (Counts are below 2⁵³, so exact in f64; an
+/// f32 count would round neighbouring counts above 2²⁴ up to 2 apart and double the
+/// sensitivity.)
+#[must_use]
+pub fn noisy_count(
+    exact: f64,
+    sigma: f64,
+    discrete: Option<&DiscreteGaussian>,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> f64 {
+    match discrete {
+        Some(d) => (exact.round() as i64).saturating_add(d.sample(rng)) as f64,
+        None => exact + gaussian(sigma, rng),
     }
 }
 
@@ -193,6 +202,8 @@ pub struct NoiseReport {
     pub seed: Option<u64>,
     /// The generator, in words.
     pub source: String,
+    /// What floating point does to the noise and the sum it is added to.
+    pub floating_point: String,
 }
 
 /// The accounting of a run's configuration.
@@ -208,8 +219,11 @@ pub struct Accounting {
     pub rho: f64,
     /// The whole run's Gaussian-DP μ (the continuous Gaussian only).
     pub mu: Option<f64>,
-    /// What the guarantee rests on, with citations.
+    /// What the guarantee rests on, with citations, in one paragraph.
     pub guarantee: String,
+    /// What each printed number rests on (theorem and assumptions), by field: `epsilon`, `mu`,
+    /// `rho`, `sensitivity`.
+    pub rests_on: BTreeMap<String, String>,
     /// The training mechanism.
     pub training: TrainingReport,
     /// Every scheduled release.
@@ -282,6 +296,23 @@ pub struct LedgerReport {
     pub unit: String,
 }
 
+/// `x` to four significant digits, for display (never "0.0000" for a small ε): `0.3`, `6.094`,
+/// `1.000e-6`. Rounded to nearest; the files carry the exact value.
+#[must_use]
+pub fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return x.to_string();
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    if (-4..4).contains(&magnitude) {
+        let decimals = usize::try_from(3 - magnitude).unwrap_or(0);
+        let s = format!("{x:.decimals$}");
+        if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
 /// The one-line guarantee of `cfg` (or why it is not private).
 #[must_use]
 pub fn summary(cfg: &ValidConfig) -> String {
@@ -292,7 +323,7 @@ pub fn summary(cfg: &ValidConfig) -> String {
     }
     format!(
         "({}, {})-DP via {} under {} neighbours",
-        cfg.epsilon().map_or("?".into(), |e| format!("{e:.4}")),
+        cfg.epsilon().map_or("?".into(), significant),
         if p.delta < 1e-3 { format!("{:e}", p.delta) } else { p.delta.to_string() },
         p.conversion,
         p.neighbours
@@ -333,6 +364,7 @@ pub fn report(
             seeded: seed.is_fixed(),
             seed: c.train.seed,
             source: format!("{}; {}", p.noise.describe(), seed.describe()),
+            floating_point: floating_point_note(p.noise),
         },
         accounting,
         ledger: LedgerReport {
@@ -347,6 +379,86 @@ pub fn report(
                              guarantee protects"
             .into(),
     })
+}
+
+/// The guarantee in one paragraph: which filter over which sequence.
+fn guarantee_text(gaussian: bool, sensitivity: f64) -> String {
+    let s = if sensitivity == 1.0 { String::new() } else { "2 ".into() };
+    if gaussian {
+        format!(
+            "the run — its training steps and its noisy count releases, interleaved — is mu-GDP: each step adds \
+             N(0, sigma^2 C^2) to a sum in which example i moves by at most what its ledger was charged, and the \
+             ledger stops each example at {s}sqrt(B_norm)/(sigma C) in total (an individual Gaussian-DP filter: \
+             Koskela, Tobaben & Honkela 2023, on the fully adaptive composition of Gaussian DP of Smith & Thakurta \
+             2022); each count of noise std s is 1/s-GDP; so mu = sqrt(mu_training^2 + sum of (1/s)^2), converted \
+             to (epsilon, delta) by the exact GDP curve (Dong, Roth & Su 2019, Cor. 2.13). The same run is \
+             rho-zCDP (Feldman & Zrnic 2021, Prop. 5.1 and Remark 4.4), under concurrent composition of its \
+             mechanisms (Haney et al. 2023)"
+        )
+    } else {
+        format!(
+            "the run — its training steps and its noisy count releases, interleaved — is rho-zCDP: training is \
+             {}B_norm/(2 sigma^2 C^2)-zCDP whatever the number of steps (Feldman & Zrnic 2021, Prop. 5.1, with the \
+             discrete Gaussian's zCDP bound of Canonne, Kamath & Steinke 2020), each count of noise std s is \
+             1/(2 s^2)-zCDP, all composed in one zCDP filter (Feldman & Zrnic 2021, Remark 4.4) under concurrent \
+             composition (Haney et al. 2023); converted to (epsilon, delta) by the chosen zCDP conversion",
+            if sensitivity == 1.0 { "" } else { "4 " }
+        )
+    }
+}
+
+/// What each number in [`Accounting`] rests on.
+fn rests_on(cfg: &ValidConfig, gaussian: bool, sensitivity: f64) -> BTreeMap<String, String> {
+    let p = &cfg.config().privacy;
+    let mut m = BTreeMap::new();
+    m.insert(
+        "sensitivity".into(),
+        format!(
+            "{}C per step in the arithmetic the computer does: each clipped row is rounded onto an integer grid and \
+             summed exactly, so a neighbour moves the sum by exactly its own rounded row, whose norm is at most \
+             sqrt(charged); under {} neighbours; n is public",
+            if sensitivity == 1.0 { "" } else { "2" },
+            p.neighbours
+        ),
+    );
+    m.insert(
+        "rho".into(),
+        "Feldman & Zrnic 2021, Prop. 5.1 (training) and Remark 4.4 (the zCDP filter over training and counts); \
+         Bun & Steinke 2016 for each Gaussian count"
+            .into(),
+    );
+    if gaussian {
+        m.insert(
+            "mu".into(),
+            "an individual Gaussian-DP filter over the interleaved steps and counts (Koskela, Tobaben & Honkela \
+             2023; Smith & Thakurta 2022): sum of squared per-release mu at most the budget"
+                .into(),
+        );
+    }
+    let epsilon = match (gaussian, p.conversion) {
+        (true, Conversion::GaussianExact) => {
+            "mu through the exact (epsilon, delta) curve of Gaussian DP (Dong, Roth & \
+                                              Su 2019, Cor. 2.13), rounded up"
+                .to_string()
+        }
+        (_, c) => format!("rho through the {c} conversion of zCDP to (epsilon, delta), rounded up"),
+    };
+    m.insert("epsilon".into(), epsilon);
+    m
+}
+
+/// The floating-point caveat of the sampler, for `privacy.json`.
+fn floating_point_note(sampler: NoiseSampler) -> String {
+    match sampler {
+        NoiseSampler::Gaussian => "the clipped sum is exact (integers on a grid, converted to f64 exactly), and \
+             Gaussian noise is sampled and added in f64: the low-order bits of floating-point Gaussian samples are \
+             not exactly Gaussian, which can leak beyond the stated epsilon (Mironov 2012; Jin et al. 2022); use \
+             privacy.noise = \"discrete-gaussian\" for noise that is exact"
+            .into(),
+        NoiseSampler::DiscreteGaussian => "exact: the clipped sum and the discrete Gaussian noise are integers on a \
+             grid (Canonne, Kamath & Steinke 2020); only the released update is rounded to f32, after the noise"
+            .into(),
+    }
 }
 
 fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run: usize) -> Result<Accounting> {
@@ -383,15 +495,8 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
         target_epsilon: p.epsilon,
         rho: g.to_zcdp().rho(),
         mu: gaussian.then_some(g.mu()),
-        guarantee: format!(
-            "training: {s2}B_norm/(2 sigma^2 C^2)-zCDP whatever the number of steps (Feldman & Zrnic 2021, Prop. 5.1) \
-             and, for Gaussian noise, {s}sqrt(B_norm)/(sigma C)-GDP by fully adaptive composition of Gaussian DP \
-             (Smith & Thakurta 2022; Koskela, Tobaben & Honkela 2023, Thm 4.3); each noisy count of std s is \
-             1/s-GDP; all composed in one zCDP filter (Feldman & Zrnic 2021, Remark 4.4) under concurrent \
-             composition (Haney et al. 2023)",
-            s2 = if sensitivity == 1.0 { String::new() } else { "4 ".into() },
-            s = if sensitivity == 1.0 { String::new() } else { "2 ".into() },
-        ),
+        guarantee: guarantee_text(gaussian, sensitivity),
+        rests_on: rests_on(cfg, gaussian, sensitivity),
         training: TrainingReport {
             sigma: run.sigma(),
             clip: p.clip,
@@ -411,4 +516,31 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
             note: "the guarantee is the budget: a data-dependent early stop does not lower it".into(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue "privacy round 2", item 3: a count released with noise must move by exactly what
+    /// its neighbour's count moves, however large. Counts became f32 before the noise was added:
+    /// above 2²⁴, neighbouring counts rounded up to 2 apart (4× the accounted ρ).
+    #[test]
+    fn neighbouring_counts_above_2_pow_24_stay_1_apart_with_the_same_noise() {
+        for c in (0..8).map(|k| 2f64.powi(24) + f64::from(k)).chain([2f64.powi(40) + 1.0]) {
+            let draw = |x: f64| noisy_count(x, 3.0, None, &mut NoiseSeed::Fixed(1).rng(Stream::update(1)).unwrap());
+            let moved = draw(c + 1.0) - draw(c);
+            assert!((moved - 1.0).abs() < 1e-6, "count {c}: neighbours released {moved} apart");
+        }
+    }
+
+    #[test]
+    fn epsilons_are_shown_to_four_significant_digits() {
+        for (x, want) in
+            [(0.3, "0.3"), (1.0000000000000002, "1"), (6.0937, "6.094"), (1e-6, "1.000e-6"), (0.00012344, "0.0001234")]
+        {
+            assert_eq!(significant(x), want, "{x}");
+        }
+        assert_eq!(significant(123_456.0), "1.235e5");
+    }
 }

@@ -245,9 +245,13 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A temporary name beside `path`, unique to this process and call: two writers of one file
+/// never share a temporary file.
 fn tmp_path(path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut name = path.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
-    name.push(".tmp");
+    name.push(format!(".{}.{k}.tmp", std::process::id()));
     path.with_file_name(name)
 }
 

@@ -8,12 +8,13 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use rayon::prelude::*;
 
+use super::config::{Method, ValidConfig};
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::clip::{BlockStats, NonFinitePolicy, axpy, clip_block, clip_block_grid};
+use crate::clip::{BlockStats, NonFinitePolicy, SumGrid, axpy, clip_block};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
-use crate::noise::add_gaussian;
+use crate::noise::{NoiseSampler, add_gaussian, gaussian};
 use crate::per_example::{Network, Workspace};
 
 /// How per-example gradients are combined.
@@ -25,18 +26,49 @@ pub enum Aggregation {
         clip: f64,
         /// Non-finite gradient policy.
         on_nonfinite: NonFinitePolicy,
-        /// For discrete-Gaussian noise: the grid step γ the clipped sum is rounded onto
-        /// ([`crate::clip::clip_block_grid`]); `None` for floating-point noise.
-        grid: Option<f64>,
+        /// The grid the clipped rows are rounded onto and summed on exactly
+        /// ([`crate::clip::clip_block`]).
+        grid: SumGrid,
     },
     /// The plain sum, no clipping, no ledger. NOT PRIVATE.
     UnclippedNonPrivate,
 }
 
-/// A clipped sum: in floating point, or on the grid of step `gamma` (integers in units of γ).
+impl Aggregation {
+    /// How a run of `cfg` combines the per-example gradients of `n` examples: clipped and summed
+    /// exactly on the grid of its noise ([`SumGrid::for_noise`]; the discrete sampler's range is
+    /// checked before the run starts), or summed unclipped for a non-private run.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `privacy.clip` when C·n admits no exact grid, or `privacy.noise`
+    /// when σC/γ is outside the discrete sampler's range.
+    pub fn for_run(cfg: &ValidConfig, net: &Network, n: usize) -> Result<Self> {
+        let c = cfg.config();
+        let (noise, clip) = (c.privacy.noise, c.privacy.clip);
+        if cfg.method() == Method::NonPrivate {
+            return Ok(Aggregation::UnclippedNonPrivate);
+        }
+        let grid = SumGrid::for_noise(noise, clip, n, net.num_params()).map_err(|_| {
+            Error::config("privacy.clip", format!("{clip} times {n} examples is too small or large to sum exactly"))
+        })?;
+        if let (NoiseSampler::DiscreteGaussian, Some(sigma)) = (noise, cfg.sigma()) {
+            let gamma = grid.gamma();
+            DiscreteGaussian::new(sigma * clip / gamma).map_err(|e| {
+                Error::config(
+                    "privacy.noise",
+                    format!("discrete-gaussian noise of std sigma*C = {} on a grid of {gamma:e}: {e}", sigma * clip),
+                )
+            })?;
+        }
+        Ok(Aggregation::Clip { clip, on_nonfinite: c.privacy.on_nonfinite, grid })
+    }
+}
+
+/// A gradient sum: clipped, on the grid of step `gamma` (exact integers in units of γ), or
+/// unclipped in floating point (non-private runs only).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClippedSum {
-    /// Σᵢ ḡᵢ in f32.
+    /// Σᵢ gᵢ in f32, unclipped: NOT PRIVATE.
     Float(Vec<f32>),
     /// Σᵢ round(ḡᵢ/γ), exact.
     Grid {
@@ -174,7 +206,7 @@ impl<'a> GradientPlan<'a> {
             .scratch
             .get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(&self.net, self.chunk))).collect());
         let gamma = match self.aggregation {
-            Aggregation::Clip { grid, .. } => grid,
+            Aggregation::Clip { grid, .. } => Some(grid.gamma()),
             Aggregation::UnclippedNonPrivate => None,
         };
         let p = self.net.num_params();
@@ -200,8 +232,9 @@ impl<'a> GradientPlan<'a> {
                         break;
                     }
                 }
-                let grid = if gamma.is_some() { s.grid.clone() } else { Vec::new() };
-                (s.acc.clone(), grid, s.stats, s.failed)
+                let (acc, grid) =
+                    if gamma.is_some() { (Vec::new(), s.grid.clone()) } else { (s.acc.clone(), Vec::new()) };
+                (acc, grid, s.stats, s.failed)
             })
             .collect();
         let mut sum = vec![0.0f32; p];
@@ -211,8 +244,11 @@ impl<'a> GradientPlan<'a> {
             if let Some(example) = failed {
                 return Err(Error::NonFiniteGradient { example, step });
             }
-            axpy(1.0, &acc, &mut sum);
-            // Integer sums: exact in any order (i64 cannot overflow: each term is below C/γ).
+            if gamma.is_none() {
+                axpy(1.0, &acc, &mut sum);
+            }
+            // Integer sums: exact in any order (no overflow: SumGrid bounds every coordinate of
+            // the whole sum below 2⁵³ units for the fine grid, n·(C/γ + 1) for the coarse one).
             grid.iter_mut().zip(&part_grid).for_each(|(a, b)| *a += b);
             stats.add(&part);
         }
@@ -259,12 +295,7 @@ impl<'a> GradientPlan<'a> {
                     slots.iter_mut().enumerate().filter(|(k, _)| s.index.contains(k)).map(|(_, slot)| slot).collect();
                 let mut block = BlockStats::default();
                 // Each row is clipped and added right after its backward pass, while in cache.
-                let clipped = match grid {
-                    None => clip_block(rows, p, &mut active, clip, on_nonfinite, &mut s.acc, &mut block),
-                    Some(gamma) => {
-                        clip_block_grid(rows, p, &mut active, clip, on_nonfinite, gamma, &mut s.grid, &mut block)
-                    }
-                };
+                let clipped = clip_block(rows, p, &mut active, clip, on_nonfinite, grid, &mut s.grid, &mut block);
                 if let Err(j) = clipped {
                     s.failed = Some(start + s.index[j]);
                 }
@@ -274,21 +305,37 @@ impl<'a> GradientPlan<'a> {
     }
 }
 
-/// The released noisy sum: N(0, σ²C²) per coordinate in floating point for a
-/// [`ClippedSum::Float`], the discrete Gaussian N_Z(0, (σC/γ)²) per coordinate on the grid for
-/// a [`ClippedSum::Grid`]; `noise_std` = σC (0: no noise, for non-private runs).
+/// The released noisy sum, `noise_std` = σC (0: no noise, for non-private runs):
+/// - for a [`ClippedSum::Grid`] and the Gaussian sampler, N(0, σ²C²) added in f64 to the exact
+///   sum (its grid units convert to f64 exactly, see [`SumGrid::fixed_point`]), then rounded
+///   to f32 — post-processing of the noisy value;
+/// - for a [`ClippedSum::Grid`] and the discrete Gaussian, N_Z(0, (σC/γ)²) per coordinate on
+///   the grid, exactly;
+/// - for an unclipped [`ClippedSum::Float`] (non-private), Gaussian noise in f32.
 ///
 /// # Errors
 /// A noise scale the discrete sampler does not support (σC/γ outside its range).
-pub fn add_noise(sum: ClippedSum, noise_std: f64, rng: &mut rand_chacha::ChaCha20Rng) -> Result<Vec<f32>> {
-    Ok(match sum {
-        ClippedSum::Float(mut v) => {
+pub fn add_noise(
+    sum: ClippedSum,
+    sampler: NoiseSampler,
+    noise_std: f64,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<Vec<f32>> {
+    Ok(match (sum, sampler) {
+        (ClippedSum::Float(mut v), _) => {
             if noise_std > 0.0 {
                 add_gaussian(&mut v, noise_std, rng);
             }
             v
         }
-        ClippedSum::Grid { mut values, gamma } => {
+        (ClippedSum::Grid { values, gamma }, NoiseSampler::Gaussian) => values
+            .iter()
+            .map(|&v| {
+                let exact = v as f64 * gamma;
+                (if noise_std > 0.0 { exact + gaussian(noise_std, rng) } else { exact }) as f32
+            })
+            .collect(),
+        (ClippedSum::Grid { mut values, gamma }, NoiseSampler::DiscreteGaussian) => {
             if noise_std > 0.0 {
                 DiscreteGaussian::new(noise_std / gamma)?.add_noise(&mut values, rng);
             }
@@ -304,12 +351,12 @@ pub fn add_noise(sum: ClippedSum, noise_std: f64, rng: &mut rand_chacha::ChaCha2
 pub fn apply_update(
     theta: &mut [f32],
     sum: ClippedSum,
-    noise_std: f64,
+    (sampler, noise_std): (NoiseSampler, f64),
     lr: f64,
     n: usize,
     rng: &mut rand_chacha::ChaCha20Rng,
 ) -> Result<()> {
-    let noisy = add_noise(sum, noise_std, rng)?;
+    let noisy = add_noise(sum, sampler, noise_std, rng)?;
     axpy(-lr / n.max(1) as f64, &noisy, theta);
     Ok(())
 }

@@ -34,8 +34,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::config::{ActiveRelease, Method, ValidConfig};
-use super::folder::{Record, RunFolder};
+use super::config::{ActiveRelease, ValidConfig};
+use super::folder::{Record, RunFolder, RunLock};
 use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
 use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
 use super::privacy::{self, PrivacyReport, RunSession};
@@ -47,7 +47,7 @@ use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::model::BurnModel;
-use crate::noise::{NoiseSampler, Stream};
+use crate::noise::Stream;
 use crate::per_example::Network;
 
 /// Options that are not part of the run's identity.
@@ -111,6 +111,7 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 pub struct Trainer<'a> {
     cfg: &'a ValidConfig,
     folder: RunFolder,
+    _lock: RunLock,
     identity: RunIdentity,
     plan: GradientPlan<'a>,
     train: Examples<'a>,
@@ -149,10 +150,13 @@ impl<'a> Trainer<'a> {
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
+        // Before anything is read: one process at a time continues a run.
+        let lock = folder.lock()?;
         let c = cfg.config();
         let net = Network::new(cfg.model()).map_err(|e| Error::config("model", e.to_string()))?;
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
         check_data(&net, &train, &test, &data.dir)?;
+        check_delta(cfg, train.len())?;
         let threads = opts.threads.unwrap_or(c.train.threads);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -165,7 +169,7 @@ impl<'a> Trainer<'a> {
             examples: train.len(),
             params: net.num_params(),
         };
-        let aggregation = aggregation(cfg, &net)?;
+        let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
         let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
         let norm = c.data.normalize.unwrap_or_else(|| data.default_normalize());
         let plan = GradientPlan::new(net, train, norm, aggregation, c.train.chunk);
@@ -177,6 +181,7 @@ impl<'a> Trainer<'a> {
         let mut t = Self {
             cfg,
             folder,
+            _lock: lock,
             identity,
             plan,
             train,
@@ -372,7 +377,8 @@ impl<'a> Trainer<'a> {
         let c = self.cfg.config();
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
-        apply_update(&mut self.theta, sum, noise_std, self.cfg.lr_at(t), self.train.len(), &mut rng)?;
+        let noise = (c.privacy.noise, noise_std);
+        apply_update(&mut self.theta, sum, noise, self.cfg.lr_at(t), self.train.len(), &mut rng)?;
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -567,6 +573,7 @@ impl<'a> Trainer<'a> {
             examples: self.train.len(),
             worst_case_steps: k,
             guarantee: privacy.summary.clone(),
+            classes: self.plan.net().classes(),
         };
         self.observer.finished(&info);
         Ok(RunSummary {
@@ -602,31 +609,6 @@ impl<'a> Trainer<'a> {
     }
 }
 
-/// How per-example gradients are combined: clipped (on the discrete grid if the noise is),
-/// or summed unclipped for a non-private run.
-fn aggregation(cfg: &ValidConfig, net: &Network) -> Result<Aggregation> {
-    let c = cfg.config();
-    Ok(match cfg.method() {
-        Method::NonPrivate => Aggregation::UnclippedNonPrivate,
-        _ => Aggregation::Clip { clip: c.privacy.clip, on_nonfinite: c.privacy.on_nonfinite, grid: grid(cfg, net)? },
-    })
-}
-
-/// The grid of discrete-Gaussian noise (None for floating-point noise), checked against the
-/// sampler's range before the run starts.
-fn grid(cfg: &ValidConfig, net: &Network) -> Result<Option<f64>> {
-    let c = cfg.config();
-    let (NoiseSampler::DiscreteGaussian, Some(sigma)) = (c.privacy.noise, cfg.sigma()) else { return Ok(None) };
-    let gamma = crate::clip::grid_step(c.privacy.clip, net.num_params());
-    crate::accounting::sampling::DiscreteGaussian::new(sigma * c.privacy.clip / gamma).map_err(|e| {
-        Error::config(
-            "privacy.noise",
-            format!("discrete-gaussian noise of std sigma*C = {} on a grid of {gamma:e}: {e}", sigma * c.privacy.clip),
-        )
-    })?;
-    Ok(Some(gamma))
-}
-
 fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
     if cfg.is_private_method() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
 }
@@ -654,21 +636,61 @@ fn check_data(net: &Network, train: &Examples<'_>, test: &Examples<'_>, dir: &Pa
 }
 
 /// Refuses a run whose buffers would not fit in memory, before allocating them.
+/// Refuses δ ≥ 1/n for a private run: releasing one random training example whole is
+/// (0, 1/n)-DP, so such a guarantee promises nothing (n is public under both relations).
+fn check_delta(cfg: &ValidConfig, n: usize) -> Result<()> {
+    let delta = cfg.config().privacy.delta;
+    if cfg.is_private_method() && delta * n as f64 >= 1.0 {
+        return Err(Error::config(
+            "privacy.delta",
+            format!(
+                "{delta} is at least 1/n for n = {n} training examples: a run that published one random example \
+                 whole would meet it; use delta well below 1/n, e.g. {:e}",
+                10f64.powf((0.1 / n.max(1) as f64).log10().floor())
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) -> Result<()> {
     let p = net.num_params() as u64;
-    let per_thread = net.workspace_bytes(chunk).and_then(|ws| {
-        let grads = (chunk as u64).checked_mul(p)?.checked_mul(4)?;
-        let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
-        ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
-    });
-    let needed = per_thread
-        .and_then(|b| b.checked_mul(threads as u64))
-        .and_then(|b| b.checked_add((examples as u64).checked_mul(8)?))
-        .and_then(|b| b.checked_add(p.checked_mul(16)?));
+    let needed = |chunk: usize, threads: usize| {
+        let per_thread = net.workspace_bytes(chunk).and_then(|ws| {
+            let grads = (chunk as u64).checked_mul(p)?.checked_mul(4)?;
+            let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
+            ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
+        });
+        per_thread
+            .and_then(|b| b.checked_mul(threads as u64))
+            .and_then(|b| b.checked_add((examples as u64).checked_mul(8)?))
+            .and_then(|b| b.checked_add(p.checked_mul(16)?))
+    };
+    let fits = |b: Option<u64>| b.is_some_and(|b| b <= crate::memory::limit());
+    let fix = if fits(needed(1, 1)) {
+        "lower train.chunk or train.threads (train.chunk = 1 on 1 thread fits)".to_string()
+    } else {
+        // Even one example at a time does not fit: the model is too large, and the advice says which layer.
+        let largest = net
+            .spec()
+            .layers
+            .iter()
+            .zip(net.layers())
+            .enumerate()
+            .filter_map(|(i, (spec, l))| l.params().map(|q| (i, spec, q.weight_len + q.bias_len)))
+            .max_by_key(|&(_, _, n)| n);
+        match largest {
+            Some((i, spec, n)) => format!(
+                "the model is too large even at train.chunk = 1 on 1 thread: it has {p} parameters, {n} of them in \
+                 model.layers[{i}] ({spec:?}); use a smaller model"
+            ),
+            None => format!("the model is too large even at train.chunk = 1 on 1 thread ({p} parameters)"),
+        }
+    };
     crate::memory::check(
         &format!("training with train.chunk = {chunk} on {threads} threads"),
-        needed,
-        "lower train.chunk or train.threads, or use a smaller model",
+        needed(chunk, threads),
+        &fix,
     )
 }
 
@@ -679,7 +701,10 @@ fn resolved_config(cfg: &ValidConfig, norm: Normalize) -> Result<String> {
         None => String::new(),
     };
     if cfg.config().data.normalize.is_none() {
-        head += &format!("# resolved normalisation (the dataset's own): mean = {}, std = {}\n", norm.mean, norm.std);
+        head += &format!(
+            "# resolved normalisation (public: the dataset's published constants or its test split's): mean = {}, std = {}\n",
+            norm.mean, norm.std
+        );
     }
     Ok(head + &text)
 }
