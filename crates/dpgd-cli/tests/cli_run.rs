@@ -103,6 +103,11 @@ fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
         "privacy.sigma=3",
     ]);
     assert!(o.status.success(), "{}", text(&o));
+    // Issue "privacy round 2", item 17: a σ that loosens the file's ε = 4 is said loudly.
+    assert!(!text(&o).contains("loosens"), "sigma = 3 gives epsilon below 4: {}", text(&o));
+    let loose = tmp.path().join("loose").display().to_string();
+    let o = dpgd(&["train", "--quiet", "--config", &cfg, "--out", &loose, "--set", "privacy.sigma=0.3"]);
+    assert!(text(&o).contains("WARNING: the command line loosens the privacy"), "{}", text(&o));
     // A command without its subcommand shows its help.
     for args in [vec![], vec!["account"], vec!["data"]] {
         let o = dpgd(&args);
@@ -112,4 +117,35 @@ fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
     // A missing file is named once.
     let o = dpgd(&["train", "--config", "nothere.toml"]);
     assert_eq!(text(&o).matches("No such file").count(), 1, "{}", text(&o));
+}
+
+/// Issue "privacy round 2", item 19: Ctrl-C ends a run as a kill would, and says how to continue.
+#[test]
+fn ctrl_c_says_how_to_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    // Plain GD for 2,000 steps, no releases: long enough to be interrupted.
+    let long = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("method = \"filtered\"", "method = \"plain\"")
+        .replace("worst_case_steps = 6", "worst_case_steps = 2000")
+        .replace("max_steps = 10\n", "")
+        .replace("[release]\nactive_count = \"noisy\"\nactive_count_sigma = 20.0\n", "");
+    std::fs::write(&cfg, long).unwrap();
+    let run = tmp.path().join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_dpgd"))
+        .args(["train", "--quiet", "--config", &cfg, "--out", &run.display().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !run.join("confidential/state.bin").exists() && start.elapsed() < std::time::Duration::from_secs(120) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains(&format!("--resume {}", run.display())), "{err}");
 }

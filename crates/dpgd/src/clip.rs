@@ -195,8 +195,8 @@ impl BlockStats {
 
 /// The clipping kernel over a block of `slots.len()` rows of length `p` (row r is
 /// `rows[r·p..(r+1)·p]`, charged to `slots[r]`): charges each example ([`clip_factor`]), then
-/// adds the rounded clipped rows to `acc` (integers in units of the grid's γ) in groups of
-/// eight, while their rows are in cache. Rows with factor 0 are never read into the sum. The
+/// adds the rounded clipped rows to `acc` (integers in units of the grid's γ) in groups of up to
+/// 64 rows, so that the accumulator (8 bytes per parameter) is swept once per micro-batch. Rows with factor 0 are never read into the sum. The
 /// integer sum is exact, so blocks may be combined in any order.
 ///
 /// # Errors
@@ -213,7 +213,7 @@ pub fn clip_block(
     acc: &mut [i64],
     stats: &mut BlockStats,
 ) -> Result<(), usize> {
-    const GROUP: usize = 8;
+    const GROUP: usize = 64;
     for (g, (rows, slots)) in rows.chunks(GROUP * p).zip(slots.chunks_mut(GROUP)).enumerate() {
         let mut w = [0.0f64; GROUP];
         for (k, (row, slot)) in rows.chunks_exact(p).zip(slots.iter_mut()).enumerate() {
@@ -231,8 +231,38 @@ pub fn clip_block(
 /// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
 /// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). Works in
 /// column blocks that stay in L1, so `acc` is read and written once per call and every row is
-/// read once.
+/// read once. Runs with AVX-512 or AVX2 where the processor has them (detected at run time; the
+/// result is the same integers on every path: the arithmetic is IEEE f64 either way).
 pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the processor supports AVX-512F, checked just above.
+            return unsafe { add_rounded_avx512(rows, p, w, acc) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor supports AVX2, checked just above.
+            return unsafe { add_rounded_avx2(rows, p, w, acc) };
+        }
+    }
+    add_rounded_portable(rows, p, w, acc);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn add_rounded_avx512(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
+    add_rounded_portable(rows, p, w, acc);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_rounded_avx2(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
+    add_rounded_portable(rows, p, w, acc);
+}
+
+/// The kernel of [`add_rounded`], inlined into each instruction-set variant.
+#[inline(always)]
+fn add_rounded_portable(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
     const BLOCK: usize = 512;
     debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
     let magic = ROUND_MAGIC.to_bits() as i64;

@@ -125,3 +125,42 @@ fn mlp_and_logistic_presets() {
     check(ModelSpec::mlp(16), 2);
     check(ModelSpec::logistic(), 2);
 }
+
+/// The per-example gradient rows of a micro-batch, for examples `keep` of `x`.
+fn rows_of(net: &Network, theta: &[f32], x: &[f32], labels: &[u8], keep: &[usize]) -> Vec<Vec<f32>> {
+    let (px, p, b) = (net.input_len(), net.num_params(), keep.len());
+    let xs: Vec<f32> = keep.iter().flat_map(|&i| x[i * px..(i + 1) * px].iter().copied()).collect();
+    let ys: Vec<u8> = keep.iter().map(|&i| labels[i]).collect();
+    let mut ws = net.workspace(b);
+    net.forward(theta, &mut ws, &xs, b);
+    let mut grads = vec![0.0f32; b * p];
+    let mut losses = vec![0.0; b];
+    net.backward(theta, &mut ws, &ys, &mut grads, &mut losses);
+    grads.chunks_exact(p).map(<[f32]>::to_vec).collect()
+}
+
+/// A neighbouring dataset changes which examples share a micro-batch (an exhausted example is
+/// skipped, so the batch is one smaller). The sensitivity argument needs every other example's
+/// gradient row to be bit-for-bit the same whatever the batch around it: else removing one
+/// example would move the others' contributions too.
+#[test]
+fn an_example_gradient_row_does_not_depend_on_the_rest_of_its_micro_batch() {
+    let spec = ModelSpec::opacus_cnn();
+    let net = Network::new(&spec).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let theta = net.init_params(&mut rng);
+    let n = 17;
+    let x: Vec<f32> = (0..n * net.input_len()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let labels: Vec<u8> = (0..n).map(|i| (i % spec.classes) as u8).collect();
+    let all: Vec<usize> = (0..n).collect();
+    let whole = rows_of(&net, &theta, &x, &labels, &all);
+    for removed in [0, 5, 16] {
+        let keep: Vec<usize> = all.iter().copied().filter(|&i| i != removed).collect();
+        for (row, &i) in rows_of(&net, &theta, &x, &labels, &keep).iter().zip(&keep) {
+            assert!(row == &whole[i], "example {i}'s row changed when example {removed} left its batch");
+        }
+    }
+    // But a batch of one is computed differently (a different GEMM path): the trainer therefore
+    // computes every micro-batch at one size (privacy_releases.rs tests the sum it releases).
+    assert!(whole.iter().enumerate().any(|(i, row)| &rows_of(&net, &theta, &x, &labels, &[i])[0] != row));
+}

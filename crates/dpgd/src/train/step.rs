@@ -90,8 +90,8 @@ impl ClippedSum {
     }
 }
 
-/// One block's float sum, grid sum, statistics and first failed example.
-type Partial = (Vec<f32>, Vec<i64>, SumStats, Option<usize>);
+/// One block's unclipped float sum (empty for a clipped sum), statistics and first failed example.
+type Partial = (Vec<f32>, SumStats, Option<usize>);
 
 /// Blocks of examples per step (fixed, for a deterministic reduction).
 const BLOCKS: usize = 64;
@@ -121,7 +121,6 @@ struct Scratch {
     ws: Workspace,
     x: Vec<f32>,
     labels: Vec<u8>,
-    index: Vec<usize>,
     grads: Vec<f32>,
     losses: Vec<f32>,
     acc: Vec<f32>,
@@ -136,7 +135,6 @@ impl Scratch {
             ws: net.workspace(chunk),
             x: vec![0.0; chunk * net.input_len()],
             labels: Vec::with_capacity(chunk),
-            index: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
             acc: vec![0.0; net.num_params()],
@@ -210,6 +208,15 @@ impl<'a> GradientPlan<'a> {
             Aggregation::UnclippedNonPrivate => None,
         };
         let p = self.net.num_params();
+        // The clipped sum is integers: exact in any order, so each worker accumulates its blocks
+        // into its own scratch and the workers' sums are added at the end (memory per thread,
+        // not per block). The unclipped f32 sum and the loss sums are per block, combined in
+        // block order, so a fixed seed reproduces them too.
+        for m in scratch {
+            let mut s = m.lock().unwrap_or_else(PoisonError::into_inner);
+            s.grid.clear();
+            s.grid.resize(if gamma.is_some() { p } else { 0 }, 0);
+        }
         let partials: Vec<Partial> = ledger
             .slots_mut(0..n)
             .chunks(block)
@@ -219,38 +226,47 @@ impl<'a> GradientPlan<'a> {
                 // A panic elsewhere cannot leave scratch buffers inconsistent: they are reset here.
                 let mut guard = scratch[worker].lock().unwrap_or_else(PoisonError::into_inner);
                 let s = &mut *guard;
-                s.acc.iter_mut().for_each(|v| *v = 0.0);
-                if gamma.is_some() {
-                    s.grid.clear();
-                    s.grid.resize(p, 0);
+                if gamma.is_none() {
+                    s.acc.iter_mut().for_each(|v| *v = 0.0);
                 }
                 s.stats = SumStats::default();
                 s.failed = None;
-                for (mb, mb_slots) in slots.chunks_mut(self.chunk).enumerate() {
-                    self.micro_batch(theta, bi * block + mb * self.chunk, mb_slots, s);
+                // The block's active examples (exhausted ones would contribute zero), in index
+                // order, in micro-batches of `chunk`.
+                let unclipped = gamma.is_none();
+                let mut active: Vec<(usize, &mut LedgerSlot<'_>)> = slots
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(_, slot)| unclipped || slot.remaining() > 0.0)
+                    .map(|(k, slot)| (bi * block + k, slot))
+                    .collect();
+                for batch in active.chunks_mut(self.chunk) {
+                    self.micro_batch(theta, batch, s);
                     if s.failed.is_some() {
                         break;
                     }
                 }
-                let (acc, grid) =
-                    if gamma.is_some() { (Vec::new(), s.grid.clone()) } else { (s.acc.clone(), Vec::new()) };
-                (acc, grid, s.stats, s.failed)
+                let acc = if gamma.is_some() { Vec::new() } else { s.acc.clone() };
+                (acc, s.stats, s.failed)
             })
             .collect();
         let mut sum = vec![0.0f32; p];
-        let mut grid = vec![0i64; if gamma.is_some() { p } else { 0 }];
         let mut stats = SumStats::default();
-        for (acc, part_grid, part, failed) in partials {
+        for (acc, part, failed) in partials {
             if let Some(example) = failed {
                 return Err(Error::NonFiniteGradient { example, step });
             }
             if gamma.is_none() {
                 axpy(1.0, &acc, &mut sum);
             }
-            // Integer sums: exact in any order (no overflow: SumGrid bounds every coordinate of
-            // the whole sum below 2⁵³ units for the fine grid, n·(C/γ + 1) for the coarse one).
-            grid.iter_mut().zip(&part_grid).for_each(|(a, b)| *a += b);
             stats.add(&part);
+        }
+        // No overflow: SumGrid bounds every coordinate of the whole sum below 2⁵³ units for the
+        // fine grid, and by n·(C/γ + 1) ≪ 2⁶³ for the coarse one.
+        let mut grid = vec![0i64; if gamma.is_some() { p } else { 0 }];
+        for m in scratch {
+            let s = m.lock().unwrap_or_else(PoisonError::into_inner);
+            grid.iter_mut().zip(&s.grid).for_each(|(a, b)| *a += b);
         }
         let sum = match gamma {
             Some(gamma) => ClippedSum::Grid { values: grid, gamma },
@@ -259,28 +275,26 @@ impl<'a> GradientPlan<'a> {
         Ok((sum, stats))
     }
 
-    fn micro_batch(&self, theta: &[f32], start: usize, slots: &mut [LedgerSlot<'_>], s: &mut Scratch) {
+    /// One micro-batch: `batch` holds up to `chunk` active examples (index, ledger slot). The
+    /// engine always computes exactly `chunk` examples — the rest are zero inputs whose rows
+    /// are never read — because its rounding may depend on the batch size (a batch of one is
+    /// computed differently): at one size, an example's row depends on nothing but itself and
+    /// θ, so a neighbour changes the sum by its own row alone.
+    fn micro_batch(&self, theta: &[f32], batch: &mut [(usize, &mut LedgerSlot<'_>)], s: &mut Scratch) {
         let (net, data) = (&self.net, self.data);
-        let (px, p) = (net.input_len(), net.num_params());
-        s.labels.clear();
-        s.index.clear();
-        let unclipped = matches!(self.aggregation, Aggregation::UnclippedNonPrivate);
-        for (k, slot) in slots.iter().enumerate() {
-            if unclipped || slot.remaining() > 0.0 {
-                s.index.push(k);
-            }
-        }
-        let b = s.index.len();
+        let (px, p, c, b) = (net.input_len(), net.num_params(), self.chunk, batch.len());
         if b == 0 {
             return;
         }
-        for (j, &k) in s.index.iter().enumerate() {
-            let i = start + k;
-            data.normalised_into(i..i + 1, self.norm, &mut s.x[j * px..(j + 1) * px]);
-            s.labels.push(data.labels()[i]);
+        s.labels.clear();
+        for (j, (i, _)) in batch.iter().enumerate() {
+            data.normalised_into(*i..*i + 1, self.norm, &mut s.x[j * px..(j + 1) * px]);
+            s.labels.push(data.labels()[*i]);
         }
-        net.forward(theta, &mut s.ws, &s.x[..b * px], b);
-        net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..b * p], &mut s.losses);
+        s.x[b * px..c * px].fill(0.0);
+        s.labels.resize(c, 0);
+        net.forward(theta, &mut s.ws, &s.x[..c * px], c);
+        net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..c * p], &mut s.losses);
         s.stats.computed += b;
         s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
         let rows = &s.grads[..b * p];
@@ -291,13 +305,12 @@ impl<'a> GradientPlan<'a> {
                 }
             }
             Aggregation::Clip { clip, on_nonfinite, grid } => {
-                let mut active: Vec<&mut LedgerSlot<'_>> =
-                    slots.iter_mut().enumerate().filter(|(k, _)| s.index.contains(k)).map(|(_, slot)| slot).collect();
+                let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
                 let mut block = BlockStats::default();
                 // Each row is clipped and added right after its backward pass, while in cache.
-                let clipped = clip_block(rows, p, &mut active, clip, on_nonfinite, grid, &mut s.grid, &mut block);
+                let clipped = clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block);
                 if let Err(j) = clipped {
-                    s.failed = Some(start + s.index[j]);
+                    s.failed = Some(batch[j].0);
                 }
                 s.stats.skipped_nonfinite += block.skipped_nonfinite;
             }

@@ -635,7 +635,6 @@ fn check_data(net: &Network, train: &Examples<'_>, test: &Examples<'_>, dir: &Pa
     Ok(())
 }
 
-/// Refuses a run whose buffers would not fit in memory, before allocating them.
 /// Refuses δ ≥ 1/n for a private run: releasing one random training example whole is
 /// (0, 1/n)-DP, so such a guarantee promises nothing (n is public under both relations).
 fn check_delta(cfg: &ValidConfig, n: usize) -> Result<()> {
@@ -653,6 +652,7 @@ fn check_delta(cfg: &ValidConfig, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a run whose buffers would not fit in memory, before allocating them.
 fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) -> Result<()> {
     let p = net.num_params() as u64;
     let needed = |chunk: usize, threads: usize| {
