@@ -60,7 +60,7 @@ fn train_inspect_eval_predict() {
     assert!(o.status.success(), "{}", text(&o));
     let from_idx: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
     assert_eq!(from_idx.len(), 100);
-    let d = dpgd::data::Dataset::load(&tmp.path().join("data"), 10).unwrap();
+    let d = dpgd::data::Dataset::load(&tmp.path().join("data"), Some(10)).unwrap();
     let csv: String = d
         .test
         .images

@@ -22,13 +22,13 @@ fn mnist() -> Dataset {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let local = std::env::var_os("DPGD_DATASETS").map(|d| Path::new(&d).join("mnist"));
     for dir in local.into_iter().chain([root.join("datasets/mnist")]) {
-        if let Ok(d) = Dataset::load(&dir, 10) {
+        if let Ok(d) = Dataset::load(&dir, Some(10)) {
             return d;
         }
     }
     let dir = std::env::temp_dir().join("dpgd-bench-synthetic");
     dpgd::data::synthetic::Synthetic { train: 6000, test: 100, side: 28, seed: 1 }.write(&dir).unwrap();
-    Dataset::load(&dir, 10).unwrap()
+    Dataset::load(&dir, Some(10)).unwrap()
 }
 
 fn engine(c: &mut Criterion) {

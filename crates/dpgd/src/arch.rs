@@ -74,10 +74,17 @@ impl ModelSpec {
     /// ReLU, maxpool 2 s1, linear 512→32, ReLU, linear 32→10 (26,010 parameters).
     #[must_use]
     pub fn opacus_cnn() -> Self {
+        Self::opacus_cnn_for([1, 28, 28], 10)
+    }
+
+    /// The Opacus CNN's layers for examples of `input` and `classes` classes (the linear
+    /// layers take whatever the convolutions leave; too small an image fails to compile).
+    #[must_use]
+    pub fn opacus_cnn_for(input: [usize; 3], classes: usize) -> Self {
         use LayerSpec::*;
         Self {
-            input: [1, 28, 28],
-            classes: 10,
+            input,
+            classes,
             layers: vec![
                 Conv2d { out_channels: 16, kernel: 8, stride: 2, padding: 3, bias: true },
                 Relu,
@@ -88,34 +95,46 @@ impl ModelSpec {
                 Flatten,
                 Linear { out_features: 32, bias: true },
                 Relu,
-                Linear { out_features: 10, bias: true },
+                Linear { out_features: classes, bias: true },
             ],
         }
     }
 
-    /// A one-hidden-layer MLP: flatten, linear 784→`hidden`, ReLU, linear →10.
+    /// A one-hidden-layer MLP on MNIST: flatten, linear 784→`hidden`, ReLU, linear →10.
     #[must_use]
     pub fn mlp(hidden: usize) -> Self {
+        Self::mlp_for([1, 28, 28], 10, hidden)
+    }
+
+    /// A one-hidden-layer MLP for examples of `input` and `classes` classes.
+    #[must_use]
+    pub fn mlp_for(input: [usize; 3], classes: usize, hidden: usize) -> Self {
         use LayerSpec::*;
         Self {
-            input: [1, 28, 28],
-            classes: 10,
+            input,
+            classes,
             layers: vec![
                 Flatten,
                 Linear { out_features: hidden, bias: true },
                 Relu,
-                Linear { out_features: 10, bias: true },
+                Linear { out_features: classes, bias: true },
             ],
         }
     }
 
-    /// Multinomial logistic regression: flatten, linear 784→10.
+    /// Multinomial logistic regression on MNIST: flatten, linear 784→10.
     #[must_use]
     pub fn logistic() -> Self {
+        Self::logistic_for([1, 28, 28], 10)
+    }
+
+    /// Multinomial logistic regression for examples of `input` and `classes` classes.
+    #[must_use]
+    pub fn logistic_for(input: [usize; 3], classes: usize) -> Self {
         Self {
-            input: [1, 28, 28],
-            classes: 10,
-            layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 10, bias: true }],
+            input,
+            classes,
+            layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: classes, bias: true }],
         }
     }
 }
@@ -150,10 +169,17 @@ impl Preset {
     /// The architecture for 28 × 28 single-channel inputs and 10 classes.
     #[must_use]
     pub fn spec(self) -> ModelSpec {
+        self.spec_for([1, 28, 28], 10)
+    }
+
+    /// The architecture for examples of `input` (`[channels, height, width]`) and `classes`
+    /// classes.
+    #[must_use]
+    pub fn spec_for(self, input: [usize; 3], classes: usize) -> ModelSpec {
         match self {
-            Preset::OpacusCnn => ModelSpec::opacus_cnn(),
-            Preset::Mlp => ModelSpec::mlp(128),
-            Preset::Logistic => ModelSpec::logistic(),
+            Preset::OpacusCnn => ModelSpec::opacus_cnn_for(input, classes),
+            Preset::Mlp => ModelSpec::mlp_for(input, classes, 128),
+            Preset::Logistic => ModelSpec::logistic_for(input, classes),
         }
     }
 }

@@ -146,13 +146,17 @@ fn inconsistent_data_is_refused_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let empty = tmp.path().join("empty");
     dpgd::data::synthetic::Synthetic { train: 0, test: 10, side: 28, seed: 1 }.write(&empty).unwrap();
-    let e = dpgd::data::Dataset::load(&empty, 10).unwrap_err().to_string();
+    let e = dpgd::data::Dataset::load(&empty, Some(10)).unwrap_err().to_string();
     assert!(e.contains("train-images") && e.contains("0 examples"), "{e}");
     let small = tmp.path().join("small");
     dpgd::data::synthetic::Synthetic { train: 50, test: 10, side: 16, seed: 1 }.write(&small).unwrap();
+    // 16 × 16 training images with 28 × 28 test images: the files do not belong together.
+    for f in [dpgd::data::FILES[2], dpgd::data::FILES[3]] {
+        std::fs::copy(fixture_dir().join(format!("{f}.gz")), small.join(format!("{f}.gz"))).unwrap();
+    }
     let text = base().replace(&fixture_dir().display().to_string(), &small.display().to_string());
     let e = try_train(&text, &tmp.path().join("run"), None).unwrap_err().to_string();
-    assert!(e.contains("256 pixels") && e.contains("784"), "{e}");
+    assert!(e.contains("[1, 16, 16]") && e.contains("[1, 28, 28]"), "{e}");
 }
 
 #[test]

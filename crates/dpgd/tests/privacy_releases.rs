@@ -29,7 +29,7 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
     let labels: Vec<u8> = (0..16).map(|i| (i % 10) as u8).collect();
     let mut theta = vec![0.01f32; net.num_params()];
     theta[5] = 3.0e38; // W[class 0, pixel 5]: with the pixel normalised to 2, the logit is +∞
-    (net, Split { images, labels, rows: 4, cols: 4 }, theta)
+    (net, Split { images, labels, rows: 4, cols: 4, channels: 1 }, theta)
 }
 
 #[test]
@@ -225,7 +225,7 @@ fn resume_refuses_training_data_that_changed_naming_the_file() {
     assert_eq!(train(&text, &run, Some(2)).steps, 2);
     // The same labels, reordered: the same size and classes, the wrong examples.
     let labels = data.join("train-labels-idx1-ubyte.gz");
-    let d = dpgd::data::Dataset::load(&data, 10).unwrap();
+    let d = dpgd::data::Dataset::load(&data, Some(10)).unwrap();
     let mut shuffled = d.train.labels.clone();
     shuffled.rotate_left(1);
     dpgd::data::idx::write_gz(&labels, &[shuffled.len() as u32], &shuffled).unwrap();
@@ -282,7 +282,7 @@ fn a_second_trainer_on_one_run_folder_is_refused_while_the_first_holds_it() {
     let privacy = "method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
     let text = fixture_config("lock", "logistic", (200, 50), privacy, "lr = 1.0\nseed = 1");
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
-    let data = dpgd::data::Dataset::load(&fixture_dir(), 10).unwrap();
+    let data = dpgd::data::Dataset::load(&fixture_dir(), Some(10)).unwrap();
     let (mut a, mut b, mut c) = (Silent, Silent, Silent);
     let first = Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut a).unwrap();
     let Err(e) = Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut b) else {
@@ -317,7 +317,7 @@ fn grid_sum(net: &Network, data: &Split, theta: &[f32], exhausted: impl Fn(usize
 /// whenever a neighbour changed how many examples shared a micro-batch.
 #[test]
 fn a_neighbour_moves_the_clipped_sum_by_exactly_its_own_rounded_row() {
-    let data = dpgd::data::Dataset::load(&fixture_dir(), 10).unwrap().train.truncated(40);
+    let data = dpgd::data::Dataset::load(&fixture_dir(), Some(10)).unwrap().train.truncated(40);
     let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
     let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(5));
     let all = grid_sum(&net, &data, &theta, |_| false);

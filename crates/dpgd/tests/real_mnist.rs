@@ -25,7 +25,7 @@ fn mnist_dir() -> PathBuf {
 
 #[test]
 fn the_files_are_mnist() {
-    let d = Dataset::load(&mnist_dir(), 10).unwrap();
+    let d = Dataset::load(&mnist_dir(), Some(10)).unwrap();
     assert_eq!((d.train.len(), d.test.len(), d.train.rows, d.train.cols), (60_000, 10_000, 28, 28));
     assert_eq!(MNIST_SHA256.len(), 4);
     assert_eq!(d.default_normalize(), dpgd::data::Normalize::MNIST, "MNIST is recognised by its fingerprint");
@@ -38,7 +38,7 @@ fn the_files_are_mnist() {
 #[test]
 fn neighbouring_training_sets_publish_the_same_default_normalisation() {
     use dpgd::data::{FILES, idx};
-    let d = Dataset::load(&mnist_dir(), 10).unwrap();
+    let d = Dataset::load(&mnist_dir(), Some(10)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut images = d.train.images.clone();
     images[..784].iter_mut().for_each(|p| *p = 0);
@@ -47,7 +47,7 @@ fn neighbouring_training_sets_publish_the_same_default_normalisation() {
     idx::write_gz(&dir.path().join(format!("{}.gz", FILES[1])), &[n], &d.train.labels).unwrap();
     idx::write_gz(&dir.path().join(format!("{}.gz", FILES[2])), &[t, 28, 28], &d.test.images).unwrap();
     idx::write_gz(&dir.path().join(format!("{}.gz", FILES[3])), &[t], &d.test.labels).unwrap();
-    let neighbour = Dataset::load(dir.path(), 10).unwrap();
+    let neighbour = Dataset::load(dir.path(), Some(10)).unwrap();
     assert_ne!(neighbour.fingerprints()[0], d.fingerprints()[0], "the training images differ");
     assert_eq!(neighbour.default_normalize(), d.default_normalize());
 }
@@ -55,7 +55,7 @@ fn neighbouring_training_sets_publish_the_same_default_normalisation() {
 /// Plain and filtered private GD learn real digits on a 2,000-example subset at ε = 8.
 #[test]
 fn plain_and_filtered_gd_learn_real_digits() {
-    let data = Dataset::load(&mnist_dir(), 10).unwrap();
+    let data = Dataset::load(&mnist_dir(), Some(10)).unwrap();
     for (method, extra) in [("plain", ""), ("filtered", "max_steps = 40")] {
         let text = format!(
             "name = \"mnist-{method}\"\n[data]\ndir = \"{}\"\ntrain_subset = 2000\ntest_subset = 1000\n[model]\n\

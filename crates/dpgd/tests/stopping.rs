@@ -171,7 +171,7 @@ fn a_collapsed_active_count_is_warned_about_with_advice_that_fits_the_rule() {
         let text = config("filtered", "sigma = 3.0", &format!("max_steps = 18\n{release}{stop}"))
             .replace("clip = 1.0", "clip = 0.001");
         let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
-        let data = Dataset::load(&cfg.config().data.dir, 10).unwrap();
+        let data = Dataset::load(&cfg.config().data.dir, Some(10)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut seen = Warnings::default();
         run(&cfg, &data, dir.path(), &RunOptions::default(), &mut seen).unwrap();

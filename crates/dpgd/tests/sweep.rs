@@ -31,7 +31,7 @@ fn a_tiny_grid_runs_resumes_and_extends() {
     assert_eq!(runs.len(), 4);
     // Interrupt one run half way, as a killed sweep would leave it.
     let first = &runs[0];
-    let data = dpgd::data::Dataset::load(&first.config.config().data.dir, 10).unwrap();
+    let data = dpgd::data::Dataset::load(&first.config.config().data.dir, Some(10)).unwrap();
     let partial = run(
         &first.config,
         &data,

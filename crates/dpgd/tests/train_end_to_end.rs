@@ -156,20 +156,20 @@ fn bad_dataset_files_name_the_file_and_the_problem() {
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
         }
     }
-    assert!(Dataset::load(dir.path(), 10).is_ok());
+    assert!(Dataset::load(dir.path(), Some(10)).is_ok());
     let labels = dir.path().join("t10k-labels-idx1-ubyte.gz");
     let bytes = std::fs::read(&labels).unwrap();
     std::fs::write(&labels, &bytes[..bytes.len() / 2]).unwrap();
-    let e = Dataset::load(dir.path(), 10).unwrap_err().to_string();
+    let e = Dataset::load(dir.path(), Some(10)).unwrap_err().to_string();
     assert!(e.contains("t10k-labels") && e.contains("truncated"), "{e}");
     // A labels file where an images file should be: wrong magic.
     std::fs::write(&labels, &bytes).unwrap();
     std::fs::copy(&labels, dir.path().join("t10k-images-idx3-ubyte.gz")).unwrap();
-    let e = Dataset::load(dir.path(), 10).unwrap_err().to_string();
+    let e = Dataset::load(dir.path(), Some(10)).unwrap_err().to_string();
     assert!(e.contains("t10k-images") && e.contains("magic"), "{e}");
     // Too few classes for the labels: mislabelled.
     std::fs::remove_file(dir.path().join("t10k-images-idx3-ubyte.gz")).unwrap();
-    let e = Dataset::load(dir.path(), 10).unwrap_err().to_string();
+    let e = Dataset::load(dir.path(), Some(10)).unwrap_err().to_string();
     assert!(e.contains("not found") && e.contains("dpgd data fetch"), "{e}");
     for f in std::fs::read_dir(fixture_dir()).unwrap() {
         let f = f.unwrap().path();
@@ -177,6 +177,6 @@ fn bad_dataset_files_name_the_file_and_the_problem() {
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
         }
     }
-    let e = Dataset::load(dir.path(), 5).unwrap_err().to_string();
+    let e = Dataset::load(dir.path(), Some(5)).unwrap_err().to_string();
     assert!(e.contains("label") && e.contains("mislabelled"), "{e}");
 }

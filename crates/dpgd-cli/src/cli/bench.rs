@@ -42,7 +42,7 @@ pub(crate) struct BenchArgs {
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let net = Network::new(&a.model.spec())?;
-    let data = Dataset::load(&a.data, net.classes())?;
+    let data = Dataset::load(&a.data, Some(net.classes()))?;
     let train = data.train.head(a.examples);
     if train.pixels() != net.input_len() {
         anyhow::bail!(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dpgd::data::{Dataset, Split, idx};
+use dpgd::data::{Dataset, Split};
 use dpgd::model::export::{self, ExportedModel};
 use dpgd::train::step::count_correct;
 use dpgd::train::{RunFolder, TrainConfig};
@@ -50,7 +50,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
             TrainConfig::from_file(&config, &[]).with_context(|| "give --data DIR")?.data.dir
         }
     };
-    let data = Dataset::load(&dir, m.net.classes())?;
+    let data = Dataset::load(&dir, Some(m.net.classes()))?;
     let test = data.test.head(0);
     if test.pixels() != m.net.input_len() {
         bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.net.input_len());
@@ -69,16 +69,15 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
 fn images(path: &Path, pixels: usize) -> Result<Split> {
     let is_csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
     if !is_csv {
-        let a = idx::read(path, 3)?;
-        if a.dims[1] * a.dims[2] != pixels {
+        let s = dpgd::data::read_images(path)?;
+        if s.pixels() != pixels {
             bail!(
-                "{}: images of {}x{} pixels; the model expects {pixels} values",
+                "{}: images of shape {:?} (channels, height, width); the model expects {pixels} values",
                 path.display(),
-                a.dims[1],
-                a.dims[2]
+                s.shape()
             );
         }
-        return Ok(Split { labels: vec![0; a.dims[0]], images: a.data, rows: a.dims[1], cols: a.dims[2] });
+        return Ok(s);
     }
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     let mut images = Vec::new();
@@ -93,7 +92,7 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
         images.extend(row);
     }
     let n = images.len() / pixels.max(1);
-    Ok(Split { images, labels: vec![0; n], rows: pixels, cols: 1 })
+    Ok(Split { images, labels: vec![0; n], rows: pixels, cols: 1, channels: 1 })
 }
 
 pub(crate) fn predict(a: PredictArgs) -> Result<()> {

@@ -30,7 +30,11 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     if !cfg.is_private_method() {
         bail!("{}: method = non-private keeps no privacy ledger", a.run.display());
     }
-    let params = Network::new(cfg.model()).map(|n| n.num_params()).context("the run's model")?;
+    // The parameter count the run recorded (its model is resolved for its data's shape).
+    let params = match dpgd::train::state::peek_meta(&folder.state()) {
+        Some(meta) => meta.identity.params,
+        None => Network::new(cfg.model()).map(|n| n.num_params()).context("the run's model")?,
+    };
     let report = budget::report(&folder, params, cfg.max_steps())?;
     if !folder.budget().exists() || !folder.is_finished() {
         budget::write(&folder, &report)?;

@@ -60,9 +60,11 @@ impl RunProgress {
             Mode::Bar => {
                 let bar = ProgressBar::new(0);
                 bar.set_style(
-                    ProgressStyle::with_template("{prefix}step {pos}/{len} [{bar:30}] {msg} | {elapsed} ETA {eta}")
-                        .unwrap_or_else(|_| ProgressStyle::default_bar())
-                        .progress_chars("=> "),
+                    ProgressStyle::with_template(
+                        "{prefix}step {pos}/{len} [{bar:30}] {msg} | confidential: {elapsed} ETA {eta}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
                 );
                 bar.set_prefix(prefix.clone());
                 match multi {

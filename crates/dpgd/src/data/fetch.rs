@@ -116,7 +116,7 @@ pub fn fetch(name: &str, dest: &Path, from: Option<&Path>) -> Result<Vec<Fetched
         })?;
         out.push(Fetched { path: target, source, verified: expected.is_some() });
     }
-    Dataset::load(dest, 10)?;
+    Dataset::load(dest, None)?;
     Ok(out)
 }
 

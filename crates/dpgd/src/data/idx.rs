@@ -50,6 +50,15 @@ impl<R: Read> Read for Hashing<R> {
 /// [`Error::Data`] naming the file: missing, not IDX, a header whose size overflows or exceeds
 /// [`MAX_IDX_BYTES`], truncated data, trailing bytes, or a corrupt gzip stream.
 pub fn read(path: &Path, ndim: usize) -> Result<IdxArray> {
+    read_any(path, &[ndim])
+}
+
+/// As [`read`], for a file with any of the dimension counts in `ndims` (e.g. images stored
+/// `(n, H, W)` or `(n, H, W, C)`); [`IdxArray::dims`] says which.
+///
+/// # Errors
+/// As [`read`]; a dimension count outside `ndims` is a wrong magic number.
+pub fn read_any(path: &Path, ndims: &[usize]) -> Result<IdxArray> {
     let bad = |message: String| Error::Data { path: path.into(), message };
     let file = std::fs::File::open(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -73,17 +82,26 @@ pub fn read(path: &Path, ndim: usize) -> Result<IdxArray> {
     let corrupt = |e: std::io::Error| {
         bad(format!("corrupt or truncated gzip stream ({e}); delete it and fetch the dataset again"))
     };
+    let mut magic = [0u8; 4];
+    let got = read_up_to(&mut r, &mut magic).map_err(corrupt)?;
+    let ndim = usize::from(magic[3]);
+    if got == 4 && (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || !ndims.contains(&ndim)) {
+        let want: Vec<String> = ndims.iter().map(|d| format!("00 00 08 {d:02x}")).collect();
+        return Err(bad(format!(
+            "wrong magic number {:02x} {:02x} {:02x} {:02x}: expected {} (unsigned bytes, {ndims:?} dimensions) — \
+             is this the right file (images vs labels) of an IDX dataset?",
+            magic[0],
+            magic[1],
+            magic[2],
+            magic[3],
+            want.join(" or ")
+        )));
+    }
     let mut header = vec![0u8; 4 + 4 * ndim];
-    let got = read_up_to(&mut r, &mut header).map_err(corrupt)?;
+    header[..4].copy_from_slice(&magic);
+    let got = got + read_up_to(&mut r, &mut header[4..]).map_err(corrupt)?;
     if got < header.len() {
         return Err(bad(format!("only {got} bytes: too short for an IDX header; the file is truncated")));
-    }
-    if header[0] != 0 || header[1] != 0 || header[2] != 0x08 || usize::from(header[3]) != ndim {
-        return Err(bad(format!(
-            "wrong magic number {:02x} {:02x} {:02x} {:02x}: expected 00 00 08 {ndim:02x} (unsigned bytes, {ndim} dimensions) — \
-             is this the right file (images vs labels) of an IDX dataset?",
-            header[0], header[1], header[2], header[3]
-        )));
     }
     let dims: Vec<usize> =
         header[4..].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();

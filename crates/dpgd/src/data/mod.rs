@@ -38,10 +38,11 @@ impl Normalize {
 }
 
 /// One split of an image-classification dataset, stored as bytes (normalised on the fly so
-/// the dataset costs one byte per pixel in memory).
+/// the dataset costs one byte per value in memory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Split {
-    /// Pixels, `n × rows × cols`.
+    /// Values, `n × channels × rows × cols` (channel-major within an example, as the models
+    /// read them).
     pub images: Vec<u8>,
     /// Labels, `n`.
     pub labels: Vec<u8>,
@@ -49,6 +50,8 @@ pub struct Split {
     pub rows: usize,
     /// Image width.
     pub cols: usize,
+    /// Channels (1 for grey images).
+    pub channels: usize,
 }
 
 impl Split {
@@ -62,10 +65,15 @@ impl Split {
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
-    /// Pixels per example.
+    /// Values per example (`channels × rows × cols`).
     #[must_use]
     pub fn pixels(&self) -> usize {
-        self.rows * self.cols
+        self.channels * self.rows * self.cols
+    }
+    /// The shape of one example, `[channels, rows, cols]`.
+    #[must_use]
+    pub fn shape(&self) -> [usize; 3] {
+        [self.channels, self.rows, self.cols]
     }
     /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`), as
     /// [`Examples::normalised_into`] on the whole split.
@@ -77,12 +85,7 @@ impl Split {
     #[must_use]
     pub fn head(&self, n: usize) -> Examples<'_> {
         let n = if n == 0 { self.len() } else { n.min(self.len()) };
-        Examples {
-            images: &self.images[..n * self.pixels()],
-            labels: &self.labels[..n],
-            rows: self.rows,
-            cols: self.cols,
-        }
+        Examples { images: &self.images[..n * self.pixels()], labels: &self.labels[..n], px: self.pixels() }
     }
     /// The first `n` examples (all of them if `n` is 0 or larger than the split).
     #[must_use]
@@ -100,8 +103,7 @@ impl Split {
 pub struct Examples<'a> {
     images: &'a [u8],
     labels: &'a [u8],
-    rows: usize,
-    cols: usize,
+    px: usize,
 }
 
 impl Examples<'_> {
@@ -115,10 +117,10 @@ impl Examples<'_> {
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
-    /// Pixels per example.
+    /// Values per example.
     #[must_use]
     pub fn pixels(&self) -> usize {
-        self.rows * self.cols
+        self.px
     }
     /// The labels.
     #[must_use]
@@ -145,6 +147,7 @@ pub struct Dataset {
     /// The folder it was read from.
     pub dir: PathBuf,
     fingerprints: Vec<Fingerprint>,
+    classes: usize,
 }
 
 /// The standard file stems of an MNIST-format dataset.
@@ -169,68 +172,71 @@ pub fn locate(dir: &Path, stem: &str) -> Result<PathBuf> {
 }
 
 impl Dataset {
-    /// Reads the four MNIST-format files from `dir`, checking shapes, counts and that every
-    /// label is below `classes`, and fingerprinting each file (SHA-256 of its uncompressed
-    /// content).
+    /// Reads the four MNIST-format files from `dir` — images `(n, H, W)` or `(n, H, W, C)`
+    /// (channels last, as CIFAR-style arrays are stored; kept channel-major in memory), labels
+    /// `(n)`, unsigned bytes — checking shapes, counts and labels, and fingerprinting each file
+    /// (SHA-256 of its uncompressed content). The class count is `classes` when given, else
+    /// 1 + the largest *test* label: public data, so the architecture it sets is not chosen by
+    /// the training data (a training label outside it is refused).
     ///
     /// # Errors
     /// [`Error::Data`] naming the file and the problem (missing, malformed, truncated, an empty
     /// training set, images of size 0, labels out of range, files that do not belong together).
-    pub fn load(dir: &Path, classes: usize) -> Result<Self> {
+    pub fn load(dir: &Path, classes: Option<usize>) -> Result<Self> {
         let mut fingerprints = Vec::with_capacity(4);
-        let mut split = |images: &str, labels: &str| -> Result<Split> {
-            let (ip, lp) = (locate(dir, images)?, locate(dir, labels)?);
-            let im = idx::read(&ip, 3)?;
-            let lb = idx::read(&lp, 1)?;
-            if im.dims[1] == 0 || im.dims[2] == 0 {
-                return Err(Error::Data {
-                    path: ip,
-                    message: format!("images of size {}x{}: nothing to learn from", im.dims[1], im.dims[2]),
-                });
-            }
-            if im.dims[0] != lb.dims[0] {
-                return Err(Error::Data {
-                    path: lp,
-                    message: format!(
-                        "{} labels for {} images in {}: the files do not belong together",
-                        lb.dims[0],
-                        im.dims[0],
-                        ip.display()
-                    ),
-                });
-            }
-            if let Some((i, &y)) = lb.data.iter().enumerate().find(|&(_, &y)| usize::from(y) >= classes) {
-                return Err(Error::Data {
-                    path: lp,
-                    message: format!(
-                        "label {y} of example {i} is not a class in 0..{classes}: the labels are corrupt or mislabelled"
-                    ),
-                });
-            }
-            for (path, a) in [(&ip, &im), (&lp, &lb)] {
-                let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-                fingerprints.push(Fingerprint { file: name, sha256: a.sha256.clone() });
-            }
-            Ok(Split { images: im.data, labels: lb.data, rows: im.dims[1], cols: im.dims[2] })
+        let (test, test_labels_path) = read_split(dir, FILES[2], FILES[3], &mut fingerprints)?;
+        let classes = match classes {
+            Some(c) => c,
+            None => 1 + usize::from(test.labels.iter().copied().max().unwrap_or(0)),
         };
-        let train = split(FILES[0], FILES[1])?;
-        let test = split(FILES[2], FILES[3])?;
+        let (train, train_labels_path) = read_split(dir, FILES[0], FILES[1], &mut fingerprints)?;
+        fingerprints.rotate_right(2); // training files first
+        for (split, path) in [(&train, &train_labels_path), (&test, &test_labels_path)] {
+            if let Some((i, &y)) = split.labels.iter().enumerate().find(|&(_, &y)| usize::from(y) >= classes) {
+                return Err(Error::Data {
+                    path: path.clone(),
+                    message: format!(
+                        "label {y} of example {i} is not a class in 0..{classes} (data.classes, or 1 + the largest \
+                         test label): the labels are corrupt or mislabelled, or set data.classes"
+                    ),
+                });
+            }
+        }
+        if classes < 2 {
+            return Err(Error::Data {
+                path: test_labels_path,
+                message: format!("{classes} class: a classifier needs at least 2 (set data.classes)"),
+            });
+        }
         if train.is_empty() {
             return Err(Error::Data {
                 path: locate(dir, FILES[0])?,
                 message: "the training set has 0 examples: there is nothing to train on".into(),
             });
         }
-        if (train.rows, train.cols) != (test.rows, test.cols) {
+        if train.shape() != test.shape() {
             return Err(Error::Data {
                 path: dir.into(),
                 message: format!(
-                    "training images are {}x{} but test images {}x{}",
-                    train.rows, train.cols, test.rows, test.cols
+                    "training examples are {:?} (channels, height, width) but test examples {:?}",
+                    train.shape(),
+                    test.shape()
                 ),
             });
         }
-        Ok(Self { train, test, dir: dir.into(), fingerprints })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
+    }
+
+    /// The shape of one example, `[channels, height, width]`.
+    #[must_use]
+    pub fn shape(&self) -> [usize; 3] {
+        self.train.shape()
+    }
+
+    /// The number of classes (see [`load`](Self::load)).
+    #[must_use]
+    pub fn classes(&self) -> usize {
+        self.classes
     }
 
     /// The normalisation to use when the config gives none, chosen from the *test* split only
@@ -247,6 +253,67 @@ impl Dataset {
     pub fn fingerprints(&self) -> &[Fingerprint] {
         &self.fingerprints
     }
+}
+
+/// Reads one split (images and labels files), checking that they belong together; returns it
+/// with its labels file, and pushes both files' fingerprints.
+fn read_split(dir: &Path, images: &str, labels: &str, fingerprints: &mut Vec<Fingerprint>) -> Result<(Split, PathBuf)> {
+    let (ip, lp) = (locate(dir, images)?, locate(dir, labels)?);
+    let (mut split, im_sha) = read_images_hashed(&ip)?;
+    let lb = idx::read(&lp, 1)?;
+    let n = split.labels.len();
+    if n != lb.dims[0] {
+        return Err(Error::Data {
+            path: lp,
+            message: format!(
+                "{} labels for {n} images in {}: the files do not belong together",
+                lb.dims[0],
+                ip.display()
+            ),
+        });
+    }
+    for (path, sha) in [(&ip, im_sha), (&lp, lb.sha256)] {
+        let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        fingerprints.push(Fingerprint { file: name, sha256: sha });
+    }
+    split.labels = lb.data;
+    Ok((split, lp))
+}
+
+/// Reads an IDX file of images, `(n, H, W)` or `(n, H, W, C)` (channels last), into a
+/// [`Split`] with channel-major examples and all labels 0 (for prediction).
+///
+/// # Errors
+/// [`Error::Data`] naming the file: not IDX images, empty images, or more channels than pixels
+/// (an `(n, C, H, W)` file read as channels last).
+pub fn read_images(path: &Path) -> Result<Split> {
+    read_images_hashed(path).map(|(s, _)| s)
+}
+
+fn read_images_hashed(path: &Path) -> Result<(Split, String)> {
+    let im = idx::read_any(path, &[3, 4])?;
+    let (n, h, w) = (im.dims[0], im.dims[1], im.dims[2]);
+    let c = im.dims.get(3).copied().unwrap_or(1);
+    let bad = |message: String| Error::Data { path: path.into(), message };
+    if h == 0 || w == 0 || c == 0 {
+        return Err(bad(format!("images of {h}x{w}x{c}: nothing to learn from")));
+    }
+    if c > 1 && c > h * w {
+        return Err(bad(format!("{c} channels on {h}x{w} images: images are read as (n, height, width, channels)")));
+    }
+    let images = if c == 1 { im.data } else { channels_first(&im.data, h * w, c) };
+    Ok((Split { images, labels: vec![0; n], rows: h, cols: w, channels: c }, im.sha256))
+}
+
+/// `(n, H·W, C)` bytes to `(n, C, H·W)`.
+fn channels_first(data: &[u8], hw: usize, c: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    for (src, dst) in data.chunks_exact(hw * c).zip(out.chunks_exact_mut(hw * c)) {
+        for (k, v) in src.iter().enumerate() {
+            dst[(k % c) * hw + k / c] = *v;
+        }
+    }
+    out
 }
 
 /// The default normalisation, a function of public data only — the test split and the SHA-256

@@ -94,7 +94,7 @@ mod tests {
         let spec = Synthetic { train: 300, test: 100, side: 16, seed: 4 };
         spec.write(a.path()).unwrap();
         spec.write(b.path()).unwrap();
-        let (da, db) = (Dataset::load(a.path(), 10).unwrap(), Dataset::load(b.path(), 10).unwrap());
+        let (da, db) = (Dataset::load(a.path(), Some(10)).unwrap(), Dataset::load(b.path(), Some(10)).unwrap());
         assert_eq!(da.train.images, db.train.images);
         assert_eq!((da.train.len(), da.test.len(), da.train.rows), (300, 100, 16));
         for c in 0..10u8 {

@@ -103,6 +103,9 @@ pub struct DataConfig {
     /// from the public test split of another dataset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalize: Option<Normalize>,
+    /// Number of classes; absent: 1 + the largest label of the (public) test split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<usize>,
 }
 
 /// The `[model]` section: a preset or explicit layers.
@@ -262,7 +265,7 @@ fn default_name() -> String {
     "run".into()
 }
 fn default_data() -> DataConfig {
-    DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: None }
+    DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: None, classes: None }
 }
 
 /// Worker threads a config may ask for: more is a typo, not a machine.
@@ -444,6 +447,10 @@ impl TrainConfig {
         let p = &self.privacy;
         probability("delta", p.delta).map_err(|e| field("privacy.delta", e))?;
         positive("clip", p.clip).map_err(|e| field("privacy.clip", e))?;
+        // Far inside f64's range: C² and k·C² stay normal, and the exact sum grid exists.
+        if !(1e-100..=1e100).contains(&p.clip) {
+            return Err(Error::config("privacy.clip", format!("{} is outside 1e-100 to 1e100", p.clip)));
+        }
         positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
         self.validate_data()?;
         if let Some(lr) = self.train.lr_after_k {
@@ -475,6 +482,9 @@ impl TrainConfig {
     }
 
     fn validate_data(&self) -> Result<()> {
+        if let Some(c) = self.data.classes.filter(|c| !(2..=256).contains(c)) {
+            return Err(Error::config("data.classes", format!("{c}: labels are bytes, so 2 to 256 classes")));
+        }
         let Some(n) = self.data.normalize else { return Ok(()) };
         if !(n.std.is_finite() && n.std > 0.0) {
             return Err(Error::config("data.normalize.std", format!("{} is not a finite number > 0", n.std)));
@@ -618,16 +628,46 @@ impl TrainConfig {
         Ok(PrivacyPlan { sigma, plan, guarantee })
     }
 
+    /// The model checked before the data are read: for MNIST-shaped examples and
+    /// `data.classes` (10 if absent); the trainer resolves it again for the data's own shape
+    /// ([`ValidConfig::model_for`]).
     fn model_spec(&self) -> Result<ModelSpec> {
+        // Before the data are read, explicit layers say their own class count.
+        let last_width = self.model.layers.as_ref().and_then(|l| match l.last() {
+            Some(LayerSpec::Linear { out_features, .. }) => Some(*out_features),
+            _ => None,
+        });
+        self.model_spec_for(MNIST_SHAPE, self.data.classes.or(last_width).unwrap_or(10))
+    }
+
+    /// The model for examples of `shape` (`[channels, height, width]`) and `classes` classes:
+    /// a preset adapted to them, or `model.layers` on that input, compiled and checked.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `model.preset` or the layer of `model.layers` that does not fit.
+    pub fn model_spec_for(&self, shape: [usize; 3], classes: usize) -> Result<ModelSpec> {
         let spec = match (&self.model.preset, &self.model.layers) {
-            (Some(preset), None) => preset.spec(),
-            (None, Some(layers)) => ModelSpec { input: [1, 28, 28], classes: 10, layers: layers.clone() },
+            (Some(preset), None) => preset.spec_for(shape, classes),
+            (None, Some(layers)) => ModelSpec { input: shape, classes, layers: layers.clone() },
             _ => return Err(Error::config("model", "give exactly one of model.preset or model.layers")),
         };
-        Network::new(&spec).map_err(|e| shape_error(&e, self.model.layers.is_some()))?;
+        Network::new(&spec).map_err(|e| {
+            let Error::Config { field, message } = shape_error(&e, self.model.layers.is_some()) else {
+                return shape_error(&e, self.model.layers.is_some());
+            };
+            Error::Config {
+                field,
+                message: format!(
+                    "{message} (for examples of shape {shape:?} = [channels, height, width], {classes} classes)"
+                ),
+            }
+        })?;
         Ok(spec)
     }
 }
+
+/// The example shape a config is checked against before its data are read.
+const MNIST_SHAPE: [usize; 3] = [1, 28, 28];
 
 /// Fields that do not change what a run computes (a resumed run may change them).
 const EXECUTION_ONLY: &[(&str, &str)] = &[("train", "threads"), ("train", "device"), ("data", "dir")];
@@ -722,6 +762,14 @@ impl ValidConfig {
     #[must_use]
     pub fn model(&self) -> &ModelSpec {
         &self.model
+    }
+    /// The model for a dataset's examples (`shape`, `classes`): [`model`](Self::model) adapted
+    /// to them ([`TrainConfig::model_spec_for`]).
+    ///
+    /// # Errors
+    /// A model that does not fit that shape, naming the field.
+    pub fn model_for(&self, shape: [usize; 3], classes: usize) -> Result<ModelSpec> {
+        self.config.model_spec_for(shape, classes)
     }
     /// Where the noise comes from.
     #[must_use]

@@ -202,7 +202,9 @@ pub struct NoiseReport {
     pub seed: Option<u64>,
     /// The generator, in words.
     pub source: String,
-    /// What floating point does to the noise and the sum it is added to.
+    /// What floating point does to the noise and the sum it is added to (absent in runs written
+    /// before it was recorded).
+    #[serde(default)]
     pub floating_point: String,
 }
 
@@ -222,7 +224,8 @@ pub struct Accounting {
     /// What the guarantee rests on, with citations, in one paragraph.
     pub guarantee: String,
     /// What each printed number rests on (theorem and assumptions), by field: `epsilon`, `mu`,
-    /// `rho`, `sensitivity`.
+    /// `rho`, `sensitivity` (absent in runs written before it was recorded).
+    #[serde(default)]
     pub rests_on: BTreeMap<String, String>,
     /// The training mechanism.
     pub training: TrainingReport,
@@ -297,19 +300,23 @@ pub struct LedgerReport {
 }
 
 /// `x` to four significant digits, for display (never "0.0000" for a small ε): `0.3`, `6.094`,
-/// `1.000e-6`. Rounded to nearest; the files carry the exact value.
+/// `1.000e-6`. Rounded up, as every privacy quantity is, except within 10⁻¹² relative of a
+/// four-digit value (so a calibrated ε = 1.0000000000000002 shows as 1); the files carry the
+/// exact value.
 #[must_use]
 pub fn significant(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
+    if x <= 0.0 || !x.is_finite() {
         return x.to_string();
     }
-    let magnitude = x.abs().log10().floor() as i32;
+    let magnitude = x.log10().floor() as i32;
+    let scale = 10f64.powi(3 - magnitude);
+    let up = (x * scale * (1.0 - 1e-12)).ceil() / scale;
     if (-4..4).contains(&magnitude) {
         let decimals = usize::try_from(3 - magnitude).unwrap_or(0);
-        let s = format!("{x:.decimals$}");
+        let s = format!("{up:.decimals$}");
         if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
     } else {
-        format!("{x:.3e}")
+        format!("{up:.3e}")
     }
 }
 
@@ -382,18 +389,22 @@ pub fn report(
 }
 
 /// The guarantee in one paragraph: which filter over which sequence.
-fn guarantee_text(gaussian: bool, sensitivity: f64) -> String {
+fn guarantee_text(gaussian: bool, sensitivity: f64, conversion: Conversion) -> String {
     let s = if sensitivity == 1.0 { String::new() } else { "2 ".into() };
+    let converted = if conversion == Conversion::GaussianExact {
+        "converted to (epsilon, delta) by the exact GDP curve (Dong, Roth & Su 2019, Cor. 2.13)".to_string()
+    } else {
+        format!("its rho = mu^2/2 converted to (epsilon, delta) by the {conversion} conversion of zCDP")
+    };
     if gaussian {
         format!(
             "the run — its training steps and its noisy count releases, interleaved — is mu-GDP: each step adds \
              N(0, sigma^2 C^2) to a sum in which example i moves by at most what its ledger was charged, and the \
              ledger stops each example at {s}sqrt(B_norm)/(sigma C) in total (an individual Gaussian-DP filter: \
              Koskela, Tobaben & Honkela 2023, on the fully adaptive composition of Gaussian DP of Smith & Thakurta \
-             2022); each count of noise std s is 1/s-GDP; so mu = sqrt(mu_training^2 + sum of (1/s)^2), converted \
-             to (epsilon, delta) by the exact GDP curve (Dong, Roth & Su 2019, Cor. 2.13). The same run is \
-             rho-zCDP (Feldman & Zrnic 2021, Prop. 5.1 and Remark 4.4), under concurrent composition of its \
-             mechanisms (Haney et al. 2023)"
+             2022); each count of noise std s is 1/s-GDP; so mu = sqrt(mu_training^2 + sum of (1/s)^2), \
+             {converted}. The same run is rho-zCDP (Feldman & Zrnic 2021, Prop. 5.1 and Remark 4.4), under \
+             concurrent composition of its mechanisms (Haney et al. 2023)"
         )
     } else {
         format!(
@@ -416,16 +427,23 @@ fn rests_on(cfg: &ValidConfig, gaussian: bool, sensitivity: f64) -> BTreeMap<Str
         format!(
             "{}C per step in the arithmetic the computer does: each clipped row is rounded onto an integer grid and \
              summed exactly, so a neighbour moves the sum by exactly its own rounded row, whose norm is at most \
-             sqrt(charged); under {} neighbours; n is public",
+             sqrt(charged) — given that the engine computes an example's gradient from that example and theta \
+             alone at its fixed micro-batch size (tested); under {} neighbours; n is public",
             if sensitivity == 1.0 { "" } else { "2" },
             p.neighbours
         ),
     );
+    let counts = if gaussian {
+        "Bun & Steinke 2016 for each Gaussian count"
+    } else {
+        "Canonne, Kamath & Steinke 2020 for each discrete-Gaussian count"
+    };
     m.insert(
         "rho".into(),
-        "Feldman & Zrnic 2021, Prop. 5.1 (training) and Remark 4.4 (the zCDP filter over training and counts); \
-         Bun & Steinke 2016 for each Gaussian count"
-            .into(),
+        format!(
+            "Feldman & Zrnic 2021, Prop. 5.1 (training) and Remark 4.4 (the zCDP filter over training and counts); \
+             {counts}"
+        ),
     );
     if gaussian {
         m.insert(
@@ -495,7 +513,7 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
         target_epsilon: p.epsilon,
         rho: g.to_zcdp().rho(),
         mu: gaussian.then_some(g.mu()),
-        guarantee: guarantee_text(gaussian, sensitivity),
+        guarantee: guarantee_text(gaussian, sensitivity, p.conversion),
         rests_on: rests_on(cfg, gaussian, sensitivity),
         training: TrainingReport {
             sigma: run.sigma(),
@@ -535,12 +553,13 @@ mod tests {
     }
 
     #[test]
-    fn epsilons_are_shown_to_four_significant_digits() {
+    fn epsilons_are_shown_to_four_significant_digits_rounded_up() {
         for (x, want) in
-            [(0.3, "0.3"), (1.0000000000000002, "1"), (6.0937, "6.094"), (1e-6, "1.000e-6"), (0.00012344, "0.0001234")]
+            [(0.3, "0.3"), (1.0000000000000002, "1"), (6.0931, "6.094"), (1e-6, "1.000e-6"), (0.00012341, "0.0001235")]
         {
             assert_eq!(significant(x), want, "{x}");
         }
+        assert_eq!(significant(1.00049), "1.001", "rounded up");
         assert_eq!(significant(123_456.0), "1.235e5");
     }
 }

@@ -137,7 +137,7 @@ impl Scratch {
             labels: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
-            acc: vec![0.0; net.num_params()],
+            acc: Vec::new(),
             grid: Vec::new(),
             stats: SumStats::default(),
             failed: None,
@@ -155,6 +155,9 @@ pub struct GradientPlan<'a> {
     aggregation: Aggregation,
     chunk: usize,
     scratch: OnceLock<Vec<Mutex<Scratch>>>,
+    /// Held for a whole [`gradient_sum`](Self::gradient_sum): the workers' integer sums live in
+    /// the scratch buffers for the whole call, so two calls on one plan must not overlap.
+    running: Mutex<()>,
 }
 
 impl<'a> GradientPlan<'a> {
@@ -162,7 +165,7 @@ impl<'a> GradientPlan<'a> {
     /// allocated on first use, one per worker thread.
     #[must_use]
     pub fn new(net: Network, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
-        Self { net, data, norm, aggregation, chunk: chunk.max(1), scratch: OnceLock::new() }
+        Self { net, data, norm, aggregation, chunk: chunk.max(1), scratch: OnceLock::new(), running: Mutex::new(()) }
     }
 
     /// The compiled model.
@@ -196,6 +199,17 @@ impl<'a> GradientPlan<'a> {
                 self.net.num_params()
             )));
         }
+        let _running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        // The grid must bound this sum (|each term| < 2⁵¹, the whole sum < 2⁵³ grid units): no
+        // grid finer than the fixed-point grid of this clip and n.
+        if let Aggregation::Clip { clip, grid, .. } = self.aggregation
+            && SumGrid::fixed_point(clip, n).is_ok_and(|finest| grid.gamma() < finest.gamma())
+        {
+            return Err(Error::State(format!(
+                "the sum grid {:e} is finer than the exact grid for clip {clip} and {n} examples",
+                grid.gamma()
+            )));
+        }
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
         let block = n.div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
@@ -227,7 +241,8 @@ impl<'a> GradientPlan<'a> {
                 let mut guard = scratch[worker].lock().unwrap_or_else(PoisonError::into_inner);
                 let s = &mut *guard;
                 if gamma.is_none() {
-                    s.acc.iter_mut().for_each(|v| *v = 0.0);
+                    s.acc.clear();
+                    s.acc.resize(p, 0.0);
                 }
                 s.stats = SumStats::default();
                 s.failed = None;
@@ -250,7 +265,7 @@ impl<'a> GradientPlan<'a> {
                 (acc, s.stats, s.failed)
             })
             .collect();
-        let mut sum = vec![0.0f32; p];
+        let mut sum = vec![0.0f32; if gamma.is_none() { p } else { 0 }];
         let mut stats = SumStats::default();
         for (acc, part, failed) in partials {
             if let Some(example) = failed {

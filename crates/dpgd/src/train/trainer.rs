@@ -4,7 +4,7 @@
 //! # use dpgd::train::{Trainer, RunOptions, Silent, TrainConfig};
 //! # fn main() -> dpgd::Result<()> {
 //! # let cfg = TrainConfig::from_file("configs/mnist-filtered.toml".as_ref(), &[])?.validate()?;
-//! # let data = dpgd::data::Dataset::load(&cfg.config().data.dir, 10)?;
+//! # let data = dpgd::data::Dataset::load(&cfg.config().data.dir, cfg.config().data.classes)?;
 //! let mut observer = Silent;
 //! let mut trainer = Trainer::resume_or_init(&cfg, &data, "runs/demo".as_ref(), &RunOptions::default(), &mut observer)?;
 //! while !trainer.is_done() {
@@ -152,8 +152,13 @@ impl<'a> Trainer<'a> {
         }
         // Before anything is read: one process at a time continues a run.
         let lock = folder.lock()?;
+        if folder.is_finished() {
+            return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
+        }
         let c = cfg.config();
-        let net = Network::new(cfg.model()).map_err(|e| Error::config("model", e.to_string()))?;
+        // The model for the data's own shape and classes (a preset adapts; explicit layers are checked).
+        let spec = cfg.model_for(data.shape(), data.classes())?;
+        let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
         check_data(&net, &train, &test, &data.dir)?;
         check_delta(cfg, train.len())?;
@@ -544,7 +549,7 @@ impl<'a> Trainer<'a> {
             .filter(|r| r.step > k)
             .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
         BurnModel::from_params(self.plan.net(), model, &c.train.device.device()?).save(&self.folder.model())?;
-        write_json(&self.folder.model_spec(), self.cfg.model())?;
+        write_json(&self.folder.model_spec(), self.plan.net().spec())?;
         crate::model::export::save(self.plan.net(), model, self.norm, &self.folder.model_safetensors())?;
         let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
         let result = RunResult {

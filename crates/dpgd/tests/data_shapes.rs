@@ -1,0 +1,93 @@
+//! Data of other shapes (issue "your model, your data"): IDX images `(n, H, W)` of any size and
+//! `(n, H, W, C)` with channels last; the model's input shape and class count come from the
+//! data (the class count from the public test labels, never the training labels).
+
+mod common;
+
+use std::path::Path;
+
+use common::try_train;
+use dpgd::data::{Dataset, FILES, idx};
+
+/// Writes a dataset of `n` training and `m` test images of `h × w` (× `c` channels last, if
+/// `c > 1`), with `classes` classes whose images differ in brightness (learnable).
+fn write(dir: &Path, (n, m): (u32, u32), [h, w, c]: [u32; 3], classes: u8) {
+    let px = (h * w * c) as usize;
+    let dims = |k: u32| if c > 1 { vec![k, h, w, c] } else { vec![k, h, w] };
+    for (count, images, labels) in [(n, FILES[0], FILES[1]), (m, FILES[2], FILES[3])] {
+        let ys: Vec<u8> = (0..count).map(|i| (i % u32::from(classes)) as u8).collect();
+        let xs: Vec<u8> =
+            ys.iter().enumerate().flat_map(|(i, &y)| (0..px).map(move |k| y * 60 + ((i + k) % 7) as u8 * 5)).collect();
+        idx::write_gz(&dir.join(format!("{images}.gz")), &dims(count), &xs).unwrap();
+        idx::write_gz(&dir.join(format!("{labels}.gz")), &[count], &ys).unwrap();
+    }
+}
+
+fn config(data: &Path, model: &str, extra_data: &str) -> String {
+    format!(
+        "name = \"shapes\"\n[data]\ndir = \"{}\"\n{extra_data}\n[model]\n{model}\n[privacy]\nmethod = \"plain\"\n\
+         epsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 10\n[train]\nlr = 2.0\nseed = 1\n",
+        data.display()
+    )
+}
+
+#[test]
+fn images_of_another_size_train_with_presets_adapted_to_them() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (300, 60), [16, 16, 1], 3);
+    let d = Dataset::load(data.path(), None).unwrap();
+    assert_eq!((d.shape(), d.classes()), ([1, 16, 16], 3), "shape and classes come from the data");
+    for preset in ["logistic", "mlp", "opacus-cnn"] {
+        let run = tempfile::tempdir().unwrap();
+        let s = try_train(&config(data.path(), &format!("preset = \"{preset}\""), ""), run.path(), None)
+            .unwrap_or_else(|e| panic!("{preset}: {e}"));
+        let accuracy = s.result.unwrap().test_accuracy;
+        assert!(accuracy > 0.6, "{preset}: test accuracy {accuracy} on three brightness classes");
+        let spec: dpgd::arch::ModelSpec =
+            dpgd::train::read_json(&dpgd::train::RunFolder::new(run.path()).model_spec()).unwrap();
+        assert_eq!((spec.input, spec.classes), ([1, 16, 16], 3));
+    }
+}
+
+#[test]
+fn channels_last_images_are_read_channel_major_and_train() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (200, 40), [8, 8, 3], 2);
+    let d = Dataset::load(data.path(), None).unwrap();
+    assert_eq!((d.shape(), d.classes()), ([3, 8, 8], 2));
+    // Example 0's value at (row 0, col 1, channel 2) is its byte 1·3 + 2 in the file, and at
+    // channel-major position 2·64 + 1 in memory.
+    let file = idx::read_any(&data.path().join(format!("{}.gz", FILES[0])), &[4]).unwrap();
+    assert_eq!(d.train.images[2 * 64 + 1], file.data[3 + 2]);
+    let run = tempfile::tempdir().unwrap();
+    let s = try_train(&config(data.path(), "preset = \"mlp\"", ""), run.path(), None).unwrap();
+    assert!(s.result.unwrap().test_accuracy > 0.6);
+    // The Opacus CNN does not fit 8 × 8 images: refused before training, naming the field and the shape.
+    let e = try_train(&config(data.path(), "preset = \"opacus-cnn\"", ""), tempfile::tempdir().unwrap().path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("model.preset") && e.contains("[3, 8, 8]"), "{e}");
+}
+
+#[test]
+fn the_class_count_comes_from_public_data_and_explicit_layers_are_checked_against_it() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (100, 30), [6, 6, 1], 4);
+    // model.layers whose last layer has the wrong width: named.
+    let layers = "layers = [{ kind = \"flatten\" }, { kind = \"linear\", out_features = 10 }]";
+    let e =
+        try_train(&config(data.path(), layers, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
+    assert!(e.contains("model.layers") && e.contains("4 logits"), "{e}");
+    // The right width trains, without data.classes.
+    let four = layers.replace("out_features = 10", "out_features = 4");
+    assert!(try_train(&config(data.path(), &four, ""), tempfile::tempdir().unwrap().path(), None).is_ok());
+    // data.classes may say more than the test labels show.
+    let d = Dataset::load(data.path(), Some(6)).unwrap();
+    assert_eq!(d.classes(), 6);
+    // A training label outside the test labels' classes is refused, naming the training labels file.
+    let fewer = tempfile::tempdir().unwrap();
+    write(fewer.path(), (100, 30), [6, 6, 1], 4);
+    idx::write_gz(&fewer.path().join(format!("{}.gz", FILES[3])), &[30], &[0u8; 30].map(|_| 1)).unwrap();
+    let e = Dataset::load(fewer.path(), None).unwrap_err().to_string();
+    assert!(e.contains(FILES[1]) && e.contains("data.classes"), "{e}");
+}
