@@ -91,3 +91,32 @@ fn the_class_count_comes_from_public_data_and_explicit_layers_are_checked_agains
     let e = Dataset::load(fewer.path(), None).unwrap_err().to_string();
     assert!(e.contains(FILES[1]) && e.contains("data.classes"), "{e}");
 }
+
+#[test]
+fn in_memory_data_are_checked_as_files_are() {
+    use dpgd::data::Split;
+    let split = |n: usize, c: usize| Split {
+        images: vec![7; n * 3 * 3 * c],
+        labels: (0..n).map(|i| (i % 3) as u8).collect(),
+        rows: 3,
+        cols: 3,
+        channels: c,
+    };
+    let here = Path::new("my-arrays");
+    let d = Dataset::in_memory(split(30, 2), split(9, 2), None, here).unwrap();
+    assert_eq!((d.shape(), d.classes()), ([2, 3, 3], 3));
+    let mut short = split(30, 2);
+    short.images.pop();
+    let e = Dataset::in_memory(short, split(9, 2), None, here).unwrap_err().to_string();
+    assert!(e.contains("my-arrays") && e.contains("do not belong together"), "{e}");
+    let e = Dataset::in_memory(split(30, 2), split(9, 1), None, here).unwrap_err().to_string();
+    assert!(e.contains("[2, 3, 3]") && e.contains("[1, 3, 3]"), "{e}");
+    let e = Dataset::in_memory(split(30, 2), split(9, 2), Some(2), here).unwrap_err().to_string();
+    assert!(e.contains("label 2") && e.contains("0..2"), "{e}");
+    // Changed data cannot be mistaken for the original on resume: the fingerprints differ.
+    let mut other = split(30, 2);
+    other.images[0] = 8;
+    let d2 = Dataset::in_memory(other, split(9, 2), None, here).unwrap();
+    assert_ne!(d.fingerprints()[0], d2.fingerprints()[0]);
+    assert_eq!(d.fingerprints()[2], d2.fingerprints()[2]);
+}

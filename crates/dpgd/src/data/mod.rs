@@ -227,6 +227,68 @@ impl Dataset {
         Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
     }
 
+    /// A dataset held in memory (for library users whose data are not IDX files): the same
+    /// checks as [`load`](Self::load) — sizes, shapes, labels below the class count (given, or
+    /// 1 + the largest test label) — and each array fingerprinted (SHA-256 of its bytes, so a
+    /// resumed run refuses data that changed). `dir` names where the data came from in errors.
+    ///
+    /// ```
+    /// use dpgd::data::{Dataset, Split};
+    /// // Four 2 × 2 grey images of two classes, and two test images.
+    /// let train = Split { images: vec![0, 0, 0, 0, 255, 255, 255, 255, 10, 0, 0, 10, 250, 255, 255, 250],
+    ///                     labels: vec![0, 1, 0, 1], rows: 2, cols: 2, channels: 1 };
+    /// let test = Split { images: vec![5, 5, 5, 5, 240, 240, 240, 240], labels: vec![0, 1], rows: 2, cols: 2, channels: 1 };
+    /// let data = Dataset::in_memory(train, test, None, "my-array".as_ref()).unwrap();
+    /// assert_eq!((data.shape(), data.classes()), ([1, 2, 2], 2));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Data`] naming `dir`: arrays whose lengths do not match the shape and labels, an
+    /// empty training set, train and test shapes that differ, labels outside the classes.
+    pub fn in_memory(train: Split, test: Split, classes: Option<usize>, dir: &Path) -> Result<Self> {
+        let bad = |message: String| Error::Data { path: dir.into(), message };
+        for (name, s) in [("training", &train), ("test", &test)] {
+            let expected = s.labels.len().checked_mul(s.pixels());
+            if s.pixels() == 0 || expected != Some(s.images.len()) {
+                return Err(bad(format!(
+                    "the {name} split has {} values for {} labels of shape {:?}: they do not belong together",
+                    s.images.len(),
+                    s.labels.len(),
+                    s.shape()
+                )));
+            }
+        }
+        let classes = classes.unwrap_or(1 + usize::from(test.labels.iter().copied().max().unwrap_or(0)));
+        if classes < 2 {
+            return Err(bad(format!("{classes} class: a classifier needs at least 2")));
+        }
+        for (name, s) in [("training", &train), ("test", &test)] {
+            if let Some((i, &y)) = s.labels.iter().enumerate().find(|&(_, &y)| usize::from(y) >= classes) {
+                return Err(bad(format!("{name} label {y} of example {i} is not a class in 0..{classes}")));
+            }
+        }
+        if train.is_empty() || train.shape() != test.shape() {
+            return Err(bad(format!(
+                "{} training examples of shape {:?} and test examples of shape {:?}: need at least one training \
+                 example and one shape",
+                train.len(),
+                train.shape(),
+                test.shape()
+            )));
+        }
+        let fingerprint = |file: &str, bytes: &[u8]| Fingerprint {
+            file: file.into(),
+            sha256: idx::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes)),
+        };
+        let fingerprints = vec![
+            fingerprint("train-images (in memory)", &train.images),
+            fingerprint("train-labels (in memory)", &train.labels),
+            fingerprint("test-images (in memory)", &test.images),
+            fingerprint("test-labels (in memory)", &test.labels),
+        ];
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
+    }
+
     /// The shape of one example, `[channels, height, width]`.
     #[must_use]
     pub fn shape(&self) -> [usize; 3] {
