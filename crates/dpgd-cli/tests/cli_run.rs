@@ -149,3 +149,31 @@ fn ctrl_c_says_how_to_resume() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains(&format!("--resume {}", run.display())), "{err}");
 }
+
+/// Issue "your model, your data": `dpgd train` on a folder of CSV files, then `dpgd eval` on it.
+#[test]
+fn train_and_eval_on_csv_features() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("csv");
+    std::fs::create_dir_all(&data).unwrap();
+    for (file, n) in [("train.csv", 200), ("test.csv", 50)] {
+        let rows: String =
+            (0..n).map(|i| format!("{},{},{}\n", i % 2, (i % 2) as f64 * 3.0 - 1.0, (i % 7) as f64)).collect();
+        std::fs::write(data.join(file), format!("kind,a,b\n{rows}")).unwrap();
+    }
+    let cfg = tmp.path().join("csv.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"csv\"\n[data]\ndir = \"{}\"\nlabel_column = \"kind\"\n[model]\npreset = \"logistic\"\n[privacy]\n\
+             method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 10\n[train]\nlr = 1.0\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let run = tmp.path().join("run").display().to_string();
+    let o = dpgd(&["train", "--quiet", "--config", &cfg.display().to_string(), "--out", &run]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = dpgd(&["eval", &run]);
+    assert!(o.status.success() && text(&o).contains("test accuracy"), "{}", text(&o));
+}

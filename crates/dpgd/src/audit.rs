@@ -151,7 +151,7 @@ fn dataset(world_in: bool, neighbours: Neighbours) -> Split {
             labels[0] = 1;
         }
     }
-    Split { images, labels, rows: 2, cols: 2, channels: 1 }
+    Split { images, features: Vec::new(), labels, rows: 2, cols: 2, channels: 1 }
 }
 
 /// Audits the privacy of `cfg`'s training mechanism.

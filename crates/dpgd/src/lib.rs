@@ -25,7 +25,7 @@
 //! let split = |n: usize| {
 //!     let labels: Vec<u8> = (0..n).map(|i| (i % 2) as u8).collect();
 //!     let images = labels.iter().flat_map(|&y| [40 + 160 * y; 16]).collect();
-//!     Split { images, labels, rows: 4, cols: 4, channels: 1 }
+//!     Split { images, features: vec![], labels, rows: 4, cols: 4, channels: 1 }
 //! };
 //! let data = Dataset::in_memory(split(200), split(40), None, "in-memory".as_ref())?;
 //! let config = TrainConfig::from_toml(

@@ -97,6 +97,7 @@ fn in_memory_data_are_checked_as_files_are() {
     use dpgd::data::Split;
     let split = |n: usize, c: usize| Split {
         images: vec![7; n * 3 * 3 * c],
+        features: Vec::new(),
         labels: (0..n).map(|i| (i % 3) as u8).collect(),
         rows: 3,
         cols: 3,
@@ -119,4 +120,41 @@ fn in_memory_data_are_checked_as_files_are() {
     let d2 = Dataset::in_memory(other, split(9, 2), None, here).unwrap();
     assert_ne!(d.fingerprints()[0], d2.fingerprints()[0]);
     assert_eq!(d.fingerprints()[2], d2.fingerprints()[2]);
+}
+
+/// Writes `train.csv` and `test.csv` of three features (one of them the class's signal) and a
+/// label column named `label_name`, placed between the features.
+fn write_csv(dir: &Path, (n, m): (usize, usize), label_name: &str) {
+    for (file, count) in [("train.csv", n), ("test.csv", m)] {
+        let mut text = format!("height,{label_name},weight,noise\n");
+        for i in 0..count {
+            let y = i % 3;
+            text += &format!("{},{y},{},{}\n", 1.5 + y as f64 * 2.0, -0.5 * y as f64, (i % 5) as f64 * 0.1);
+        }
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+}
+
+#[test]
+fn csv_features_train_and_bad_cells_are_refused_by_file_and_line() {
+    let data = tempfile::tempdir().unwrap();
+    write_csv(data.path(), (240, 60), "species");
+    let d = dpgd::data::Dataset::load_with_label(data.path(), None, "species").unwrap();
+    assert_eq!((d.shape(), d.classes(), d.train.len()), ([1, 1, 3], 3, 240));
+    let run = tempfile::tempdir().unwrap();
+    let s =
+        try_train(&config(data.path(), "preset = \"mlp\"", "label_column = \"species\""), run.path(), None).unwrap();
+    let accuracy = s.result.unwrap().test_accuracy;
+    assert!(accuracy > 0.9, "test accuracy {accuracy} on separable CSV features");
+    // Without the label column's name: refused, listing the columns.
+    let e = try_train(&config(data.path(), "preset = \"mlp\"", ""), tempfile::tempdir().unwrap().path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no column `label`") && e.contains("species") && e.contains("data.label_column"), "{e}");
+    // A missing cell, named by file and line.
+    let text = std::fs::read_to_string(data.path().join("train.csv")).unwrap();
+    let broken: Vec<&str> = text.lines().enumerate().map(|(i, l)| if i == 7 { "1.5,0,2" } else { l }).collect();
+    std::fs::write(data.path().join("train.csv"), broken.join("\n")).unwrap();
+    let e = dpgd::data::Dataset::load_with_label(data.path(), None, "species").unwrap_err().to_string();
+    assert!(e.contains("train.csv") && e.contains("line 8"), "{e}");
 }

@@ -29,7 +29,7 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
     let labels: Vec<u8> = (0..16).map(|i| (i % 10) as u8).collect();
     let mut theta = vec![0.01f32; net.num_params()];
     theta[5] = 3.0e38; // W[class 0, pixel 5]: with the pixel normalised to 2, the logit is +∞
-    (net, Split { images, labels, rows: 4, cols: 4, channels: 1 }, theta)
+    (net, Split { images, features: Vec::new(), labels, rows: 4, cols: 4, channels: 1 }, theta)
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dpgd::data::{Dataset, Split};
+use dpgd::data::Split;
 use dpgd::model::export::{self, ExportedModel};
 use dpgd::train::step::count_correct;
 use dpgd::train::{RunFolder, TrainConfig};
@@ -43,14 +43,15 @@ fn model(path: &Path) -> Result<ExportedModel> {
 
 pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     let m = model(&a.model)?;
-    let dir = match a.data {
-        Some(d) => d,
-        None => {
-            let config = RunFolder::new(&a.model).config();
-            TrainConfig::from_file(&config, &[]).with_context(|| "give --data DIR")?.data.dir
-        }
+    // The run's data section (its label column too), unless --data names another folder.
+    let run_data = TrainConfig::from_file(&RunFolder::new(&a.model).config(), &[]).map(|c| c.data);
+    let mut data_cfg = match (a.data, run_data) {
+        (Some(d), run) => dpgd::train::DataConfig { dir: d, ..run.unwrap_or_default() },
+        (None, run) => run.with_context(|| "give --data DIR")?,
     };
-    let data = Dataset::load(&dir, Some(m.net.classes()))?;
+    data_cfg.classes = Some(m.net.classes());
+    let dir = data_cfg.dir.clone();
+    let data = data_cfg.load()?;
     let test = data.test.head(0);
     if test.pixels() != m.net.input_len() {
         bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.net.input_len());
@@ -92,7 +93,7 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
         images.extend(row);
     }
     let n = images.len() / pixels.max(1);
-    Ok(Split { images, labels: vec![0; n], rows: pixels, cols: 1, channels: 1 })
+    Ok(Split { images, features: Vec::new(), labels: vec![0; n], rows: pixels, cols: 1, channels: 1 })
 }
 
 pub(crate) fn predict(a: PredictArgs) -> Result<()> {

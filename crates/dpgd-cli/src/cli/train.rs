@@ -83,7 +83,7 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let data = load_or_fetch(&cfg.config().data.dir, cfg.config().data.classes)?;
+    let data = load_or_fetch(&cfg.config().data)?;
     // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
     // safe) and says how to continue.
     let hint = dir.clone();
@@ -133,11 +133,12 @@ fn warn_if_loosened(path: &Path, cfg: &dpgd::train::ValidConfig) {
 }
 
 /// Loads the dataset; a missing `datasets/<known name>` folder is filled by the dataset step first.
-fn load_or_fetch(dir: &Path, classes: Option<usize>) -> Result<Dataset> {
+fn load_or_fetch(data: &dpgd::train::DataConfig) -> Result<Dataset> {
+    let dir = data.dir.as_path();
     let known = fetch::KNOWN.iter().find(|k| dir == Path::new("datasets").join(k.name));
     if let (Some(k), Err(_)) = (known, dpgd::data::locate(dir, dpgd::data::FILES[0])) {
         eprintln!("{} is empty: running `dpgd data fetch {}` first", dir.display(), k.name);
         fetch::fetch(k.name, dir, None).with_context(|| format!("fetching {}", k.name))?;
     }
-    Ok(Dataset::load(dir, classes)?)
+    Ok(data.load()?)
 }

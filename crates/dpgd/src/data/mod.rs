@@ -1,6 +1,7 @@
 //! Datasets: MNIST-format IDX files (MNIST, Fashion-MNIST, or any folder of IDX files),
 //! normalisation, and the dataset fetch step.
 
+pub mod csv;
 pub mod fetch;
 pub mod idx;
 pub mod synthetic;
@@ -41,9 +42,11 @@ impl Normalize {
 /// the dataset costs one byte per value in memory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Split {
-    /// Values, `n × channels × rows × cols` (channel-major within an example, as the models
-    /// read them).
+    /// Byte values, `n × channels × rows × cols` (channel-major within an example, as the
+    /// models read them); empty for real-valued data.
     pub images: Vec<u8>,
+    /// Real-valued features, `n × channels × rows × cols` (CSV data); empty for byte images.
+    pub features: Vec<f32>,
     /// Labels, `n`.
     pub labels: Vec<u8>,
     /// Image height.
@@ -85,13 +88,21 @@ impl Split {
     #[must_use]
     pub fn head(&self, n: usize) -> Examples<'_> {
         let n = if n == 0 { self.len() } else { n.min(self.len()) };
-        Examples { images: &self.images[..n * self.pixels()], labels: &self.labels[..n], px: self.pixels() }
+        let values = n * self.pixels();
+        Examples {
+            images: &self.images[..values.min(self.images.len())],
+            features: &self.features[..values.min(self.features.len())],
+            labels: &self.labels[..n],
+            px: self.pixels(),
+        }
     }
     /// The first `n` examples (all of them if `n` is 0 or larger than the split).
     #[must_use]
     pub fn truncated(mut self, n: usize) -> Self {
         if n > 0 && n < self.len() {
-            self.images.truncate(n * self.pixels());
+            let values = n * self.pixels();
+            self.images.truncate(values);
+            self.features.truncate(values);
             self.labels.truncate(n);
         }
         self
@@ -102,6 +113,7 @@ impl Split {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Examples<'a> {
     images: &'a [u8],
+    features: &'a [f32],
     labels: &'a [u8],
     px: usize,
 }
@@ -127,11 +139,19 @@ impl Examples<'_> {
     pub fn labels(&self) -> &[u8] {
         self.labels
     }
-    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`).
+    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`): bytes as
+    /// (x/255 − mean)/std, real-valued features as (x − mean)/std.
     pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: Normalize, out: &mut [f32]) {
-        let px = self.pixels();
+        let values = range.start * self.pixels()..range.end * self.pixels();
+        if !self.features.is_empty() {
+            let shift = norm.mean / norm.std;
+            for (o, &x) in out.iter_mut().zip(&self.features[values]) {
+                *o = x / norm.std - shift;
+            }
+            return;
+        }
         let (scale, shift) = (1.0 / (255.0 * norm.std), norm.mean / norm.std);
-        for (o, &p) in out.iter_mut().zip(&self.images[range.start * px..range.end * px]) {
+        for (o, &p) in out.iter_mut().zip(&self.images[values]) {
             *o = f32::from(p) * scale - shift;
         }
     }
@@ -183,14 +203,33 @@ impl Dataset {
     /// [`Error::Data`] naming the file and the problem (missing, malformed, truncated, an empty
     /// training set, images of size 0, labels out of range, files that do not belong together).
     pub fn load(dir: &Path, classes: Option<usize>) -> Result<Self> {
+        Self::load_with_label(dir, classes, csv::DEFAULT_LABEL_COLUMN)
+    }
+
+    /// As [`load`](Self::load); a folder without the IDX files but with `train.csv` and
+    /// `test.csv` is read as CSV ([`csv::read`]), its labels in column `label_column`.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load) and [`csv::read`].
+    pub fn load_with_label(dir: &Path, classes: Option<usize>, label_column: &str) -> Result<Self> {
         let mut fingerprints = Vec::with_capacity(4);
-        let (test, test_labels_path) = read_split(dir, FILES[2], FILES[3], &mut fingerprints)?;
+        let is_csv = locate(dir, FILES[0]).is_err() && dir.join(csv::FILES[0]).is_file();
+        let (test, test_labels_path) = if is_csv {
+            read_csv_split(dir, csv::FILES[1], label_column, &mut fingerprints)?
+        } else {
+            read_split(dir, FILES[2], FILES[3], &mut fingerprints)?
+        };
         let classes = match classes {
             Some(c) => c,
             None => 1 + usize::from(test.labels.iter().copied().max().unwrap_or(0)),
         };
-        let (train, train_labels_path) = read_split(dir, FILES[0], FILES[1], &mut fingerprints)?;
-        fingerprints.rotate_right(2); // training files first
+        let (train, train_labels_path) = if is_csv {
+            read_csv_split(dir, csv::FILES[0], label_column, &mut fingerprints)?
+        } else {
+            read_split(dir, FILES[0], FILES[1], &mut fingerprints)?
+        };
+        let per_split = fingerprints.len() / 2;
+        fingerprints.rotate_right(per_split); // training files first
         for (split, path) in [(&train, &train_labels_path), (&test, &test_labels_path)] {
             if let Some((i, &y)) = split.labels.iter().enumerate().find(|&(_, &y)| usize::from(y) >= classes) {
                 return Err(Error::Data {
@@ -210,7 +249,7 @@ impl Dataset {
         }
         if train.is_empty() {
             return Err(Error::Data {
-                path: locate(dir, FILES[0])?,
+                path: if is_csv { dir.join(csv::FILES[0]) } else { locate(dir, FILES[0])? },
                 message: "the training set has 0 examples: there is nothing to train on".into(),
             });
         }
@@ -236,8 +275,9 @@ impl Dataset {
     /// use dpgd::data::{Dataset, Split};
     /// // Four 2 × 2 grey images of two classes, and two test images.
     /// let train = Split { images: vec![0, 0, 0, 0, 255, 255, 255, 255, 10, 0, 0, 10, 250, 255, 255, 250],
-    ///                     labels: vec![0, 1, 0, 1], rows: 2, cols: 2, channels: 1 };
-    /// let test = Split { images: vec![5, 5, 5, 5, 240, 240, 240, 240], labels: vec![0, 1], rows: 2, cols: 2, channels: 1 };
+    ///                     features: vec![], labels: vec![0, 1, 0, 1], rows: 2, cols: 2, channels: 1 };
+    /// let test = Split { images: vec![5, 5, 5, 5, 240, 240, 240, 240], features: vec![],
+    ///                    labels: vec![0, 1], rows: 2, cols: 2, channels: 1 };
     /// let data = Dataset::in_memory(train, test, None, "my-array".as_ref()).unwrap();
     /// assert_eq!((data.shape(), data.classes()), ([1, 2, 2], 2));
     /// ```
@@ -249,7 +289,8 @@ impl Dataset {
         let bad = |message: String| Error::Data { path: dir.into(), message };
         for (name, s) in [("training", &train), ("test", &test)] {
             let expected = s.labels.len().checked_mul(s.pixels());
-            if s.pixels() == 0 || expected != Some(s.images.len()) {
+            let held = if s.features.is_empty() { s.images.len() } else { s.features.len() };
+            if s.pixels() == 0 || expected != Some(held) || (!s.features.is_empty() && !s.images.is_empty()) {
                 return Err(bad(format!(
                     "the {name} split has {} values for {} labels of shape {:?}: they do not belong together",
                     s.images.len(),
@@ -281,9 +322,9 @@ impl Dataset {
             sha256: idx::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes)),
         };
         let fingerprints = vec![
-            fingerprint("train-images (in memory)", &train.images),
+            fingerprint("train-images (in memory)", &[train.images.as_slice(), &f32_bytes(&train.features)].concat()),
             fingerprint("train-labels (in memory)", &train.labels),
-            fingerprint("test-images (in memory)", &test.images),
+            fingerprint("test-images (in memory)", &[test.images.as_slice(), &f32_bytes(&test.features)].concat()),
             fingerprint("test-labels (in memory)", &test.labels),
         ];
         Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
@@ -342,6 +383,23 @@ fn read_split(dir: &Path, images: &str, labels: &str, fingerprints: &mut Vec<Fin
     Ok((split, lp))
 }
 
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Reads one CSV split and pushes its fingerprint.
+fn read_csv_split(
+    dir: &Path,
+    file: &str,
+    label: &str,
+    fingerprints: &mut Vec<Fingerprint>,
+) -> Result<(Split, PathBuf)> {
+    let path = dir.join(file);
+    let (split, sha256) = csv::read(&path, label)?;
+    fingerprints.push(Fingerprint { file: file.into(), sha256 });
+    Ok((split, path))
+}
+
 /// Reads an IDX file of images, `(n, H, W)` or `(n, H, W, C)` (channels last), into a
 /// [`Split`] with channel-major examples and all labels 0 (for prediction).
 ///
@@ -364,7 +422,7 @@ fn read_images_hashed(path: &Path) -> Result<(Split, String)> {
         return Err(bad(format!("{c} channels on {h}x{w} images: images are read as (n, height, width, channels)")));
     }
     let images = if c == 1 { im.data } else { channels_first(&im.data, h * w, c) };
-    Ok((Split { images, labels: vec![0; n], rows: h, cols: w, channels: c }, im.sha256))
+    Ok((Split { images, features: Vec::new(), labels: vec![0; n], rows: h, cols: w, channels: c }, im.sha256))
 }
 
 /// `(n, H·W, C)` bytes to `(n, C, H·W)`.
@@ -391,9 +449,15 @@ pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Norma
     if let Some(k) = known {
         return k.normalize;
     }
-    let n = test.images.len().max(1) as f64;
-    let mean = test.images.iter().map(|&p| f64::from(p)).sum::<f64>() / (255.0 * n);
-    let var = test.images.iter().map(|&p| (f64::from(p) / 255.0 - mean).powi(2)).sum::<f64>() / n;
+    // Values in the units normalisation expects: bytes over 255, features as they are.
+    let values: Vec<f64> = if test.features.is_empty() {
+        test.images.iter().map(|&p| f64::from(p) / 255.0).collect()
+    } else {
+        test.features.iter().map(|&x| f64::from(x)).collect()
+    };
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
     let std = var.sqrt();
     Normalize { mean: mean as f32, std: if std > 1e-6 { std as f32 } else { 1.0 } }
 }

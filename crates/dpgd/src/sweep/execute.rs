@@ -81,7 +81,7 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
         }
         let data_dir = r.config.config().data.dir.clone();
         if !datasets.contains_key(&data_dir) {
-            datasets.insert(data_dir.clone(), Dataset::load(&data_dir, r.config.config().data.classes)?);
+            datasets.insert(data_dir.clone(), r.config.config().data.load()?);
         }
         todo.push_back(r);
     }

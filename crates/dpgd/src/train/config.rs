@@ -12,7 +12,7 @@ use crate::accounting::{
 };
 use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
-use crate::data::Normalize;
+use crate::data::{Dataset, Normalize};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed};
@@ -106,6 +106,27 @@ pub struct DataConfig {
     /// Number of classes; absent: 1 + the largest label of the (public) test split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
+    /// For CSV data (`train.csv`, `test.csv` in `dir`): the label column; absent: `label`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_column: Option<String>,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        default_data()
+    }
+}
+
+impl DataConfig {
+    /// Reads the dataset this section names: IDX files or CSV in `dir`, with its class count
+    /// and label column.
+    ///
+    /// # Errors
+    /// As [`Dataset::load_with_label`].
+    pub fn load(&self) -> Result<Dataset> {
+        let label = self.label_column.as_deref().unwrap_or(crate::data::csv::DEFAULT_LABEL_COLUMN);
+        Dataset::load_with_label(&self.dir, self.classes, label)
+    }
 }
 
 /// The `[model]` section: a preset or explicit layers.
@@ -265,7 +286,14 @@ fn default_name() -> String {
     "run".into()
 }
 fn default_data() -> DataConfig {
-    DataConfig { dir: default_dir(), train_subset: 0, test_subset: 0, normalize: None, classes: None }
+    DataConfig {
+        dir: default_dir(),
+        train_subset: 0,
+        test_subset: 0,
+        normalize: None,
+        classes: None,
+        label_column: None,
+    }
 }
 
 /// Worker threads a config may ask for: more is a typo, not a machine.

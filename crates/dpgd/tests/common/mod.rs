@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use dpgd::data::Dataset;
 use dpgd::per_example::Network;
 use dpgd::train::outputs::RunResult;
 use dpgd::train::state::{self, Expect, Snapshot};
@@ -45,7 +44,7 @@ pub fn train(text: &str, dir: &Path, stop_after: Option<usize>) -> RunSummary {
 /// As [`train`], returning the error.
 pub fn try_train(text: &str, dir: &Path, stop_after: Option<usize>) -> dpgd::Result<RunSummary> {
     let cfg = TrainConfig::from_toml(text, &[])?.validate()?;
-    let data = Dataset::load(&cfg.config().data.dir, cfg.config().data.classes)?;
+    let data = cfg.config().data.load()?;
     run(&cfg, &data, dir, &RunOptions { stop_after, ..Default::default() }, &mut Silent)
 }
 
@@ -57,7 +56,7 @@ pub fn result(s: &RunSummary) -> &RunResult {
 /// The training state of the run of config `text` in `dir`.
 pub fn snapshot(text: &str, dir: &Path) -> Snapshot {
     let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
-    let data = Dataset::load(&cfg.config().data.dir, cfg.config().data.classes).unwrap();
+    let data = cfg.config().data.load().unwrap();
     let examples = data.train.head(cfg.config().data.train_subset).len();
     let params = Network::new(cfg.model()).unwrap().num_params();
     let expect = Expect { params, examples, max_steps: cfg.max_steps() };
