@@ -49,7 +49,10 @@ impl Aggregation {
             return Ok(Aggregation::UnclippedNonPrivate);
         }
         let grid = SumGrid::for_noise(noise, clip, n, net.num_params()).map_err(|_| {
-            Error::config("privacy.clip", format!("{clip} times {n} examples is too small or large to sum exactly"))
+            Error::config(
+                "privacy.clip",
+                format!("{clip} times {n} examples has no exact sum grid: use a clip between 1e-100 and 1e100"),
+            )
         })?;
         if let (NoiseSampler::DiscreteGaussian, Some(sigma)) = (noise, cfg.sigma()) {
             let gamma = grid.gamma();
