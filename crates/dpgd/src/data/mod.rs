@@ -450,14 +450,12 @@ pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Norma
         return k.normalize;
     }
     // Values in the units normalisation expects: bytes over 255, features as they are.
-    let values: Vec<f64> = if test.features.is_empty() {
-        test.images.iter().map(|&p| f64::from(p) / 255.0).collect()
-    } else {
-        test.features.iter().map(|&x| f64::from(x)).collect()
-    };
-    let n = values.len().max(1) as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    let bytes = test.images.iter().map(|&p| f64::from(p) / 255.0);
+    let features = test.features.iter().map(|&x| f64::from(x));
+    let values = || bytes.clone().chain(features.clone());
+    let n = (test.images.len() + test.features.len()).max(1) as f64;
+    let mean = values().sum::<f64>() / n;
+    let var = values().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
     let std = var.sqrt();
     Normalize { mean: mean as f32, std: if std > 1e-6 { std as f32 } else { 1.0 } }
 }

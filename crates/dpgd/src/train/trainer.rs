@@ -160,7 +160,7 @@ impl<'a> Trainer<'a> {
         let spec = cfg.model_for(data.shape(), data.classes())?;
         let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
-        check_data(&net, &train, &test, &data.dir)?;
+        check_data(&train, &test, &data.dir)?;
         check_delta(cfg, train.len())?;
         let threads = opts.threads.unwrap_or(c.train.threads);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -618,19 +618,8 @@ fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<Run
     if cfg.is_private_method() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
 }
 
-fn check_data(net: &Network, train: &Examples<'_>, test: &Examples<'_>, dir: &Path) -> Result<()> {
-    if train.pixels() != net.input_len() {
-        return Err(Error::Data {
-            path: dir.into(),
-            message: format!(
-                "the images have {} pixels but the model expects {:?} = {} input values: choose a model for these \
-                 images (model.layers) or the dataset the model was made for",
-                train.pixels(),
-                net.spec().input,
-                net.input_len()
-            ),
-        });
-    }
+/// The model is built for the data's own shape; this refuses an empty split.
+fn check_data(train: &Examples<'_>, test: &Examples<'_>, dir: &Path) -> Result<()> {
     if train.is_empty() || test.is_empty() {
         return Err(Error::Data {
             path: dir.into(),
