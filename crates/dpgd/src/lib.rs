@@ -63,6 +63,7 @@ pub mod device;
 pub mod error;
 pub mod memory;
 pub mod model;
+pub mod nn;
 pub mod noise;
 pub mod per_example;
 pub mod plot;

@@ -8,7 +8,7 @@ use dpgd::accounting::filter::IndividualFilter;
 use dpgd::arch::{LayerSpec, ModelSpec};
 use dpgd::clip::{NonFinitePolicy, SumGrid};
 use dpgd::data::{Normalize, Split};
-use dpgd::per_example::Network;
+use dpgd::per_example::{BurnEngine, Network, PerExample};
 use dpgd::train::step::{Aggregation, ClippedSum, GradientPlan};
 use dpgd::train::{RunFolder, TrainConfig, read_json};
 
@@ -296,11 +296,11 @@ fn a_second_trainer_on_one_run_folder_is_refused_while_the_first_holds_it() {
 
 /// The integer clipped sum of the real training path. `exhausted` examples are skipped, as the
 /// trainer skips examples whose budget is spent.
-fn grid_sum(net: &Network, data: &Split, theta: &[f32], exhausted: impl Fn(usize) -> bool) -> Vec<i64> {
+fn grid_sum<E: PerExample>(net: E, data: &Split, theta: &[f32], exhausted: impl Fn(usize) -> bool) -> Vec<i64> {
     let n = data.len();
     let grid = SumGrid::fixed_point(1.0, n).unwrap();
     let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
-    let plan = GradientPlan::new(net.clone(), data.head(0), Normalize::MNIST, clip, 16);
+    let plan = GradientPlan::new(net, data.head(0), Normalize::MNIST, clip, 16);
     let mut ledger = IndividualFilter::new(n, 10.0).unwrap();
     for i in (0..n).filter(|&i| exhausted(i)) {
         ledger.slot_mut(i).grant(10.0);
@@ -314,16 +314,29 @@ fn grid_sum(net: &Network, data: &Split, theta: &[f32], exhausted: impl Fn(usize
 /// A neighbour moves the released sum by exactly its own rounded row, on the real training path:
 /// S(all) − S(example i skipped) = S(only example i), in integers. The engine computes a batch of
 /// one differently from a batch of sixteen, so before micro-batches had one size this failed
-/// whenever a neighbour changed how many examples shared a micro-batch.
+/// whenever a neighbour changed how many examples shared a micro-batch. On both engines: the
+/// fast one and the burn engine (the same model as burn modules of `dpgd::nn` layers).
 #[test]
 fn a_neighbour_moves_the_clipped_sum_by_exactly_its_own_rounded_row() {
     let data = dpgd::data::Dataset::load(&fixture_dir(), Some(10)).unwrap().train.truncated(40);
     let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
     let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(5));
-    let all = grid_sum(&net, &data, &theta, |_| false);
+    neighbours_move_the_sum_by_their_own_row(|| net.clone(), &data, &theta);
+    #[allow(deprecated)]
+    let device = burn::tensor::Device::ndarray();
+    let burn_engine = || {
+        let model = dpgd::model::BurnModel::from_params(&net, &theta, &device);
+        BurnEngine::new(model, &device, [1, 28, 28], 10).unwrap()
+    };
+    let burn_theta = burn_engine().current_params().unwrap();
+    neighbours_move_the_sum_by_their_own_row(burn_engine, &data, &burn_theta);
+}
+
+fn neighbours_move_the_sum_by_their_own_row<E: PerExample>(engine: impl Fn() -> E, data: &Split, theta: &[f32]) {
+    let all = grid_sum(engine(), data, theta, |_| false);
     for i in [0, 17, 39] {
-        let without = grid_sum(&net, &data, &theta, |j| j == i);
-        let alone = grid_sum(&net, &data, &theta, |j| j != i);
+        let without = grid_sum(engine(), data, theta, |j| j == i);
+        let alone = grid_sum(engine(), data, theta, |j| j != i);
         let moved: Vec<i64> = all.iter().zip(&without).map(|(a, b)| a - b).collect();
         assert!(moved == alone, "removing example {i} moved the sum by more than its own row");
         assert!(alone.iter().any(|&v| v != 0));

@@ -5,12 +5,12 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
-use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu, Tanh};
+use burn::nn::{PaddingConfig2d, Relu, Tanh};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{Error, Result};
+use crate::nn::{Classifier, Conv2d, Conv2dConfig, Linear, LinearConfig};
 use crate::per_example::layers::{Conv2d as ConvRule, Linear as LinearRule};
 use crate::per_example::{Layer, Network};
 
@@ -190,12 +190,7 @@ impl BurnModel {
     /// # Errors
     /// If the record cannot be written.
     pub fn save(self, path: &Path) -> Result<()> {
-        let mut tmp = path.as_os_str().to_os_string();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
-        self.save_file(&tmp).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
-        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(Error::io(path))
+        save_module(self, path)
     }
 
     /// Reads a burnpack record written by [`save`](Self::save) into a model of `net`'s shape.
@@ -207,6 +202,26 @@ impl BurnModel {
             .try_load_record(record)
             .map_err(|e| Error::Record(format!("{}: {e}", path.display())))
     }
+}
+
+impl Classifier for BurnModel {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        BurnModel::forward(self, x)
+    }
+}
+
+/// Writes any burn module as a burnpack record to `path`, atomically (a temporary file renamed
+/// over `path`, so a crash never leaves a half-written model).
+///
+/// # Errors
+/// If the record cannot be written.
+pub fn save_module<M: Module>(module: M, path: &Path) -> Result<()> {
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    module.save_file(&tmp).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(Error::io(path))
 }
 
 /// What to read from each parameter.

@@ -6,4 +6,4 @@
 mod burn_model;
 pub mod export;
 
-pub use burn_model::BurnModel;
+pub use burn_model::{BurnModel, save_module};

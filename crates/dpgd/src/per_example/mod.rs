@@ -1,16 +1,111 @@
-//! Per-example gradients: a model compiled to a [`Network`] of layers with exact per-example
-//! rules (one file each in [`layers`]: linear, conv2d via im2col + GEMM, ReLU, tanh, max-pool,
-//! flatten), evaluated on contiguous buffers, parallel over micro-batches of examples.
+//! Per-example gradients behind one seam, [`PerExample`], with two engines:
 //!
-//! The rules are tested against one-backward-per-example gradients from burn's autodiff
-//! (`tests/per_example_vs_autodiff.rs`).
+//! * the fast CPU engine, a [`Network`] of layers with exact per-example rules (one file each in
+//!   [`layers`]: linear, conv2d via im2col + GEMM, ReLU, tanh, max-pool, flatten), evaluated on
+//!   contiguous buffers, parallel over micro-batches of examples;
+//! * the burn engine, [`BurnEngine`]: any burn model built from [`crate::nn`]'s layers, on any
+//!   burn device, its per-example gradients read from one batched backward through probes.
+//!
+//! The trainer (ledger, clipping, exact sum, noise, releases, run folder) sees only the trait, so
+//! both engines share every privacy mechanism. Both are tested against one-backward-per-example
+//! gradients from burn's autodiff (`tests/per_example_vs_autodiff.rs`, `tests/burn_engine.rs`).
 
+mod burn_engine;
 mod engine;
 pub mod layers;
 mod loss;
 mod matrix;
 mod network;
 
+pub use burn_engine::{BurnEngine, BurnScratch, TrainableParam};
 pub use engine::Workspace;
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
+
+/// The per-example computation the trainer needs: per-example gradients of the cross-entropy
+/// loss for a micro-batch, and logits. One implementation per engine.
+///
+/// **Contract** (what the privacy proof of the exact sum rests on): for a fixed batch size, the
+/// gradient row an engine writes for example `i` depends only on θ, `xᵢ` and `yᵢ` — never on the
+/// other examples of the batch — and is the same whichever position `i` holds. The trainer
+/// always calls [`gradients`](Self::gradients) with exactly its configured micro-batch size
+/// (zero-padding the last batch), so the rounding of a batched kernel cannot depend on how many
+/// real examples share it.
+pub trait PerExample: Send + Sync {
+    /// Buffers one worker thread reuses across micro-batches.
+    type Scratch: Send;
+
+    /// The number of trainable parameters P (the length of θ and of a gradient row).
+    fn num_params(&self) -> usize;
+    /// Values per input example (`c·h·w`, channel-major).
+    fn input_len(&self) -> usize;
+    /// Number of classes (logits per example).
+    fn classes(&self) -> usize;
+    /// Buffers for micro-batches of up to `batch` examples.
+    fn scratch(&self, batch: usize) -> Self::Scratch;
+    /// An upper estimate of the bytes [`scratch`](Self::scratch) and one call hold for `batch`
+    /// examples, or `None` if it does not fit in a `u64` — checked before anything is allocated.
+    fn scratch_bytes(&self, batch: usize) -> Option<u64>;
+    /// Writes the per-example gradients of the `b = labels.len()` examples `x` (`b × input_len`)
+    /// at θ into `grads` (`b × P`, row by row in θ's layout) and their losses into `losses[..b]`.
+    fn gradients(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        scratch: &mut Self::Scratch,
+        grads: &mut [f32],
+        losses: &mut [f32],
+    );
+    /// The logits (`b × classes`) of the `b` examples `x` at θ.
+    fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32];
+    /// The part of the model holding the most parameters and how many, for advice when a model
+    /// does not fit in memory.
+    fn largest_part(&self) -> Option<(String, usize)>;
+}
+
+impl PerExample for Network {
+    type Scratch = Workspace;
+
+    fn num_params(&self) -> usize {
+        Network::num_params(self)
+    }
+    fn input_len(&self) -> usize {
+        Network::input_len(self)
+    }
+    fn classes(&self) -> usize {
+        Network::classes(self)
+    }
+    fn scratch(&self, batch: usize) -> Workspace {
+        self.workspace(batch)
+    }
+    fn scratch_bytes(&self, batch: usize) -> Option<u64> {
+        self.workspace_bytes(batch)
+    }
+    fn gradients(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        ws: &mut Workspace,
+        grads: &mut [f32],
+        losses: &mut [f32],
+    ) {
+        self.forward(theta, ws, x, labels.len());
+        self.backward(theta, ws, labels, grads, losses);
+    }
+    fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, ws: &'s mut Workspace) -> &'s [f32] {
+        self.forward(theta, ws, x, b)
+    }
+    fn largest_part(&self) -> Option<(String, usize)> {
+        self.spec()
+            .layers
+            .iter()
+            .zip(self.layers())
+            .enumerate()
+            .filter_map(|(i, (spec, l))| {
+                l.params().map(|q| (format!("model.layers[{i}] ({spec:?})"), q.weight_len + q.bias_len))
+            })
+            .max_by_key(|&(_, n)| n)
+    }
+}

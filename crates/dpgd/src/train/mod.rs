@@ -22,4 +22,4 @@ pub use config::{
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
 pub use privacy::significant;
-pub use trainer::{RunOptions, RunSummary, Trainer, read_json, run};
+pub use trainer::{RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run, run_with};

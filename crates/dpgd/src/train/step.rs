@@ -15,7 +15,7 @@ use crate::clip::{BlockStats, NonFinitePolicy, SumGrid, axpy, clip_block};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, add_gaussian, gaussian};
-use crate::per_example::{Network, Workspace};
+use crate::per_example::{Network, PerExample};
 
 /// How per-example gradients are combined.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,7 +42,7 @@ impl Aggregation {
     /// # Errors
     /// [`Error::Config`] naming `privacy.clip` when C·n admits no exact grid, or `privacy.noise`
     /// when σC/γ is outside the discrete sampler's range.
-    pub fn for_run(cfg: &ValidConfig, net: &Network, n: usize) -> Result<Self> {
+    pub fn for_run(cfg: &ValidConfig, net: &impl PerExample, n: usize) -> Result<Self> {
         let c = cfg.config();
         let (noise, clip) = (c.privacy.noise, c.privacy.clip);
         if cfg.method() == Method::NonPrivate {
@@ -119,9 +119,8 @@ impl SumStats {
 }
 
 /// Per-thread buffers for one micro-batch.
-#[derive(Debug)]
-struct Scratch {
-    ws: Workspace,
+struct Scratch<W> {
+    ws: W,
     x: Vec<f32>,
     labels: Vec<u8>,
     grads: Vec<f32>,
@@ -132,10 +131,10 @@ struct Scratch {
     failed: Option<usize>,
 }
 
-impl Scratch {
-    fn new(net: &Network, chunk: usize) -> Self {
+impl<W> Scratch<W> {
+    fn new<E: PerExample<Scratch = W>>(net: &E, chunk: usize) -> Self {
         Self {
-            ws: net.workspace(chunk),
+            ws: net.scratch(chunk),
             x: vec![0.0; chunk * net.input_len()],
             labels: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
@@ -150,31 +149,45 @@ impl Scratch {
 
 /// What one step computes over: the model, the training examples and how gradients combine;
 /// plus one set of scratch buffers per worker thread, reused across steps.
-#[derive(Debug)]
-pub struct GradientPlan<'a> {
-    net: Network,
+pub struct GradientPlan<'a, E: PerExample = Network> {
+    net: E,
     data: Examples<'a>,
     norm: Normalize,
     aggregation: Aggregation,
     chunk: usize,
-    scratch: OnceLock<Vec<Mutex<Scratch>>>,
+    scratch: OnceLock<Vec<Mutex<Scratch<E::Scratch>>>>,
     /// Held for a whole [`gradient_sum`](Self::gradient_sum): the workers' integer sums live in
     /// the scratch buffers for the whole call, so two calls on one plan must not overlap.
     running: Mutex<()>,
 }
 
-impl<'a> GradientPlan<'a> {
+impl<E: PerExample> std::fmt::Debug for GradientPlan<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GradientPlan")
+            .field("aggregation", &self.aggregation)
+            .field("chunk", &self.chunk)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, E: PerExample> GradientPlan<'a, E> {
     /// A plan over `data` with micro-batches of `chunk ≥ 1` examples; its scratch buffers are
     /// allocated on first use, one per worker thread.
     #[must_use]
-    pub fn new(net: Network, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
+    pub fn new(net: E, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
         Self { net, data, norm, aggregation, chunk: chunk.max(1), scratch: OnceLock::new(), running: Mutex::new(()) }
     }
 
-    /// The compiled model.
+    /// The per-example engine.
     #[must_use]
-    pub fn net(&self) -> &Network {
+    pub fn net(&self) -> &E {
         &self.net
+    }
+
+    /// The engine, giving the plan up.
+    #[must_use]
+    pub fn into_net(self) -> E {
+        self.net
     }
 
     /// Σᵢ ḡ(xᵢ) over the training examples at θ: per-example gradients in micro-batches
@@ -298,7 +311,7 @@ impl<'a> GradientPlan<'a> {
     /// are never read — because its rounding may depend on the batch size (a batch of one is
     /// computed differently): at one size, an example's row depends on nothing but itself and
     /// θ, so a neighbour changes the sum by its own row alone.
-    fn micro_batch(&self, theta: &[f32], batch: &mut [(usize, &mut LedgerSlot<'_>)], s: &mut Scratch) {
+    fn micro_batch(&self, theta: &[f32], batch: &mut [(usize, &mut LedgerSlot<'_>)], s: &mut Scratch<E::Scratch>) {
         let (net, data) = (&self.net, self.data);
         let (px, p, c, b) = (net.input_len(), net.num_params(), self.chunk, batch.len());
         if b == 0 {
@@ -311,8 +324,7 @@ impl<'a> GradientPlan<'a> {
         }
         s.x[b * px..c * px].fill(0.0);
         s.labels.resize(c, 0);
-        net.forward(theta, &mut s.ws, &s.x[..c * px], c);
-        net.backward(theta, &mut s.ws, &s.labels, &mut s.grads[..c * p], &mut s.losses);
+        net.gradients(theta, &s.x[..c * px], &s.labels, &mut s.ws, &mut s.grads[..c * p], &mut s.losses);
         s.stats.computed += b;
         s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
         let rows = &s.grads[..b * p];
@@ -396,17 +408,17 @@ pub fn apply_update(
 /// passes). On training data this is confidential: release it only through an accounted
 /// mechanism.
 #[must_use]
-pub fn count_correct(net: &Network, theta: &[f32], data: Examples<'_>, norm: Normalize) -> usize {
+pub fn count_correct<E: PerExample>(net: &E, theta: &[f32], data: Examples<'_>, norm: Normalize) -> usize {
     const B: usize = 256;
     let (px, classes) = (net.input_len(), net.classes());
     (0..data.len().div_ceil(B))
         .into_par_iter()
         .map_init(
-            || (net.workspace(B), vec![0.0f32; B * px]),
+            || (net.scratch(B), vec![0.0f32; B * px]),
             |(ws, x), mb| {
                 let (lo, hi) = (mb * B, ((mb + 1) * B).min(data.len()));
                 data.normalised_into(lo..hi, norm, &mut x[..(hi - lo) * px]);
-                let logits = net.forward(theta, ws, &x[..(hi - lo) * px], hi - lo);
+                let logits = net.logits(theta, &x[..(hi - lo) * px], hi - lo, ws);
                 logits
                     .chunks_exact(classes)
                     .zip(&data.labels()[lo..hi])

@@ -47,8 +47,9 @@ use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::model::BurnModel;
+use crate::nn::Classifier;
 use crate::noise::Stream;
-use crate::per_example::Network;
+use crate::per_example::{BurnEngine, Network, PerExample};
 
 /// Options that are not part of the run's identity.
 #[derive(Debug, Clone, Default)]
@@ -107,13 +108,74 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     state::atomic_write(path, text.as_bytes())
 }
 
+/// What the trainer needs of a model beyond its per-example gradients: its initial
+/// parameters, how its files are written, and what identifies it in a run's state. One
+/// implementation per engine: the fast engine's [`Network`] (built from the config's
+/// `model`) and the burn engine's [`BurnEngine`] (any burn model of [`crate::nn`] layers).
+pub trait TrainModel: PerExample {
+    /// θ before the first step (from `model.init_seed` where the engine initialises).
+    ///
+    /// # Errors
+    /// If the parameters cannot be read.
+    fn initial_params(&self, seed: u64) -> Result<Vec<f32>>;
+    /// Writes the model holding θ into the run folder.
+    ///
+    /// # Errors
+    /// A file that cannot be written.
+    fn write_model(&self, theta: &[f32], norm: Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()>;
+    /// What identifies the model in the run's state, in place of the config's `model` section
+    /// (`None`: the config's section is the model).
+    fn identity(&self) -> Option<serde_json::Value>;
+}
+
+impl TrainModel for Network {
+    fn initial_params(&self, seed: u64) -> Result<Vec<f32>> {
+        Ok(self.init_params(&mut ChaCha8Rng::seed_from_u64(seed)))
+    }
+    fn write_model(&self, theta: &[f32], norm: Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
+        BurnModel::from_params(self, theta, &cfg.config().train.device.device()?).save(&folder.model())?;
+        write_json(&folder.model_spec(), self.spec())?;
+        crate::model::export::save(self, theta, norm, &folder.model_safetensors())
+    }
+    fn identity(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+impl<M: Classifier> TrainModel for BurnEngine<M> {
+    /// The model's own initial values (the user initialised it); `seed` is not used.
+    fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
+        self.current_params()
+    }
+    fn write_model(&self, theta: &[f32], _norm: Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+        crate::model::save_module(self.model_with(theta)?, &folder.model())
+    }
+    fn identity(&self) -> Option<serde_json::Value> {
+        let params: Vec<_> =
+            self.params().iter().map(|p| serde_json::json!({"path": p.path, "shape": p.shape})).collect();
+        Some(serde_json::json!({ "burn_module": params }))
+    }
+}
+
+/// A finished run of a user's model: its summary, the returned parameters θ and the engine
+/// that turns them back into the model ([`BurnEngine::model_with`]).
+#[derive(Debug)]
+pub struct Trained<E> {
+    /// The run's summary (`result.json`, `privacy.json`).
+    pub summary: RunSummary,
+    /// The returned model's parameters (the selected step's, under a stopping rule).
+    pub params: Vec<f32>,
+    /// The engine the run trained with.
+    pub engine: E,
+}
+
 /// A training run in progress.
-pub struct Trainer<'a> {
+pub struct Trainer<'a, E: TrainModel = Network> {
     cfg: &'a ValidConfig,
     folder: RunFolder,
     _lock: RunLock,
     identity: RunIdentity,
-    plan: GradientPlan<'a>,
+    plan: GradientPlan<'a, E>,
     train: Examples<'a>,
     test: Examples<'a>,
     norm: Normalize,
@@ -133,7 +195,8 @@ pub struct Trainer<'a> {
 
 impl<'a> Trainer<'a> {
     /// Opens the run folder `dir` for `cfg` on `data`: continues the run it holds (which must
-    /// be this run: same configuration, same data), or starts one.
+    /// be this run: same configuration, same data), or starts one. The model is the config's,
+    /// built for the data's shape and classes, on the fast engine.
     ///
     /// # Errors
     /// A finished run; a folder holding another run (the differing fields or data files
@@ -146,6 +209,28 @@ impl<'a> Trainer<'a> {
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
     ) -> Result<Self> {
+        // The model for the data's own shape and classes (a preset adapts; explicit layers are checked).
+        let spec = cfg.model_for(data.shape(), data.classes())?;
+        let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
+        Trainer::with_engine(cfg, net, data, dir, opts, observer)
+    }
+}
+
+impl<'a, E: TrainModel> Trainer<'a, E> {
+    /// As [`Trainer::resume_or_init`], training `engine`'s model (e.g. a [`BurnEngine`] around
+    /// a burn model of [`crate::nn`] layers); the config's `model` section is not used.
+    ///
+    /// # Errors
+    /// As [`Trainer::resume_or_init`]; a model whose input shape or classes are not the data's.
+    pub fn with_engine(
+        cfg: &'a ValidConfig,
+        engine: E,
+        data: &'a Dataset,
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+    ) -> Result<Self> {
+        let net = engine;
         let folder = RunFolder::new(dir);
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
@@ -156,9 +241,20 @@ impl<'a> Trainer<'a> {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
         let c = cfg.config();
-        // The model for the data's own shape and classes (a preset adapts; explicit layers are checked).
-        let spec = cfg.model_for(data.shape(), data.classes())?;
-        let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
+        if net.input_len() != data.shape().iter().product::<usize>() || net.classes() != data.classes() {
+            return Err(Error::config(
+                "model",
+                format!(
+                    "the model takes {} values per example and gives {} logits; the data in {} have shape {:?} ({} values) and {} classes",
+                    net.input_len(),
+                    net.classes(),
+                    data.dir.display(),
+                    data.shape(),
+                    data.shape().iter().product::<usize>(),
+                    data.classes()
+                ),
+            ));
+        }
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
         check_data(&train, &test, &data.dir)?;
         check_delta(cfg, train.len())?;
@@ -168,14 +264,14 @@ impl<'a> Trainer<'a> {
             .build()
             .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
         check_memory(&net, c.train.chunk, pool.current_num_threads(), train.len())?;
-        let identity = RunIdentity {
-            config: serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?,
-            data: data.fingerprints().to_vec(),
-            examples: train.len(),
-            params: net.num_params(),
-        };
+        let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
+        if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
+            *section = model;
+        }
+        let identity =
+            RunIdentity { config, data: data.fingerprints().to_vec(), examples: train.len(), params: net.num_params() };
         let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
-        let theta = net.init_params(&mut ChaCha8Rng::seed_from_u64(c.model.init_seed));
+        let theta = net.initial_params(c.model.init_seed)?;
         let norm = c.data.normalize.unwrap_or_else(|| data.default_normalize());
         let plan = GradientPlan::new(net, train, norm, aggregation, c.train.chunk);
         let b_norm = if cfg.is_private_method() {
@@ -525,15 +621,25 @@ impl<'a> Trainer<'a> {
     /// # Errors
     /// A file that cannot be written.
     pub fn finish(self) -> Result<RunSummary> {
+        self.finish_returning().map(|t| t.summary)
+    }
+
+    /// As [`finish`](Self::finish), also returning the model's parameters θ (the selected
+    /// step's; the current ones if the run stopped before its end) and the engine.
+    ///
+    /// # Errors
+    /// As [`finish`](Self::finish).
+    pub fn finish_returning(self) -> Result<Trained<E>> {
         let over = self.step >= self.cfg.max_steps() || self.stopping.should_stop();
         if !over {
-            return Ok(RunSummary {
+            let summary = RunSummary {
                 dir: self.folder.root().into(),
                 steps: self.step,
                 finished: false,
                 result: None,
                 privacy: None,
-            });
+            };
+            return Ok(Trained { summary, params: self.theta, engine: self.plan.into_net() });
         }
         let c = self.cfg.config();
         let (selected_step, model) = self.stopping.selected(self.step, &self.theta);
@@ -548,9 +654,8 @@ impl<'a> Trainer<'a> {
             .rev()
             .filter(|r| r.step > k)
             .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
-        BurnModel::from_params(self.plan.net(), model, &c.train.device.device()?).save(&self.folder.model())?;
-        write_json(&self.folder.model_spec(), self.plan.net().spec())?;
-        crate::model::export::save(self.plan.net(), model, self.norm, &self.folder.model_safetensors())?;
+        self.plan.net().write_model(model, self.norm, &self.folder, self.cfg)?;
+        let model = model.to_vec();
         let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
         let result = RunResult {
             private: privacy.private,
@@ -581,13 +686,14 @@ impl<'a> Trainer<'a> {
             classes: self.plan.net().classes(),
         };
         self.observer.finished(&info);
-        Ok(RunSummary {
+        let summary = RunSummary {
             dir: self.folder.root().into(),
             steps: self.step,
             finished: true,
             result: Some(result),
             privacy: Some(privacy),
-        })
+        };
+        Ok(Trained { summary, params: model, engine: self.plan.into_net() })
     }
 
     /// The operator's files: `diagnostics.json` (exact values) and, for a private run, the
@@ -647,10 +753,10 @@ fn check_delta(cfg: &ValidConfig, n: usize) -> Result<()> {
 }
 
 /// Refuses a run whose buffers would not fit in memory, before allocating them.
-fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) -> Result<()> {
+fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: usize) -> Result<()> {
     let p = net.num_params() as u64;
     let needed = |chunk: usize, threads: usize| {
-        let per_thread = net.workspace_bytes(chunk).and_then(|ws| {
+        let per_thread = net.scratch_bytes(chunk).and_then(|ws| {
             let grads = (chunk as u64).checked_mul(p)?.checked_mul(4)?;
             let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
             ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
@@ -664,19 +770,11 @@ fn check_memory(net: &Network, chunk: usize, threads: usize, examples: usize) ->
     let fix = if fits(needed(1, 1)) {
         "lower train.chunk or train.threads (train.chunk = 1 on 1 thread fits)".to_string()
     } else {
-        // Even one example at a time does not fit: the model is too large, and the advice says which layer.
-        let largest = net
-            .spec()
-            .layers
-            .iter()
-            .zip(net.layers())
-            .enumerate()
-            .filter_map(|(i, (spec, l))| l.params().map(|q| (i, spec, q.weight_len + q.bias_len)))
-            .max_by_key(|&(_, _, n)| n);
-        match largest {
-            Some((i, spec, n)) => format!(
+        // Even one example at a time does not fit: the model is too large, and the advice says where.
+        match net.largest_part() {
+            Some((part, n)) => format!(
                 "the model is too large even at train.chunk = 1 on 1 thread: it has {p} parameters, {n} of them in \
-                 model.layers[{i}] ({spec:?}); use a smaller model"
+                 {part}; use a smaller model"
             ),
             None => format!("the model is too large even at train.chunk = 1 on 1 thread ({p} parameters)"),
         }
@@ -723,4 +821,26 @@ pub fn run(
         trainer.step()?;
     }
     trainer.finish()
+}
+
+/// Trains `engine`'s model (e.g. a [`BurnEngine`] around your burn model) per `cfg` on `data`
+/// in `dir`, as [`run`] does the config's model, and returns the trained parameters with the
+/// summary. `cfg`'s `model` section is not used.
+///
+/// # Errors
+/// As [`Trainer::with_engine`], [`Trainer::step`] and [`Trainer::finish`]; a finished run
+/// (its parameters are in its folder's model file).
+pub fn run_with<E: TrainModel>(
+    cfg: &ValidConfig,
+    engine: E,
+    data: &Dataset,
+    dir: &Path,
+    opts: &RunOptions,
+    observer: &mut dyn Observer,
+) -> Result<Trained<E>> {
+    let mut trainer = Trainer::with_engine(cfg, engine, data, dir, opts, observer)?;
+    while !trainer.is_done() {
+        trainer.step()?;
+    }
+    trainer.finish_returning()
 }

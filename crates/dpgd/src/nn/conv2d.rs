@@ -1,0 +1,187 @@
+//! [`Conv2d`]: burn's 2-D convolution (stride, padding, dilation, groups) with a per-example
+//! rule.
+//!
+//! Example i's weight gradient is `δᵢ · colsᵢᵀ` per group, where `colsᵢ` is the im2col matrix
+//! of its (explicitly padded) input (`[c_in·kh·kw, L]`, burn's `unfold4d`) and δᵢ its output
+//! gradient (`[c_out, L]`); its bias gradient is δᵢ summed over positions. Materialising costs
+//! B·c_out·(c_in·kh·kw)·L multiply-adds, the same as the batch weight gradient; the Gram
+//! ("ghost norm") form would cost B·L²·(c_in·kh·kw + c_out) and is cheaper only when
+//! L < c_in·kh·kw·c_out/(c_in·kh·kw + c_out) — deep layers on small maps, not MNIST-sized
+//! ones — and the exact clipped sum needs the rows anyway (see `crate::clip`).
+
+use burn::config::Config;
+use burn::module::{Module, Param, ParamId};
+use burn::nn::{Initializer, PaddingConfig2d};
+use burn::tensor::module::{conv2d, unfold4d};
+use burn::tensor::ops::{ConvOptions, PadMode, UnfoldOptions};
+use burn::tensor::{Device, Gradients, Tensor};
+
+use super::tape::{Recorded, attach, per_example};
+
+/// The configuration of a [`Conv2d`] layer: burn's `Conv2dConfig`, same fields and defaults.
+#[derive(Config, Debug)]
+pub struct Conv2dConfig {
+    /// `[c_in, c_out]`.
+    pub channels: [usize; 2],
+    /// `[kh, kw]`.
+    pub kernel_size: [usize; 2],
+    /// Stride.
+    #[config(default = "[1, 1]")]
+    pub stride: [usize; 2],
+    /// Dilation.
+    #[config(default = "[1, 1]")]
+    pub dilation: [usize; 2],
+    /// Groups (both channel counts divisible by it).
+    #[config(default = "1")]
+    pub groups: usize,
+    /// Padding.
+    #[config(default = "PaddingConfig2d::Valid")]
+    pub padding: PaddingConfig2d,
+    /// Whether the layer has a bias.
+    #[config(default = true)]
+    pub bias: bool,
+    /// The initializer (burn's default: Kaiming uniform with gain 1/√3).
+    #[config(default = "Initializer::KaimingUniform{gain:0.5773502691896258, fan_out_only:false}")]
+    pub initializer: Initializer,
+}
+
+impl Conv2dConfig {
+    /// A layer initialised exactly as burn's `Conv2dConfig::init` initialises it.
+    ///
+    /// # Panics
+    /// As burn's: if a channel count is not divisible by `groups`.
+    #[must_use]
+    pub fn init(&self, device: &Device) -> Conv2d {
+        burn::nn::conv::Conv2dConfig::new(self.channels, self.kernel_size)
+            .with_stride(self.stride)
+            .with_dilation(self.dilation)
+            .with_groups(self.groups)
+            .with_padding(self.padding.clone())
+            .with_bias(self.bias)
+            .with_initializer(self.initializer.clone())
+            .init(device)
+            .into()
+    }
+}
+
+/// burn's `Conv2d` (same fields), whose calls inside [`super::record`] are recorded.
+#[derive(Module, Debug)]
+pub struct Conv2d {
+    /// `[c_out, c_in / groups, kh, kw]`.
+    pub weight: Param<Tensor<4>>,
+    /// `[c_out]`.
+    pub bias: Option<Param<Tensor<1>>>,
+    /// Stride.
+    pub stride: [usize; 2],
+    /// Kernel size.
+    pub kernel_size: [usize; 2],
+    /// Dilation.
+    pub dilation: [usize; 2],
+    /// Groups.
+    pub groups: usize,
+    /// Padding.
+    #[module(skip)]
+    pub padding: PaddingConfig2d,
+}
+
+impl From<burn::nn::conv::Conv2d> for Conv2d {
+    fn from(c: burn::nn::conv::Conv2d) -> Self {
+        Self {
+            weight: c.weight,
+            bias: c.bias,
+            stride: c.stride,
+            kernel_size: c.kernel_size,
+            dilation: c.dilation,
+            groups: c.groups,
+            padding: c.padding,
+        }
+    }
+}
+
+/// burn's padding pairs `((top, bottom), (left, right))` (a copy of its crate-private
+/// `calculate_padding_2d_pairs`: "same" padding may be asymmetric).
+fn padding_pairs(p: &PaddingConfig2d, h: usize, w: usize, k: [usize; 2], s: [usize; 2]) -> [(usize, usize); 2] {
+    let same = |k: usize, s: usize, size: usize| {
+        let out = size.div_ceil(s.max(1));
+        let total = if out > 0 { ((out - 1) * s + k).saturating_sub(size) } else { 0 };
+        (total / 2, total - total / 2)
+    };
+    match *p {
+        PaddingConfig2d::Valid => [(0, 0), (0, 0)],
+        PaddingConfig2d::Same => [same(k[0], s[0], h), same(k[1], s[1], w)],
+        PaddingConfig2d::Explicit(top, left, bottom, right) => [(top, bottom), (left, right)],
+    }
+}
+
+impl Conv2d {
+    /// The convolution of `input` (`[batch, c_in, h, w]`), as burn's `Conv2d::forward`.
+    pub fn forward(&self, input: Tensor<4>) -> Tensor<4> {
+        let [_, _, h, w] = input.dims();
+        let pad = padding_pairs(&self.padding, h, w, self.kernel_size, self.stride);
+        let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
+        let out = conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options);
+        attach(out, |probe| ConvCall {
+            weight: self.weight.id,
+            bias: self.bias.as_ref().map(|b| b.id),
+            input: input.without_autodiff(),
+            pad,
+            kernel: self.kernel_size,
+            stride: self.stride,
+            dilation: self.dilation,
+            groups: self.groups.max(1),
+            probe,
+        })
+    }
+}
+
+struct ConvCall {
+    weight: ParamId,
+    bias: Option<ParamId>,
+    input: Tensor<4>,
+    pad: [(usize, usize); 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+    probe: Tensor<4>,
+}
+
+impl Recorded for ConvCall {
+    fn params(&self) -> Vec<ParamId> {
+        std::iter::once(self.weight).chain(self.bias).collect()
+    }
+
+    fn values_per_example(&self) -> usize {
+        // the input, its im2col columns (c_in·kh·kw per output position), the probe and δ
+        let [_, c_out, ho, wo] = self.probe.dims();
+        let cols = self.input.dims()[1] * self.kernel[0] * self.kernel[1] * ho * wo;
+        per_example(&self.input.dims()) + cols + 2 * c_out * ho * wo
+    }
+
+    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+        let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
+        let [b, c_out, ho, wo] = delta.dims();
+        let c_in = self.input.dims()[1];
+        // Padding first, so unfold takes its cheap path and asymmetric padding is exact.
+        let x = self.input.clone().pad(self.pad, PadMode::Constant(0.0));
+        let cols = unfold4d(x, self.kernel, UnfoldOptions::new(self.stride, [0, 0], self.dilation));
+        let l = ho * wo;
+        let delta = delta.reshape([b, c_out, l]);
+        let kk = self.kernel[0] * self.kernel[1];
+        let (g, co, ci) = (self.groups, c_out / self.groups, c_in / self.groups);
+        let cols_t = cols.swap_dims(1, 2); // [b, L, c_in·kh·kw]
+        let per_group: Vec<Tensor<3>> = (0..g)
+            .map(|j| {
+                let d = delta.clone().slice([0..b, j * co..(j + 1) * co, 0..l]);
+                let c = cols_t.clone().slice([0..b, 0..l, j * ci * kk..(j + 1) * ci * kk]);
+                d.matmul(c)
+            })
+            .collect();
+        let weight = Tensor::cat(per_group, 1);
+        let mut out = vec![(self.weight, weight.reshape([b, c_out * ci * kk]))];
+        if let Some(bias) = self.bias {
+            out.push((bias, delta.sum_dim(2).reshape([b, c_out])));
+        }
+        out
+    }
+}

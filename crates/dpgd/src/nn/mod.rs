@@ -1,0 +1,70 @@
+//! Per-example-aware drop-ins for burn's layers: write your model as for any burn model, with
+//! `use dpgd::nn::{…}` in place of `use burn::nn::{…}` for its trainable layers, and train it
+//! privately with [`crate::per_example::BurnEngine`].
+//!
+//! ```
+//! use burn::module::Module;
+//! use burn::tensor::{Device, Tensor, activation::relu};
+//! use dpgd::nn::{Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig};
+//!
+//! #[derive(Module, Debug)]
+//! struct Net { conv: Conv2d, norm: GroupNorm, fc: Linear }
+//!
+//! impl Classifier for Net {
+//!     fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+//!         let h = relu(self.norm.forward(self.conv.forward(x.clone()))) + x; // a residual add
+//!         self.fc.forward(h.flatten(1, 3))
+//!     }
+//! }
+//!
+//! let device = Device::default();
+//! let net = Net {
+//!     conv: Conv2dConfig::new([1, 1], [3, 3]).with_padding(burn::nn::PaddingConfig2d::Same).init(&device),
+//!     norm: GroupNormConfig::new(1, 1).init(&device),
+//!     fc: LinearConfig::new(16, 2).init(&device),
+//! };
+//! assert_eq!(net.forward(Tensor::zeros([3, 1, 4, 4], &device)).dims(), [3, 2]);
+//! ```
+//!
+//! **Layers**: [`Linear`], [`Conv2d`] (stride, padding, dilation, groups), [`Embedding`],
+//! [`LayerNorm`], [`GroupNorm`] — burn's field names, so records and safetensors files are
+//! interchangeable with burn's, and `From<burn::nn::X>` converts. Parameter-free operations
+//! (activations, pooling, dropout, flatten, residual adds) stay plain burn code.
+//!
+//! **How.** burn has no forward hooks, so the layers record themselves: inside [`record`], each
+//! call adds a zero leaf ("probe") to its output and keeps its input. One batched backward of
+//! the summed per-example losses gives each probe's gradient δ, the layer's per-example output
+//! gradient, and each layer turns (input, δ) into per-example parameter gradients by one
+//! batched contraction (Bu et al. 2023's book-keeping; its per-layer cost is in each file).
+//! Outside [`record`], or on a device without autodiff, every layer computes exactly what
+//! burn's does. A layer called twice in one forward gets two records whose per-example
+//! gradients add up.
+//!
+//! **What is refused** (by [`crate::per_example::BurnEngine::new`], naming the parameter's path
+//! in your struct): a trainable parameter that no recorded dpgd layer used — burn's own layers
+//! (including those inside burn's attention and transformer blocks), raw `Param`s used in your
+//! forward, LoRA adapters — and burn's `BatchNorm`, which mixes the examples of a batch so
+//! that no example has a gradient of its own (use [`GroupNorm`]).
+
+mod conv2d;
+mod embedding;
+mod linear;
+mod norm;
+mod tape;
+
+pub use conv2d::{Conv2d, Conv2dConfig};
+pub use embedding::{Embedding, EmbeddingConfig};
+pub use linear::{Linear, LinearConfig};
+pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig};
+pub use tape::{Tape, record};
+
+use burn::module::Module;
+use burn::tensor::Tensor;
+
+/// A classifier dpgd can train: logits `[batch, classes]` for images `[batch, c, h, w]` (a
+/// dataset of feature vectors arrives as `[batch, 1, 1, features]`). The loss is the
+/// cross-entropy of each example, summed — never a mean or anything else that couples examples.
+pub trait Classifier: Module {
+    /// The logits of a batch.
+    fn forward(&self, x: Tensor<4>) -> Tensor<2>;
+}

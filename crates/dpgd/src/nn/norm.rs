@@ -1,0 +1,218 @@
+//! [`GroupNorm`] and [`LayerNorm`]: burn's normalisations with per-example rules.
+//!
+//! Both normalise within one example (never across the batch, unlike BatchNorm, which mixes
+//! examples and has no per-example gradient), then scale by γ and shift by β per channel
+//! (GroupNorm) or feature (LayerNorm). With x̂ the normalised input, recorded in the forward,
+//! and δ the output gradient: `g_γ,i = Σ δᵢ ⊙ x̂ᵢ` and `g_β,i = Σ δᵢ`, summed over positions.
+
+use burn::config::Config;
+use burn::module::{Module, Param, ParamId};
+use burn::nn::Initializer;
+use burn::tensor::{Device, Gradients, Tensor};
+
+use super::tape::{Recorded, attach, per_example};
+
+/// The configuration of a [`GroupNorm`] layer: burn's `GroupNormConfig`, same fields and
+/// defaults.
+#[derive(Config, Debug)]
+pub struct GroupNormConfig {
+    /// Groups the channels are split into.
+    pub num_groups: usize,
+    /// Channels (divisible by `num_groups`).
+    pub num_channels: usize,
+    /// Added to the variance.
+    #[config(default = 1e-5)]
+    pub epsilon: f64,
+    /// Whether the layer has γ and β.
+    #[config(default = true)]
+    pub affine: bool,
+}
+
+impl GroupNormConfig {
+    /// The layer, γ = 1 and β = 0 as in burn.
+    ///
+    /// # Panics
+    /// As burn's: if `num_channels` is not divisible by `num_groups`.
+    #[must_use]
+    pub fn init(&self, device: &Device) -> GroupNorm {
+        assert!(
+            self.num_groups > 0 && self.num_channels.is_multiple_of(self.num_groups),
+            "The number of channels must be divisible by the number of groups"
+        );
+        let (gamma, beta) = if self.affine {
+            (
+                Some(Initializer::Ones.init([self.num_channels], device)),
+                Some(Initializer::Zeros.init([self.num_channels], device)),
+            )
+        } else {
+            (None, None)
+        };
+        GroupNorm {
+            gamma,
+            beta,
+            num_groups: self.num_groups,
+            num_channels: self.num_channels,
+            epsilon: self.epsilon,
+            affine: self.affine,
+        }
+    }
+}
+
+/// burn's `GroupNorm` (same fields), whose calls inside [`super::record`] are recorded.
+#[derive(Module, Debug)]
+pub struct GroupNorm {
+    /// Scale, `[num_channels]`.
+    pub gamma: Option<Param<Tensor<1>>>,
+    /// Shift, `[num_channels]`.
+    pub beta: Option<Param<Tensor<1>>>,
+    /// Groups.
+    pub num_groups: usize,
+    /// Channels.
+    pub num_channels: usize,
+    /// Added to the variance.
+    pub epsilon: f64,
+    /// Whether γ and β are used.
+    pub affine: bool,
+}
+
+impl From<burn::nn::GroupNorm> for GroupNorm {
+    fn from(g: burn::nn::GroupNorm) -> Self {
+        Self {
+            gamma: g.gamma,
+            beta: g.beta,
+            num_groups: g.num_groups,
+            num_channels: g.num_channels,
+            epsilon: g.epsilon,
+            affine: g.affine,
+        }
+    }
+}
+
+impl GroupNorm {
+    /// Normalises each group of channels of each example of `input` (`[batch, channels, …]`),
+    /// as burn's `GroupNorm::forward` (f32 statistics).
+    pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
+        let shape = input.shape();
+        let dims = input.dims();
+        let (b, c) = (dims[0], dims[1]);
+        let per_group = dims[2..].iter().product::<usize>() * c / self.num_groups.max(1);
+        let x = input.reshape([b, self.num_groups, per_group]);
+        let centred = x.clone() - x.mean_dim(2);
+        let var = centred.clone().square().mean_dim(2);
+        let normalised = (centred / var.add_scalar(self.epsilon).sqrt()).reshape(shape);
+        let (Some(gamma), Some(beta), true) = (&self.gamma, &self.beta, self.affine) else { return normalised };
+        let mut affine = [1; D];
+        affine[1] = c;
+        let out = normalised.clone() * gamma.val().reshape(affine) + beta.val().reshape(affine);
+        attach(out, |probe| NormCall {
+            gamma: gamma.id,
+            beta: Some(beta.id),
+            normalised: normalised.without_autodiff(),
+            probe,
+            channels: c,
+            channel_axis: true,
+        })
+    }
+}
+
+/// The configuration of a [`LayerNorm`] layer: burn's `LayerNormConfig`, same fields and
+/// defaults.
+#[derive(Config, Debug)]
+pub struct LayerNormConfig {
+    /// Features of the last axis.
+    pub d_model: usize,
+    /// Added to the variance.
+    #[config(default = 1e-5)]
+    pub epsilon: f64,
+    /// Whether the layer has β.
+    #[config(default = true)]
+    pub bias: bool,
+}
+
+impl LayerNormConfig {
+    /// The layer, γ = 1 and β = 0 as in burn.
+    #[must_use]
+    pub fn init(&self, device: &Device) -> LayerNorm {
+        LayerNorm {
+            gamma: Initializer::Ones.init([self.d_model], device),
+            beta: self.bias.then(|| Initializer::Zeros.init([self.d_model], device)),
+            epsilon: self.epsilon,
+        }
+    }
+}
+
+/// burn's `LayerNorm` (same fields), whose calls inside [`super::record`] are recorded.
+#[derive(Module, Debug)]
+pub struct LayerNorm {
+    /// Scale, `[d_model]`.
+    pub gamma: Param<Tensor<1>>,
+    /// Shift, `[d_model]`.
+    pub beta: Option<Param<Tensor<1>>>,
+    epsilon: f64,
+}
+
+impl LayerNorm {
+    /// Normalises the last axis of `input`, as burn's `LayerNorm::forward` (f32 statistics).
+    pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
+        let centred = input.clone() - input.mean_dim(D - 1);
+        let var = centred.clone().square().mean_dim(D - 1);
+        let normalised = centred / var.add_scalar(self.epsilon).sqrt();
+        let d = self.gamma.dims()[0];
+        let mut affine = [1; D];
+        affine[D - 1] = d;
+        let mut out = normalised.clone() * self.gamma.val().reshape(affine);
+        if let Some(beta) = &self.beta {
+            out = out + beta.val().reshape(affine);
+        }
+        attach(out, |probe| NormCall {
+            gamma: self.gamma.id,
+            beta: self.beta.as_ref().map(|b| b.id),
+            normalised: normalised.without_autodiff(),
+            probe,
+            channels: d,
+            channel_axis: false,
+        })
+    }
+}
+
+/// A normalisation call: γ and β per channel (axis 1) or per feature (last axis).
+struct NormCall<const D: usize> {
+    gamma: ParamId,
+    beta: Option<ParamId>,
+    normalised: Tensor<D>,
+    probe: Tensor<D>,
+    channels: usize,
+    channel_axis: bool,
+}
+
+impl<const D: usize> NormCall<D> {
+    /// `t` as `[batch, channels, positions]`.
+    fn by_channel(&self, t: Tensor<D>) -> Tensor<3> {
+        let b = t.dims()[0];
+        let c = self.channels;
+        let n = t.shape().num_elements() / (b * c).max(1);
+        if self.channel_axis { t.reshape([b, c, n]) } else { t.reshape([b, n, c]).swap_dims(1, 2) }
+    }
+}
+
+impl<const D: usize> Recorded for NormCall<D> {
+    fn params(&self) -> Vec<ParamId> {
+        std::iter::once(self.gamma).chain(self.beta).collect()
+    }
+
+    fn values_per_example(&self) -> usize {
+        per_example(&self.normalised.dims()) + 2 * per_example(&self.probe.dims())
+    }
+
+    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+        let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
+        let b = delta.dims()[0];
+        let delta = self.by_channel(delta);
+        let xhat = self.by_channel(self.normalised.clone());
+        let mut out = vec![(self.gamma, (delta.clone() * xhat).sum_dim(2).reshape([b, self.channels]))];
+        if let Some(beta) = self.beta {
+            out.push((beta, delta.sum_dim(2).reshape([b, self.channels])));
+        }
+        out
+    }
+}

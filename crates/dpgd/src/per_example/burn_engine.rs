@@ -1,0 +1,377 @@
+//! The burn engine: per-example gradients of any [`Classifier`] built from [`crate::nn`]'s
+//! layers, on any burn device, from ONE batched backward per micro-batch (see [`crate::nn`]).
+//!
+//! Each micro-batch: load θ into the worker's copy of the model (only when θ changed), run the
+//! forward with a tape open, back-propagate the summed per-example cross-entropies with the
+//! parameters frozen (only activation gradients are computed: about half of a normal
+//! backward), let each recorded layer turn its probe's gradient into per-example parameter
+//! gradients, and copy the `[batch, P]` rows to the host in θ's layout. Clipping, the exact
+//! sum, the ledger and the noise are then the trainer's, shared with the fast engine.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use super::PerExample;
+use crate::error::{Error, Result};
+use crate::nn::{Classifier, record};
+
+/// One trainable parameter: where it sits in the user's struct and in θ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainableParam {
+    /// Its path in the model struct, e.g. `block.conv1.weight`.
+    pub path: String,
+    /// burn's id of the parameter.
+    pub id: ParamId,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its offset in θ (values in row-major order).
+    pub offset: usize,
+}
+
+impl TrainableParam {
+    fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// A burn model prepared for private training: its trainable parameters (each one checked to
+/// be reached by a recorded [`crate::nn`] layer), its input shape and classes, its device.
+pub struct BurnEngine<M: Classifier> {
+    template: Mutex<M>,
+    device: Device,
+    params: Vec<TrainableParam>,
+    input: [usize; 3],
+    classes: usize,
+    num_params: usize,
+    /// Values a micro-batch holds per example besides θ-sized rows (recorded inputs, probes),
+    /// measured on one example.
+    values_per_example: usize,
+}
+
+impl<M: Classifier> std::fmt::Debug for BurnEngine<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BurnEngine")
+            .field("params", &self.params.len())
+            .field("num_params", &self.num_params)
+            .field("input", &self.input)
+            .field("classes", &self.classes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A float parameter as the inventory found it.
+struct Found {
+    path: String,
+    id: ParamId,
+    shape: Vec<usize>,
+    trainable: bool,
+    /// The container types enclosing it, outermost first (`Struct:BatchNorm`, …).
+    types: Vec<String>,
+}
+
+/// Reads every float parameter with its path, and notes what cannot be trained privately.
+#[derive(Default)]
+struct Inventory {
+    stack: Vec<(String, String)>,
+    params: Vec<Found>,
+    reparameterized: Vec<String>,
+}
+
+impl ModuleVisitor for Inventory {
+    fn enter_module(&mut self, name: &str, container: &str) {
+        if container == "Reparameterization" {
+            self.reparameterized.push(self.path());
+        }
+        self.stack.push((name.to_string(), container.to_string()));
+    }
+    fn exit_module(&mut self, _name: &str, _container: &str) {
+        self.stack.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let types = self.stack.iter().map(|(_, t)| t.clone()).collect();
+        let (path, id, shape, trainable) = (self.path(), param.id, value.dims().to_vec(), value.is_require_grad());
+        self.params.push(Found { path, id, shape, trainable, types });
+    }
+}
+
+impl Inventory {
+    fn path(&self) -> String {
+        let names: Vec<&str> = self.stack.iter().map(|(n, _)| n.as_str()).collect();
+        names.join(".")
+    }
+}
+
+/// Replaces the trainable parameters' values by θ's (frozen: no gradient is computed for them).
+struct Load<'a> {
+    theta: &'a [f32],
+    at: &'a HashMap<ParamId, (usize, Vec<usize>)>,
+    device: &'a Device,
+}
+
+impl ModuleMapper for Load<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        match self.at.get(&param.id) {
+            Some((offset, shape)) => {
+                let n: usize = shape.iter().product();
+                let data = TensorData::new(self.theta[*offset..offset + n].to_vec(), shape.clone());
+                Param::initialized(param.id, Tensor::from_data(data, self.device))
+            }
+            None => param,
+        }
+    }
+}
+
+/// Per-thread buffers of the burn engine: the thread's copy of the model and the θ it holds.
+#[derive(Debug)]
+pub struct BurnScratch<M> {
+    model: M,
+    loaded: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl<M: Classifier> BurnEngine<M> {
+    /// Prepares `model` for private training on `device` (made an autodiff device if it is not
+    /// one), for inputs of shape `input` (`[channels, height, width]`) and `classes` classes.
+    ///
+    /// Runs one recorded forward pass on a zero example to check that every trainable
+    /// parameter belongs to a [`crate::nn`] layer the forward reached.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming, by its path in the struct, a parameter no recorded dpgd layer
+    /// used (burn's own layers, a raw `Param`, BatchNorm — with the reason), a reparameterized
+    /// (LoRA) parameter, logits of the wrong shape, or a model with no trainable parameters.
+    pub fn new(model: M, device: &Device, input: [usize; 3], classes: usize) -> Result<Self> {
+        let refuse = |m: String| Error::config("model", m);
+        let device = if device.is_autodiff() { device.clone() } else { device.clone().autodiff() };
+        // `train` applies each parameter's configured gradient requirement on the autodiff device
+        // (frozen parameters stay frozen and are not trained).
+        let model = model.to_device(&device).train();
+        let mut inv = Inventory::default();
+        model.visit(&mut inv);
+        if let Some(path) = inv.reparameterized.first() {
+            return Err(refuse(format!(
+                "the parameter {path} has a reparameterization (e.g. a LoRA adapter): its per-example gradient is not \
+                 the layer's; merge the adapter into the weights or freeze it"
+            )));
+        }
+        let [c, h, w] = input;
+        let x = Tensor::<4>::zeros([1, c, h, w], &device);
+        let (logits, tape) = record(|| model.forward(x));
+        if logits.dims() != [1, classes] {
+            return Err(refuse(format!(
+                "the model's forward returns logits of shape {:?} for one example of shape {input:?}; the data have {classes} classes, so it must be [1, {classes}]",
+                logits.dims()
+            )));
+        }
+        let recorded: std::collections::HashSet<ParamId> = tape.records.iter().flat_map(|r| r.params()).collect();
+        let values_per_example = tape.records.iter().map(|r| r.values_per_example()).sum();
+        let (mut params, mut offset) = (Vec::new(), 0usize);
+        for Found { path, id, shape, trainable, types } in inv.params {
+            if !trainable {
+                continue;
+            }
+            if !recorded.contains(&id) {
+                return Err(refuse(uncovered(&path, &types)));
+            }
+            let p = TrainableParam { path, id, shape, offset };
+            offset = offset
+                .checked_add(p.len())
+                .filter(|&n| n <= super::MAX_VALUES)
+                .ok_or_else(|| refuse("the model has more than 2^40 parameters".into()))?;
+            params.push(p);
+        }
+        if offset == 0 {
+            return Err(refuse("the model has no trainable parameters (are they all frozen?)".into()));
+        }
+        Ok(Self {
+            template: Mutex::new(model.no_grad()),
+            device,
+            params,
+            input,
+            classes,
+            num_params: offset,
+            values_per_example,
+        })
+    }
+
+    /// The trainable parameters in θ's order.
+    #[must_use]
+    pub fn params(&self) -> &[TrainableParam] {
+        &self.params
+    }
+
+    /// The autodiff device the engine computes on.
+    #[must_use]
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// θ: the model's current trainable parameter values, in [`params`](Self::params) order.
+    ///
+    /// # Errors
+    /// [`Error::Record`] if a value cannot be read back from the device.
+    pub fn current_params(&self) -> Result<Vec<f32>> {
+        struct Read<'a>(&'a HashMap<ParamId, usize>, Vec<(usize, Result<Vec<f32>>)>);
+        impl ModuleVisitor for Read<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if let Some(&at) = self.0.get(&param.id) {
+                    let v = param.val().into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")));
+                    self.1.push((at, v));
+                }
+            }
+        }
+        let at: HashMap<ParamId, usize> = self.params.iter().map(|p| (p.id, p.offset)).collect();
+        let mut read = Read(&at, Vec::new());
+        self.template.lock().unwrap_or_else(PoisonError::into_inner).visit(&mut read);
+        let mut theta = vec![0.0f32; self.num_params];
+        for (offset, values) in read.1 {
+            let values = values?;
+            theta[offset..offset + values.len()].copy_from_slice(&values);
+        }
+        Ok(theta)
+    }
+
+    /// The model holding θ (e.g. the trained parameters a run returns), trainable again.
+    ///
+    /// # Errors
+    /// [`Error::State`] if θ does not have [`PerExample::num_params`] values.
+    pub fn model_with(&self, theta: &[f32]) -> Result<M> {
+        if theta.len() != self.num_params {
+            return Err(Error::State(format!(
+                "θ has {} values; the model has {} parameters",
+                theta.len(),
+                self.num_params
+            )));
+        }
+        let model = self.template.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Ok(self.load(model, theta).set_require_grad(true))
+    }
+
+    fn load(&self, model: M, theta: &[f32]) -> M {
+        let at: HashMap<ParamId, (usize, Vec<usize>)> =
+            self.params.iter().map(|p| (p.id, (p.offset, p.shape.clone()))).collect();
+        model.map(&mut Load { theta, at: &at, device: &self.device })
+    }
+
+    /// The thread's model holding θ (reloaded only when θ changed).
+    fn loaded<'s>(&self, theta: &[f32], s: &'s mut BurnScratch<M>) -> &'s M {
+        if s.loaded != theta {
+            let model = s.model.clone();
+            s.model = self.load(model, theta);
+            s.loaded.clear();
+            s.loaded.extend_from_slice(theta);
+        }
+        &s.model
+    }
+
+    fn batch(&self, x: &[f32], b: usize) -> Tensor<4> {
+        let [c, h, w] = self.input;
+        Tensor::from_data(TensorData::new(x[..b * c * h * w].to_vec(), [b, c, h, w]), &self.device)
+    }
+}
+
+/// Why a trainable parameter cannot be trained privately.
+fn uncovered(path: &str, types: &[String]) -> String {
+    if types.iter().any(|t| t == "Struct:BatchNorm") {
+        return format!(
+            "{path} belongs to a BatchNorm, which normalises with statistics of the whole batch: no example has a \
+             gradient of its own, so none can be clipped; use dpgd::nn::GroupNorm (or LayerNorm) instead"
+        );
+    }
+    let owner = types.iter().rev().find_map(|t| t.strip_prefix("Struct:")).unwrap_or("module");
+    format!(
+        "{path} (in a {owner}) is trainable but no dpgd layer used it in the forward: per-example gradients exist \
+         only for dpgd::nn layers (Linear, Conv2d, Embedding, LayerNorm, GroupNorm); use dpgd::nn::{owner} instead of \
+         burn::nn::{owner}, or freeze the parameter (set_require_grad(false))"
+    )
+}
+
+/// A tensor's `n` values on the host as f32 (converted from the model's float type). A tensor
+/// that cannot be read, or has another size, reads as NaN: the trainer then treats the
+/// examples' gradients as non-finite (`privacy.on_nonfinite`), charged and never summed.
+fn to_host<const D: usize>(t: Tensor<D>, n: usize) -> Vec<f32> {
+    match t.into_data().convert::<f32>().try_into_vec::<f32>() {
+        Ok(v) if v.len() == n => v,
+        _ => vec![f32::NAN; n],
+    }
+}
+
+impl<M: Classifier> PerExample for BurnEngine<M> {
+    type Scratch = BurnScratch<M>;
+
+    fn num_params(&self) -> usize {
+        self.num_params
+    }
+    fn input_len(&self) -> usize {
+        self.input.iter().product()
+    }
+    fn classes(&self) -> usize {
+        self.classes
+    }
+    fn scratch(&self, _batch: usize) -> BurnScratch<M> {
+        let model = self.template.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        BurnScratch { model, loaded: Vec::new(), logits: Vec::new() }
+    }
+    fn scratch_bytes(&self, batch: usize) -> Option<u64> {
+        // The model copy and θ, then per example: the rows on the device, concatenated and on
+        // the host (3P), and the recorded activations with their gradients (twice each).
+        let p = self.num_params as u64;
+        let per_example = p.checked_mul(3)?.checked_add((self.values_per_example as u64).checked_mul(2)?)?;
+        per_example.checked_mul(batch as u64)?.checked_add(p.checked_mul(2)?)?.checked_mul(4)
+    }
+
+    fn gradients(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        s: &mut BurnScratch<M>,
+        grads: &mut [f32],
+        losses: &mut [f32],
+    ) {
+        let b = labels.len();
+        let x = self.batch(x, b);
+        let model = self.loaded(theta, s);
+        let y = Tensor::<1, Int>::from_data(
+            TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
+            &self.device,
+        );
+        let (logits, tape) = record(|| model.forward(x));
+        let per_example_loss = -log_softmax(logits, 1).gather(1, y.reshape([b, 1])).reshape([b]);
+        let mut g = per_example_loss.clone().sum().backward();
+        losses[..b].copy_from_slice(&to_host(per_example_loss.without_autodiff(), b));
+        let mut sums: HashMap<ParamId, Tensor<2>> = HashMap::new();
+        for rec in &tape.records {
+            for (id, row) in rec.per_example(&mut g) {
+                let row = match sums.remove(&id) {
+                    Some(prev) => prev + row,
+                    None => row,
+                };
+                sums.insert(id, row);
+            }
+        }
+        let inner = self.device.clone().without_autodiff();
+        let rows: Vec<Tensor<2>> = self
+            .params
+            .iter()
+            .map(|p| sums.remove(&p.id).unwrap_or_else(|| Tensor::zeros([b, p.len()], &inner)))
+            .collect();
+        grads[..b * self.num_params].copy_from_slice(&to_host(Tensor::cat(rows, 1), b * self.num_params));
+    }
+
+    fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, s: &'s mut BurnScratch<M>) -> &'s [f32] {
+        let x = self.batch(x, b);
+        let logits = self.loaded(theta, s).forward(x).without_autodiff();
+        s.logits = to_host(logits, b * self.classes);
+        &s.logits
+    }
+
+    fn largest_part(&self) -> Option<(String, usize)> {
+        self.params.iter().map(|p| (p.path.clone(), p.len())).max_by_key(|&(_, n)| n)
+    }
+}

@@ -1,0 +1,315 @@
+//! The burn engine against burn's own autodiff, one backward per example: per-example
+//! gradients (hence norms, charges and the clipped sum) of every `dpgd::nn` layer and of whole
+//! models — strides, "same" (asymmetric) padding, dilation, groups, a residual add, a layer used
+//! twice — within 1e-4 relative; its refusals; and the trainer on both engines.
+
+mod common;
+
+use std::collections::HashMap;
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::nn::PaddingConfig2d;
+use burn::tensor::activation::{log_softmax, relu};
+use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use dpgd::nn::{
+    Classifier, Conv2d, Conv2dConfig, Embedding, EmbeddingConfig, GroupNorm, GroupNormConfig, LayerNorm,
+    LayerNormConfig, Linear, LinearConfig,
+};
+use dpgd::per_example::{BurnEngine, PerExample};
+use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
+
+fn device() -> Device {
+    #[allow(deprecated)]
+    Device::ndarray()
+}
+
+/// Per-example gradients through burn's autodiff, one example and one backward at a time, in
+/// the engine's θ layout: the reference.
+fn autodiff_rows<M: Classifier>(
+    engine: &BurnEngine<M>,
+    theta: &[f32],
+    shape: [usize; 3],
+    x: &[f32],
+    y: &[u8],
+) -> Vec<f32> {
+    struct Grads<'a>(&'a Gradients, HashMap<ParamId, Vec<f32>>);
+    impl ModuleVisitor for Grads<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            if let Some(g) = p.val().grad(self.0) {
+                self.1.insert(p.id, g.into_data().convert::<f32>().try_into_vec::<f32>().unwrap());
+            }
+        }
+    }
+    let model = engine.model_with(theta).unwrap();
+    let [c, h, w] = shape;
+    let mut rows = Vec::new();
+    for (i, &label) in y.iter().enumerate() {
+        let xi = Tensor::<4>::from_data(
+            TensorData::new(x[i * c * h * w..(i + 1) * c * h * w].to_vec(), [1, c, h, w]),
+            engine.device(),
+        );
+        let yi = Tensor::<2, Int>::from_data(TensorData::new(vec![i64::from(label)], [1, 1]), engine.device());
+        let loss = -log_softmax(model.forward(xi), 1).gather(1, yi).sum();
+        let g = loss.backward();
+        let mut grads = Grads(&g, HashMap::new());
+        model.visit(&mut grads);
+        for p in engine.params() {
+            let n: usize = p.shape.iter().product();
+            rows.extend(grads.1.remove(&p.id).unwrap_or_else(|| vec![0.0; n]));
+        }
+    }
+    rows
+}
+
+/// Checks the engine's rows against the reference: every parameter's per-example gradient
+/// within 1e-4 of its own norm (so a small layer's error is not hidden by a large one's norm),
+/// hence the per-example norms within 1e-4 relative.
+fn check<M: Classifier>(model: M, shape: [usize; 3], classes: usize, x: &[f32], y: &[u8]) {
+    let engine = BurnEngine::new(model, &device(), shape, classes).unwrap();
+    let theta = engine.current_params().unwrap();
+    let p = engine.num_params();
+    let mut scratch = engine.scratch(y.len());
+    let (mut rows, mut losses) = (vec![0.0f32; y.len() * p], vec![0.0f32; y.len()]);
+    engine.gradients(&theta, x, y, &mut scratch, &mut rows, &mut losses);
+    let reference = autodiff_rows(&engine, &theta, shape, x, y);
+    let norm = |r: &[f32]| r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+    for (i, (got, want)) in rows.chunks(p).zip(reference.chunks(p)).enumerate() {
+        let (ng, nw) = (norm(got), norm(want));
+        assert!(nw > 0.0, "example {i} has a zero reference gradient: the test would not test");
+        assert!((ng - nw).abs() <= 1e-4 * nw, "example {i}: norm {ng} vs autodiff {nw}");
+        for param in engine.params() {
+            let at = param.offset..param.offset + param.shape.iter().product::<usize>();
+            let (g, w) = (&got[at.clone()], &want[at]);
+            let worst = g.iter().zip(w).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
+            assert!(worst <= 1e-4 * norm(w) + 1e-7, "example {i}, {}: off by {worst} (norm {})", param.path, norm(w));
+        }
+        assert!(losses[i].is_finite() && losses[i] > 0.0);
+    }
+}
+
+fn inputs(n: usize, len: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let x = (0..n * len).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let y = (0..n).map(|i| (i % 3) as u8).collect();
+    (x, y)
+}
+
+/// Conv (stride 2, "same" padding, asymmetric on an odd map) → GroupNorm → ReLU → a grouped,
+/// dilated conv applied twice with a residual add → Linear.
+#[derive(Module, Debug)]
+struct ConvNet {
+    conv1: Conv2d,
+    norm: GroupNorm,
+    conv2: Conv2d,
+    fc: Linear,
+}
+
+impl Classifier for ConvNet {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let h = relu(self.norm.forward(self.conv1.forward(x)));
+        let h = self.conv2.forward(h.clone()) + h;
+        let h = relu(self.conv2.forward(h));
+        self.fc.forward(h.flatten(1, 3))
+    }
+}
+
+fn conv_net(d: &Device, k: usize, stride: usize, dilation: usize, groups: usize) -> ConvNet {
+    let pad = dilation * (k - 1) / 2;
+    ConvNet {
+        conv1: Conv2dConfig::new([2, 4], [k, k])
+            .with_stride([stride, stride])
+            .with_padding(PaddingConfig2d::Same)
+            .init(d),
+        norm: GroupNormConfig::new(2, 4).init(d),
+        conv2: Conv2dConfig::new([4, 4], [k, k])
+            .with_dilation([dilation, dilation])
+            .with_groups(groups)
+            .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+            .init(d),
+        fc: LinearConfig::new(4 * 7_usize.div_ceil(stride).pow(2), 3).init(d),
+    }
+}
+
+#[test]
+fn conv_groupnorm_residual_and_a_layer_used_twice_match_autodiff() {
+    let (x, y) = inputs(5, 2 * 7 * 7, 1);
+    check(conv_net(&device(), 3, 2, 2, 2), [2, 7, 7], 3, &x, &y);
+}
+
+/// LayerNorm over the rows of an image taken as tokens, a Linear applied to every token (the
+/// 3-D case, a sum over tokens), then a Linear on the flattened result.
+#[derive(Module, Debug)]
+struct TokenNet {
+    norm: LayerNorm,
+    token: Linear,
+    head: Linear,
+}
+
+impl Classifier for TokenNet {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let [b, _, h, w] = x.dims();
+        let t = self.token.forward(self.norm.forward(x.reshape([b, h, w])));
+        self.head.forward(relu(t).flatten(1, 2))
+    }
+}
+
+#[test]
+fn layer_norm_and_a_linear_over_tokens_match_autodiff() {
+    let d = device();
+    let net = TokenNet {
+        norm: LayerNormConfig::new(6).init(&d),
+        token: LinearConfig::new(6, 4).init(&d),
+        head: LinearConfig::new(5 * 4, 3).with_bias(false).init(&d),
+    };
+    let (x, y) = inputs(4, 5 * 6, 2);
+    check(net, [1, 5, 6], 3, &x, &y);
+}
+
+/// An embedding of pixel values taken as token ids (one id repeated within an example adds up).
+#[derive(Module, Debug)]
+struct EmbedNet {
+    embed: Embedding,
+    head: Linear,
+}
+
+impl Classifier for EmbedNet {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let [b, _, h, w] = x.dims();
+        let ids: Tensor<2, Int> = x.reshape([b, h * w]).int();
+        self.head.forward(self.embed.forward(ids).flatten(1, 2))
+    }
+}
+
+#[test]
+fn embedding_with_repeated_tokens_matches_autodiff() {
+    let d = device();
+    let net = EmbedNet { embed: EmbeddingConfig::new(5, 3).init(&d), head: LinearConfig::new(6 * 3, 3).init(&d) };
+    let x: Vec<f32> = (0..4 * 6).map(|i| ((i * 7 + i / 6) % 5) as f32).collect();
+    check(net, [1, 2, 3], 3, &x, &[0, 1, 2, 1]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    /// Random odd kernels, strides, dilations and groups.
+    #[test]
+    fn conv_shapes_match_autodiff(k in prop::sample::select(vec![1usize, 3, 5]), stride in 1usize..=3,
+                                  dilation in 1usize..=2, groups in prop::sample::select(vec![1usize, 2, 4]), seed in 0u64..1000) {
+        let (x, y) = inputs(3, 2 * 7 * 7, seed);
+        check(conv_net(&device(), k, stride, dilation, groups), [2, 7, 7], 3, &x, &y);
+    }
+}
+
+#[derive(Module, Debug)]
+struct WithBurnLinear {
+    conv: Conv2d,
+    fc: burn::nn::Linear,
+}
+
+impl Classifier for WithBurnLinear {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        self.fc.forward(self.conv.forward(x).flatten(1, 3))
+    }
+}
+
+#[derive(Module, Debug)]
+struct WithBatchNorm {
+    conv: Conv2d,
+    bn: burn::nn::BatchNorm,
+    fc: Linear,
+}
+
+impl Classifier for WithBatchNorm {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        self.fc.forward(self.bn.forward(self.conv.forward(x)).flatten(1, 3))
+    }
+}
+
+#[test]
+fn parameters_outside_dpgd_layers_are_refused_by_path_with_the_fix() {
+    let d = device();
+    let conv = || Conv2dConfig::new([1, 2], [3, 3]).init(&d);
+    let net = WithBurnLinear { conv: conv(), fc: burn::nn::LinearConfig::new(2 * 4 * 4, 3).init(&d) };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+    assert!(e.contains("fc.weight") && e.contains("dpgd::nn::Linear"), "{e}");
+    let net = WithBatchNorm {
+        conv: conv(),
+        bn: burn::nn::BatchNormConfig::new(2).init(&d),
+        fc: LinearConfig::new(32, 3).init(&d),
+    };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+    assert!(e.contains("bn.gamma") && e.contains("GroupNorm"), "{e}");
+    let net = WithBatchNorm {
+        conv: conv(),
+        bn: burn::nn::BatchNormConfig::new(2).init(&d),
+        fc: LinearConfig::new(32, 3).init(&d),
+    };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 4).unwrap_err().to_string();
+    assert!(e.contains("[1, 4]"), "the wrong class count is named: {e}");
+}
+
+/// Both engines on the config's Opacus CNN (the burn engine running it as burn modules of
+/// `dpgd::nn` layers) from the same θ: the same clipped sum and the same ledger charges in a
+/// private step, and the same model after non-private training (whose noise-free updates make
+/// the models comparable: a private run draws its noise in each engine's own θ layout).
+#[test]
+fn both_engines_give_the_same_clipped_sum_charges_and_model() {
+    use dpgd::accounting::filter::IndividualFilter;
+    use dpgd::clip::{NonFinitePolicy, SumGrid};
+    use dpgd::train::step::{Aggregation, ClippedSum, GradientPlan};
+    use dpgd::train::{RunOptions, Silent, TrainConfig, TrainModel, Trainer, run_with};
+    let text = common::fixture_config(
+        "engines",
+        "opacus-cnn",
+        (150, 50),
+        "method = \"non-private\"\ndelta = 1e-5\nclip = 1.0\nepsilon = 1.0\nworst_case_steps = 4",
+        "lr = 0.5\nmax_steps = 4\nchunk = 16",
+    );
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let net = dpgd::per_example::Network::new(&cfg.model_for(data.shape(), data.classes()).unwrap()).unwrap();
+    let theta0 = net.initial_params(cfg.config().model.init_seed).unwrap();
+    let d = device();
+    let burn_engine =
+        || BurnEngine::new(dpgd::model::BurnModel::from_params(&net, &theta0, &d), &d, [1, 28, 28], 10).unwrap();
+    // In the fast engine's layout.
+    let to_fast =
+        |engine: &BurnEngine<dpgd::model::BurnModel>, v: &[f32]| engine.model_with(v).unwrap().to_params(&net).unwrap();
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(scale > 0.0 && worst <= 1e-4 * scale, "{what}: the engines differ by {worst} (scale {scale})");
+    };
+    // One private step's clipped sum and charges (clip 0.5: most examples are clipped).
+    let train = data.train.head(150);
+    let grid = SumGrid::fixed_point(0.5, train.len()).unwrap();
+    let clip = Aggregation::Clip { clip: 0.5, on_nonfinite: NonFinitePolicy::Error, grid };
+    let norm = data.default_normalize();
+    let sum = |plan_sum: (ClippedSum, _)| plan_sum.0.to_f32();
+    let (mut fast_ledger, mut burn_ledger) =
+        (IndividualFilter::new(150, 1.0).unwrap(), IndividualFilter::new(150, 1.0).unwrap());
+    let fast_sum =
+        sum(GradientPlan::new(net.clone(), train, norm, clip, 16).gradient_sum(&theta0, &mut fast_ledger, 1).unwrap());
+    let engine = burn_engine();
+    let burn_theta = engine.current_params().unwrap();
+    let plan = GradientPlan::new(engine, train, norm, clip, 16);
+    let burn_sum = sum(plan.gradient_sum(&burn_theta, &mut burn_ledger, 1).unwrap());
+    close(&fast_sum, &to_fast(plan.net(), &burn_sum), "the clipped sums");
+    for (i, (x, y)) in fast_ledger.spent_all().iter().zip(burn_ledger.spent_all()).enumerate() {
+        assert!(*x > 0.0 && (x - y).abs() <= 1e-4 * x, "example {i} was charged {x} and {y}");
+    }
+    // Training (non-private, so no noise): the same model.
+    let (fast_dir, burn_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut silent = Silent;
+    let mut trainer =
+        Trainer::resume_or_init(&cfg, &data, fast_dir.path(), &RunOptions::default(), &mut silent).unwrap();
+    while !trainer.is_done() {
+        trainer.step().unwrap();
+    }
+    let fast = trainer.finish_returning().unwrap();
+    let burned = run_with(&cfg, burn_engine(), &data, burn_dir.path(), &RunOptions::default(), &mut Silent).unwrap();
+    assert!(fast.params != theta0, "training moved the model");
+    close(&fast.params, &to_fast(&burned.engine, &burned.params), "the trained models");
+    let (fa, fb) = (fast.summary.result.unwrap(), burned.summary.result.unwrap());
+    assert_eq!((fa.steps_run, fa.test_accuracy), (fb.steps_run, fb.test_accuracy));
+}
