@@ -26,7 +26,7 @@ use dpgd::train::{FinishInfo, Observer, RunOptions, StepReport, TrainConfig, War
 /// Trains a residual CNN with GroupNorm (a user-defined burn model) privately with individual
 /// filtering and prints its privacy guarantee.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Dataset folder: the four MNIST IDX files (images (n,H,W) or (n,H,W,C)), or train.csv and
     /// test.csv. `datasets/mnist` is fetched first if missing (as `dpgd train` does).
@@ -62,6 +62,9 @@ struct Args {
     /// Channels of the convolutions.
     #[arg(long, default_value_t = 16)]
     width: usize,
+    /// The burn device: flex or ndarray (CPU).
+    #[arg(long, default_value = "flex")]
+    device: String,
 }
 
 /// The user's model: stem conv (stride 2) → GroupNorm → ReLU, a residual block of conv →
@@ -109,7 +112,11 @@ impl Observer for Print {
         eprintln!("step {}/{}{eps}{acc}{active}", r.step, r.max_steps);
     }
     fn warning(&mut self, w: &Warning) {
-        eprintln!("WARNING: {w:?}");
+        match w {
+            Warning::Advice(text) => eprintln!("advice: {text}"),
+            Warning::NotPrivate(why) => eprintln!("WARNING: NOT PRIVATE: {}", why.join("; ")),
+            other => eprintln!("warning: {other:?}"),
+        }
     }
     fn finished(&mut self, f: &FinishInfo) {
         eprintln!("done: {} steps; returned model of step {}", f.steps, f.selected_step);
@@ -124,8 +131,9 @@ fn main() -> anyhow::Result<()> {
     let config = format!(
         "name = \"custom-model\"\n[data]\ndir = {dir:?}\ntrain_subset = {}\ntest_subset = {}\n\
          [privacy]\nmethod = \"filtered\"\nepsilon = {}\ndelta = {}\nclip = {}\nworst_case_steps = {}\n\
-         [train]\nlr = {}\nmax_steps = {}\neval_every = 4\nchunk = 64\n\
-         [release]\nactive_count = \"noisy\"\nactive_count_sigma = 1000.0\nactive_count_every = 4\n",
+         [train]\nlr = {}\nmax_steps = {}\neval_every = 4\nchunk = 64\ndevice = {:?}\n\
+         [release]\nactive_count = \"noisy\"\nactive_count_sigma = 1000.0\nactive_count_every = 4\n\
+         [stopping]\nrule = \"best-train-accuracy\"\nevery = 4\nsigma = 500.0\npatience = 3\n",
         a.train_subset,
         a.test_subset,
         a.epsilon,
@@ -134,12 +142,12 @@ fn main() -> anyhow::Result<()> {
         a.worst_case_steps,
         a.lr,
         a.max_steps,
+        a.device,
         dir = a.data.display().to_string(),
     );
     let cfg = TrainConfig::from_toml(&config, &[])?.validate()?;
     let data = cfg.config().data.load()?;
-    #[allow(deprecated)] // burn 0.22 prefers flex; ndarray is what this build compiles in
-    let device = Device::ndarray();
+    let device = cfg.config().train.device.device()?; // flex unless --device says otherwise
     let model = ResidualNet::new(data.shape(), data.classes(), a.width, &device);
     let engine = BurnEngine::new(model, &device, data.shape(), data.classes())?;
     eprintln!(

@@ -5,16 +5,16 @@ use std::fmt;
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A burn device kind accepted in configs and on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
-    /// burn's ndarray CPU backend (the default).
-    #[default]
+    /// burn's ndarray CPU backend (deprecated by burn 0.22 in favour of flex; always built).
     Ndarray,
-    /// burn's flex CPU backend (build with `--features flex`).
+    /// burn's flex CPU backend (the default; the crate's default `flex` feature).
+    #[default]
     Flex,
 }
 
@@ -34,16 +34,15 @@ impl DeviceKind {
     /// If its backend is not compiled in.
     pub fn device(self) -> Result<Device> {
         match self {
-            // burn 0.22.1 deprecates burn-ndarray in favour of flex, but it is the project's
-            // default CPU backend until flex is the default here too.
+            // burn 0.22.1 deprecates burn-ndarray in favour of flex; it stays selectable.
             #[allow(deprecated)]
             DeviceKind::Ndarray => Ok(Device::ndarray()),
             #[cfg(feature = "flex")]
             DeviceKind::Flex => Ok(Device::flex()),
             #[cfg(not(feature = "flex"))]
-            DeviceKind::Flex => Err(Error::config(
+            DeviceKind::Flex => Err(crate::error::Error::config(
                 "train.device",
-                "the flex backend is not compiled in: build with `cargo build --release --features flex`",
+                "the flex backend is not compiled in (dpgd was built without its default `flex` feature): rebuild with default features, or use train.device = \"ndarray\"",
             )),
         }
     }
@@ -52,5 +51,16 @@ impl DeviceKind {
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [DeviceKind::Flex, DeviceKind::Ndarray]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown device {s:?}: use flex or ndarray"))
     }
 }

@@ -12,6 +12,13 @@
 //! * [`accounting`] — privacy measures, conversions to (ε, δ), noise calibration, filters
 //!   (including the individual filter). Independent of burn; a product of its own.
 //!
+//! * [`nn`] — burn layers for YOUR model: write it as for burn, with `dpgd::nn`'s `Linear`,
+//!   `Conv2d`, `GroupNorm`, … and train it privately on any burn device through
+//!   [`per_example::BurnEngine`] and [`train::run_with`] (`examples/custom_model.rs`).
+//!
+//! * [`per_example`] — per-example gradients behind one trait, with two engines: the fast
+//!   CPU engine for the config's built-in layer kinds, and the burn engine.
+//!
 //! * [`train`] — the trainer: a config, a dataset (IDX files, or arrays in memory:
 //!   [`data::Dataset::in_memory`]), a run folder whose `publishable/` half is safe to publish.
 //!

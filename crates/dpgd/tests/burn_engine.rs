@@ -19,9 +19,15 @@ use dpgd::per_example::{BurnEngine, PerExample};
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 
+/// The default device (flex).
 fn device() -> Device {
+    Device::flex()
+}
+
+/// Every CPU backend the build has: the exactness tests run on each.
+fn devices() -> [Device; 2] {
     #[allow(deprecated)]
-    Device::ndarray()
+    [Device::flex(), Device::ndarray()]
 }
 
 /// Per-example gradients through burn's autodiff, one example and one backward at a time, in
@@ -65,8 +71,14 @@ fn autodiff_rows<M: Classifier>(
 /// Checks the engine's rows against the reference: every parameter's per-example gradient
 /// within 1e-4 of its own norm (so a small layer's error is not hidden by a large one's norm),
 /// hence the per-example norms within 1e-4 relative.
-fn check<M: Classifier>(model: M, shape: [usize; 3], classes: usize, x: &[f32], y: &[u8]) {
-    let engine = BurnEngine::new(model, &device(), shape, classes).unwrap();
+fn check<M: Classifier>(model: impl Fn(&Device) -> M, shape: [usize; 3], classes: usize, x: &[f32], y: &[u8]) {
+    for d in devices() {
+        check_on(model(&d), &d, shape, classes, x, y);
+    }
+}
+
+fn check_on<M: Classifier>(model: M, d: &Device, shape: [usize; 3], classes: usize, x: &[f32], y: &[u8]) {
+    let engine = BurnEngine::new(model, d, shape, classes).unwrap();
     let theta = engine.current_params().unwrap();
     let p = engine.num_params();
     let mut scratch = engine.scratch(y.len());
@@ -82,7 +94,12 @@ fn check<M: Classifier>(model: M, shape: [usize; 3], classes: usize, x: &[f32], 
             let at = param.offset..param.offset + param.shape.iter().product::<usize>();
             let (g, w) = (&got[at.clone()], &want[at]);
             let worst = g.iter().zip(w).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
-            assert!(worst <= 1e-4 * norm(w) + 1e-7, "example {i}, {}: off by {worst} (norm {})", param.path, norm(w));
+            assert!(
+                worst <= 1e-4 * norm(w) + 1e-7,
+                "{d:?}: example {i}, {}: off by {worst} (norm {})",
+                param.path,
+                norm(w)
+            );
         }
         assert!(losses[i].is_finite() && losses[i] > 0.0);
     }
@@ -134,7 +151,7 @@ fn conv_net(d: &Device, k: usize, stride: usize, dilation: usize, groups: usize)
 #[test]
 fn conv_groupnorm_residual_and_a_layer_used_twice_match_autodiff() {
     let (x, y) = inputs(5, 2 * 7 * 7, 1);
-    check(conv_net(&device(), 3, 2, 2, 2), [2, 7, 7], 3, &x, &y);
+    check(|d| conv_net(d, 3, 2, 2, 2), [2, 7, 7], 3, &x, &y);
 }
 
 /// LayerNorm over the rows of an image taken as tokens, a Linear applied to every token (the
@@ -156,11 +173,10 @@ impl Classifier for TokenNet {
 
 #[test]
 fn layer_norm_and_a_linear_over_tokens_match_autodiff() {
-    let d = device();
-    let net = TokenNet {
-        norm: LayerNormConfig::new(6).init(&d),
-        token: LinearConfig::new(6, 4).init(&d),
-        head: LinearConfig::new(5 * 4, 3).with_bias(false).init(&d),
+    let net = |d: &Device| TokenNet {
+        norm: LayerNormConfig::new(6).init(d),
+        token: LinearConfig::new(6, 4).init(d),
+        head: LinearConfig::new(5 * 4, 3).with_bias(false).init(d),
     };
     let (x, y) = inputs(4, 5 * 6, 2);
     check(net, [1, 5, 6], 3, &x, &y);
@@ -183,8 +199,8 @@ impl Classifier for EmbedNet {
 
 #[test]
 fn embedding_with_repeated_tokens_matches_autodiff() {
-    let d = device();
-    let net = EmbedNet { embed: EmbeddingConfig::new(5, 3).init(&d), head: LinearConfig::new(6 * 3, 3).init(&d) };
+    let net =
+        |d: &Device| EmbedNet { embed: EmbeddingConfig::new(5, 3).init(d), head: LinearConfig::new(6 * 3, 3).init(d) };
     let x: Vec<f32> = (0..4 * 6).map(|i| ((i * 7 + i / 6) % 5) as f32).collect();
     check(net, [1, 2, 3], 3, &x, &[0, 1, 2, 1]);
 }
@@ -196,7 +212,7 @@ proptest! {
     fn conv_shapes_match_autodiff(k in prop::sample::select(vec![1usize, 3, 5]), stride in 1usize..=3,
                                   dilation in 1usize..=2, groups in prop::sample::select(vec![1usize, 2, 4]), seed in 0u64..1000) {
         let (x, y) = inputs(3, 2 * 7 * 7, seed);
-        check(conv_net(&device(), k, stride, dilation, groups), [2, 7, 7], 3, &x, &y);
+        check(|d| conv_net(d, k, stride, dilation, groups), [2, 7, 7], 3, &x, &y);
     }
 }
 
@@ -223,6 +239,28 @@ impl Classifier for WithBatchNorm {
     fn forward(&self, x: Tensor<4>) -> Tensor<2> {
         self.fc.forward(self.bn.forward(self.conv.forward(x)).flatten(1, 3))
     }
+}
+
+/// A forward that centres its logits on the batch mean: every example's output depends on the
+/// others.
+#[derive(Module, Debug)]
+struct BatchCentred {
+    fc: Linear,
+}
+
+impl Classifier for BatchCentred {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let z = self.fc.forward(x.flatten(1, 3));
+        z.clone() - z.mean_dim(0)
+    }
+}
+
+#[test]
+fn a_forward_that_mixes_the_examples_of_a_batch_is_refused() {
+    let d = device();
+    let net = BatchCentred { fc: LinearConfig::new(36, 3).init(&d) };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+    assert!(e.contains("mixes the examples"), "{e}");
 }
 
 #[test]

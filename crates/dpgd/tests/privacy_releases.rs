@@ -322,8 +322,7 @@ fn a_neighbour_moves_the_clipped_sum_by_exactly_its_own_rounded_row() {
     let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
     let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(5));
     neighbours_move_the_sum_by_their_own_row(|| net.clone(), &data, &theta);
-    #[allow(deprecated)]
-    let device = burn::tensor::Device::ndarray();
+    let device = burn::tensor::Device::flex();
     let burn_engine = || {
         let model = dpgd::model::BurnModel::from_params(&net, &theta, &device);
         BurnEngine::new(model, &device, [1, 28, 28], 10).unwrap()

@@ -10,9 +10,11 @@ use clap::Args;
 use dpgd::arch::Preset;
 use dpgd::clip::{NonFinitePolicy, SumGrid};
 use dpgd::data::{Dataset, Normalize};
+use dpgd::device::DeviceKind;
+use dpgd::model::BurnModel;
 use dpgd::noise::Stream;
 use dpgd::noise::{NoiseSampler, NoiseSeed};
-use dpgd::per_example::Network;
+use dpgd::per_example::{BurnEngine, Network, PerExample};
 use dpgd::train::step::{Aggregation, GradientPlan, apply_update};
 use dpgd_accounting::filter::IndividualFilter;
 use rand::SeedableRng;
@@ -38,6 +40,22 @@ pub(crate) struct BenchArgs {
     /// Folder with the MNIST IDX files.
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
+    /// The per-example engine: `fast` (dpgd's CPU engine) or `burn` (the same model as burn
+    /// modules of dpgd::nn layers, on `--device`).
+    #[arg(long, default_value = "fast")]
+    engine: Engine,
+    /// The burn device of the burn engine.
+    #[arg(long, default_value = "flex")]
+    device: DeviceKind,
+}
+
+/// Which engine `bench-step` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Engine {
+    /// dpgd's fast CPU engine.
+    Fast,
+    /// The burn engine.
+    Burn,
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
@@ -53,14 +71,34 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             net.input_len()
         );
     }
-    let (chunk, reps) = (a.chunk as usize, a.reps as usize);
-    let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
-    // A budget no example exhausts, so every step does the full work.
-    let mut ledger = IndividualFilter::new(train.len(), 1e12)?;
+    let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
     let n = train.len();
     let grid = SumGrid::fixed_point(1.0, n)?;
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
-    let plan = GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk);
+    let name = a.model.name();
+    match a.engine {
+        Engine::Fast => {
+            time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
+        }
+        Engine::Burn => {
+            let device = a.device.device()?;
+            let engine = BurnEngine::new(
+                BurnModel::from_params(&net, &theta, &device),
+                &device,
+                net.spec().input,
+                net.classes(),
+            )?;
+            let theta = engine.current_params()?;
+            time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
+        }
+    }
+}
+
+/// Times `a.reps` full steps of `plan` (after one warm-up) and prints the JSON summary.
+fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<f32>, model: &str) -> Result<()> {
+    let (chunk, reps, n) = (a.chunk as usize, a.reps as usize, plan.examples());
+    // A budget no example exhausts, so every step does the full work.
+    let mut ledger = IndividualFilter::new(n, 1e12)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads as usize).build()?;
     let mut times = Vec::new();
     for rep in 0..=reps {
@@ -80,7 +118,8 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     println!(
         "{}",
         json!({
-            "model": a.model.name(), "params": plan.net().num_params(), "examples": n, "chunk": chunk,
+            "model": model, "engine": format!("{:?}", a.engine).to_lowercase(), "device": a.device.name(),
+            "params": plan.net().num_params(), "examples": n, "chunk": chunk,
             "threads": pool.current_num_threads(), "reps": reps,
             "step_s": { "median": median, "min": min, "max": max },
             "examples_per_s": n as f64 / median,

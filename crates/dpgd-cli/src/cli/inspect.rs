@@ -33,7 +33,7 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     // The parameter count the run recorded (its model is resolved for its data's shape).
     let params = match dpgd::train::state::peek_meta(&folder.state()) {
         Some(meta) => meta.identity.params,
-        None => Network::new(cfg.model()).map(|n| n.num_params()).context("the run's model")?,
+        None => Network::new(cfg.model()?).map(|n| n.num_params()).context("the run's model")?,
     };
     let report = budget::report(&folder, params, cfg.max_steps())?;
     if !folder.budget().exists() || !folder.is_finished() {

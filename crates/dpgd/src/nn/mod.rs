@@ -35,7 +35,8 @@
 //! call adds a zero leaf ("probe") to its output and keeps its input. One batched backward of
 //! the summed per-example losses gives each probe's gradient δ, the layer's per-example output
 //! gradient, and each layer turns (input, δ) into per-example parameter gradients by one
-//! batched contraction (Bu et al. 2023's book-keeping; its per-layer cost is in each file).
+//! batched contraction (the book-keeping of [Bu et al. 2023](https://arxiv.org/abs/2210.00038); its
+//! per-layer cost is in each file).
 //! Outside [`record`], or on a device without autodiff, every layer computes exactly what
 //! burn's does. A layer called twice in one forward gets two records whose per-example
 //! gradients add up.

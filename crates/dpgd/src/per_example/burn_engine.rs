@@ -168,6 +168,7 @@ impl<M: Classifier> BurnEngine<M> {
                 logits.dims()
             )));
         }
+        check_examples_do_not_mix(&model, input)?;
         let recorded: std::collections::HashSet<ParamId> = tape.records.iter().flat_map(|r| r.params()).collect();
         let values_per_example = tape.records.iter().map(|r| r.values_per_example()).sum();
         let (mut params, mut offset) = (Vec::new(), 0usize);
@@ -275,6 +276,39 @@ impl<M: Classifier> BurnEngine<M> {
     }
 }
 
+/// Refuses a forward that mixes the examples of a batch (BatchNorm in training mode, a mean over
+/// the batch axis, …): an example's gradient would then depend on the others, and clipping it
+/// would bound nothing. Checked on two fixed, data-independent inputs, in validation mode (so
+/// dropout is off): the logits of each, computed in one batch, must equal those computed alone.
+fn check_examples_do_not_mix<M: Classifier>(model: &M, [c, h, w]: [usize; 3]) -> Result<()> {
+    let model = model.valid();
+    let n = c * h * w;
+    // A fixed pattern (no data, no randomness): two different examples, values in [0, 1) so that
+    // a model reading its input as token ids (truncating) gets valid ids.
+    let values: Vec<f32> = (0..2 * n).map(|i| (i * 7919 % 263) as f32 / 263.0).collect();
+    let device = model.devices().into_iter().next().unwrap_or_default();
+    let batch = Tensor::<4>::from_data(TensorData::new(values.clone(), [2, c, h, w]), &device);
+    let together = to_host(model.forward(batch), 0);
+    let alone: Vec<f32> = (0..2)
+        .flat_map(|i| {
+            let x = Tensor::<4>::from_data(TensorData::new(values[i * n..(i + 1) * n].to_vec(), [1, c, h, w]), &device);
+            to_host(model.forward(x), 0)
+        })
+        .collect();
+    let scale = alone.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    let mixed =
+        together.len() != alone.len() || together.iter().zip(&alone).any(|(a, b)| !((a - b).abs() <= 1e-4 * scale));
+    if mixed {
+        return Err(Error::config(
+            "model",
+            "the forward mixes the examples of a batch: an example's logits change with the other examples in its \
+             batch (BatchNorm, a mean or softmax over the batch axis, …), so its gradient is not its own and clipping it \
+             would bound nothing; normalise within each example (dpgd::nn::GroupNorm or LayerNorm)",
+        ));
+    }
+    Ok(())
+}
+
 /// Why a trainable parameter cannot be trained privately.
 fn uncovered(path: &str, types: &[String]) -> String {
     if types.iter().any(|t| t == "Struct:BatchNorm") {
@@ -294,9 +328,10 @@ fn uncovered(path: &str, types: &[String]) -> String {
 /// A tensor's `n` values on the host as f32 (converted from the model's float type). A tensor
 /// that cannot be read, or has another size, reads as NaN: the trainer then treats the
 /// examples' gradients as non-finite (`privacy.on_nonfinite`), charged and never summed.
+/// (`n = 0`: whatever size it has, empty if it cannot be read.)
 fn to_host<const D: usize>(t: Tensor<D>, n: usize) -> Vec<f32> {
     match t.into_data().convert::<f32>().try_into_vec::<f32>() {
-        Ok(v) if v.len() == n => v,
+        Ok(v) if v.len() == n || n == 0 => v,
         _ => vec![f32::NAN; n],
     }
 }

@@ -129,8 +129,9 @@ impl DataConfig {
     }
 }
 
-/// The `[model]` section: a preset or explicit layers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The `[model]` section: a preset or explicit layers. A library run of your own burn model
+/// ([`crate::train::run_with`]) needs neither, and may leave the section out.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// `opacus-cnn`, `mlp` or `logistic`.
@@ -247,7 +248,8 @@ pub struct TrainConfig {
     /// Data.
     #[serde(default = "default_data")]
     pub data: DataConfig,
-    /// Model.
+    /// Model (absent: no config model; see [`ModelConfig`]).
+    #[serde(default)]
     pub model: ModelConfig,
     /// Privacy.
     pub privacy: PrivacyConfig,
@@ -505,7 +507,8 @@ impl TrainConfig {
             Method::NonPrivate => None,
             _ => Some(self.privacy_plan(&releases)?),
         };
-        let model = self.model_spec()?;
+        let names_a_model = self.model.preset.is_some() || self.model.layers.is_some();
+        let model = if names_a_model { Some(self.model_spec()?) } else { None };
         Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model })
     }
 
@@ -725,7 +728,7 @@ pub struct ValidConfig {
     privacy: Option<PrivacyPlan>,
     max_steps: usize,
     releases: Vec<ScheduledRelease>,
-    model: ModelSpec,
+    model: Option<ModelSpec>,
 }
 
 impl ValidConfig {
@@ -786,10 +789,15 @@ impl ValidConfig {
     pub fn release(&self, kind: ReleaseKind) -> Option<&ScheduledRelease> {
         self.releases.iter().find(|r| r.kind == kind)
     }
-    /// The architecture.
-    #[must_use]
-    pub fn model(&self) -> &ModelSpec {
-        &self.model
+    /// The architecture (for MNIST-shaped data; see [`model_for`](Self::model_for)).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `model` if the config names no model (a library run of your
+    /// own burn model).
+    pub fn model(&self) -> Result<&ModelSpec> {
+        self.model
+            .as_ref()
+            .ok_or_else(|| Error::config("model", "the config names no model: give model.preset or model.layers"))
     }
     /// The model for a dataset's examples (`shape`, `classes`): [`model`](Self::model) adapted
     /// to them ([`TrainConfig::model_spec_for`]).

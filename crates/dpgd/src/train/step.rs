@@ -184,6 +184,12 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         &self.net
     }
 
+    /// The number of training examples the plan sums over.
+    #[must_use]
+    pub fn examples(&self) -> usize {
+        self.data.len()
+    }
+
     /// The engine, giving the plan up.
     #[must_use]
     pub fn into_net(self) -> E {

@@ -355,7 +355,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                 });
             }
             self.folder.create()?;
-            state::atomic_write(&self.folder.config(), resolved_config(self.cfg, self.norm)?.as_bytes())?;
+            state::atomic_write(
+                &self.folder.config(),
+                resolved_config(self.cfg, self.norm, self.plan.net().identity())?.as_bytes(),
+            )?;
             self.session = open_session(self.cfg, 0)?;
             return Ok(());
         };
@@ -786,7 +789,7 @@ fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: u
     )
 }
 
-fn resolved_config(cfg: &ValidConfig, norm: Normalize) -> Result<String> {
+fn resolved_config(cfg: &ValidConfig, norm: Normalize, model: Option<serde_json::Value>) -> Result<String> {
     let text = toml::to_string_pretty(cfg.config()).map_err(|e| Error::Record(format!("config: {e}")))?;
     let mut head = match cfg.sigma() {
         Some(s) => format!("# resolved noise multiplier: sigma = {s}\n"),
@@ -797,6 +800,9 @@ fn resolved_config(cfg: &ValidConfig, norm: Normalize) -> Result<String> {
             "# resolved normalisation (public: the dataset's published constants or its test split's): mean = {}, std = {}\n",
             norm.mean, norm.std
         );
+    }
+    if let Some(model) = model {
+        head += &format!("# model: not the [model] section but a burn module on the burn engine: {model}\n");
     }
     Ok(head + &text)
 }

@@ -58,7 +58,7 @@ pub fn snapshot(text: &str, dir: &Path) -> Snapshot {
     let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
     let data = cfg.config().data.load().unwrap();
     let examples = data.train.head(cfg.config().data.train_subset).len();
-    let params = Network::new(cfg.model()).unwrap().num_params();
+    let params = Network::new(cfg.model().unwrap()).unwrap().num_params();
     let expect = Expect { params, examples, max_steps: cfg.max_steps() };
     state::read(&RunFolder::new(dir).state(), expect).unwrap().expect("a saved state")
 }
