@@ -8,7 +8,10 @@ def load(name):
 
 ours = load("dpgd-60000.json")
 t = ours["step_s"]["median"]
-rows = [("dpgd (this project), filtered", t, ours["peak_rss_mib"])]
+rows = [("dpgd fast engine", t, ours["peak_rss_mib"])]
+burn = load("dpgd-burn-60000.json")
+if burn:
+    rows.append((f"dpgd burn engine ({burn['device']}, chunk {burn['chunk']})", burn["step_s"]["median"], burn["peak_rss_mib"]))
 for name, label in [("opacus.json", "Opacus 1.x hooks, chunk 256"), ("func.json", "torch.func vmap(grad), chunk 1024")]:
     r = load(name)
     if r:
@@ -17,7 +20,7 @@ plain = load("plain.json")
 if plain:
     eps = plain["results"]["1024"]["ex_per_s_median"]
     rows.append(("PyTorch NON-private batched gradient", 60000 / eps, None))
-print("| full private step, 60,000 MNIST examples | median s/step | examples/s | dpgd speed-up | peak RSS MiB |")
+print("| full private step, 60,000 MNIST examples | median s/step | examples/s | time / fast engine's | peak RSS MiB |")
 print("|---|---|---|---|---|")
 for label, s, mem in rows:
     print(f"| {label} | {s:.2f} | {60000 / s:,.0f} | {s / t:.2f}x | {'' if mem is None else f'{mem:.0f}'} |")
@@ -32,3 +35,15 @@ for m in ("mlp", "logistic"):
     r = load(f"dpgd-{m}.json")
     if r:
         print(f"| {m} ({r['params']} params), 60000 | {r['step_s']['median']:.3f} | {r['peak_rss_mib']:.0f} |")
+for n in (10000, 60000):
+    r = load(f"dpgd-burn-{n}.json")
+    if r:
+        print(f"| burn engine, {n} | {r['step_s']['median']:.2f} | {r['peak_rss_mib']:.0f} |")
+ours, peer = load("dpgd-residual.json"), load("opacus-residual.json")
+if ours and peer:
+    a, b = ours["step_s"]["median"], peer["results"]["step_s"]["median"]
+    print()
+    print("| conv + GroupNorm + residual (10,394 params), full step over 60,000 | median s/step | Opacus / dpgd |")
+    print("|---|---|---|")
+    print(f"| dpgd burn engine ({ours['device']}, chunk {ours['chunk']}) | {a:.2f} | {b / a:.2f}x |")
+    print(f"| Opacus {peer.get('opacus', '1.x')} hooks, chunk {peer['results']['chunk']} | {b:.2f} | 1.00x |")

@@ -63,7 +63,9 @@ def main():
         print(f"opacus residual fullstep rep {rep}: {dt:.2f} s", flush=True)
         if rep >= a.warmup:
             times.append(dt)
-    res = {"framework": "torch", "torch": torch.__version__, "method": "opacus", "model": "residual-groupnorm",
+    import opacus
+    res = {"framework": "torch", "torch": torch.__version__, "opacus": opacus.__version__, "method": "opacus",
+           "model": "residual-groupnorm",
            "nparams": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
            "results": {"chunk": a.chunk, "step_s": bt.stats(times)}, "peak_rss_mib": md.peak_rss_mib()}
     print(f"median {statistics.median(times):.2f} s, peak RSS {res['peak_rss_mib']:.0f} MiB", flush=True)

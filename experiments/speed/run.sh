@@ -18,6 +18,24 @@ for n in 10000 30000 60000; do
   echo "dpgd full step, $n examples ..." >&2
   "${DPGD[@]}" bench-step --examples "$n" --reps "$REPS" > "$OUT/dpgd-$n.json"
 done
+# The burn engine (the same Opacus CNN as burn modules of dpgd::nn layers, on flex): 10k and 60k
+# examples, for its time and to show its memory does not grow with the dataset.
+for n in 10000 60000; do
+  echo "dpgd burn engine full step, $n examples ..." >&2
+  "${DPGD[@]}" bench-step --engine burn --chunk 256 --examples "$n" --reps 2 > "$OUT/dpgd-burn-$n.json"
+done
+# A model the fast engine cannot express (examples/custom_model.rs: conv + GroupNorm + residual):
+# three full private steps of the example, timed by the run itself (confidential/steps.jsonl).
+cargo build --release --quiet --example custom_model
+run="$(mktemp -d)"
+cargo run --release --quiet --example custom_model -- --worst-case-steps 3 --max-steps 3 --out "$run/run" > /dev/null
+python3 - "$run/run/confidential/steps.jsonl" > "$OUT/dpgd-residual.json" <<'PY'
+import json, statistics, sys
+s = [json.loads(l)["seconds"] for l in open(sys.argv[1])]
+print(json.dumps({"model": "residual-groupnorm", "engine": "burn", "device": "flex", "chunk": 64, "examples": 60000,
+                  "step_s": {"median": statistics.median(s), "min": min(s), "max": max(s), "n": len(s)}}))
+PY
+rm -rf "$run"
 for model in mlp logistic; do
   "${DPGD[@]}" bench-step --examples 60000 --reps "$REPS" --model "$model" > "$OUT/dpgd-$model.json"
 done
@@ -27,6 +45,8 @@ if [ "${PEERS:-1}" = 1 ]; then
   export MNIST_DIR=${MNIST_DIR:-$PWD/datasets/mnist}
   echo "opacus full step (chunk 256) ..." >&2
   "$PY" ../shared/peers/bench_torch.py --mode fullstep --method opacus --chunk 256 --warmup 1 --reps "$REPS" --out "$OUT/opacus.json" >&2
+  echo "opacus full step of the residual GroupNorm model (chunk 256) ..." >&2
+  "$PY" experiments/speed/residual_opacus.py --reps "$REPS" --out "$OUT/opacus-residual.json" >&2
   echo "torch.func full step (chunk 1024) ..." >&2
   "$PY" ../shared/peers/bench_torch.py --mode fullstep --method func --chunk 1024 --warmup 1 --reps "$REPS" --out "$OUT/func.json" >&2
   echo "pytorch non-private batched gradient ..." >&2

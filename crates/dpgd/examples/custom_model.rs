@@ -125,7 +125,7 @@ impl Observer for Print {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    if a.data == PathBuf::from("datasets/mnist") && !a.data.join("train-images-idx3-ubyte.gz").exists() {
+    if a.data == std::path::Path::new("datasets/mnist") && !a.data.join("train-images-idx3-ubyte.gz").exists() {
         dpgd::data::fetch::fetch("mnist", &a.data, None).context("fetching MNIST into datasets/mnist")?;
     }
     let config = format!(
