@@ -263,6 +263,37 @@ fn a_forward_that_mixes_the_examples_of_a_batch_is_refused() {
     assert!(e.contains("mixes the examples"), "{e}");
 }
 
+/// A class embedding looked up once with a constant index and broadcast over the batch: its
+/// gradient is the whole batch's, not any one example's.
+#[derive(Module, Debug)]
+struct BroadcastEmbedding {
+    cls: Embedding,
+    fc: Linear,
+}
+
+impl Classifier for BroadcastEmbedding {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let ids = Tensor::<2, Int>::zeros([1, 1], &x.device());
+        let cls: Tensor<2> = self.cls.forward(ids).reshape([1, 3]);
+        self.fc.forward(x.flatten(1, 3)) + cls
+    }
+}
+
+#[test]
+fn a_layer_on_a_tensor_shared_by_the_batch_and_a_frozen_batch_norm_are_refused() {
+    let d = device();
+    let net = BroadcastEmbedding { cls: EmbeddingConfig::new(2, 3).init(&d), fc: LinearConfig::new(36, 3).init(&d) };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+    assert!(e.contains("cls.weight") && e.contains("first axis is not the batch"), "{e}");
+    let net = WithBatchNorm {
+        conv: Conv2dConfig::new([1, 2], [3, 3]).init(&d),
+        bn: burn::nn::BatchNormConfig::new(2).init(&d).no_grad(),
+        fc: LinearConfig::new(32, 3).init(&d),
+    };
+    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+    assert!(e.contains("BatchNorm") && e.contains("frozen or not"), "{e}");
+}
+
 #[test]
 fn parameters_outside_dpgd_layers_are_refused_by_path_with_the_fix() {
     let d = device();
@@ -277,13 +308,13 @@ fn parameters_outside_dpgd_layers_are_refused_by_path_with_the_fix() {
     };
     let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
     assert!(e.contains("bn.gamma") && e.contains("GroupNorm"), "{e}");
-    let net = WithBatchNorm {
-        conv: conv(),
-        bn: burn::nn::BatchNormConfig::new(2).init(&d),
-        fc: LinearConfig::new(32, 3).init(&d),
-    };
+    let net = BatchCentred { fc: LinearConfig::new(36, 3).init(&d) };
     let e = BurnEngine::new(net, &d, [1, 6, 6], 4).unwrap_err().to_string();
-    assert!(e.contains("[1, 4]"), "the wrong class count is named: {e}");
+    assert!(e.contains("[2, 4]"), "the wrong class count is named: {e}");
+    // A model built for 6 × 6 images, given 8 × 8 ones: burn's shape assertion becomes an error.
+    let net = WithBurnLinear { conv: conv(), fc: burn::nn::LinearConfig::new(2 * 4 * 4, 3).init(&d) };
+    let e = BurnEngine::new(net, &d, [1, 8, 8], 3).unwrap_err().to_string();
+    assert!(e.contains("[1, 8, 8]") && e.contains("build the model for that shape"), "{e}");
 }
 
 /// Both engines on the config's Opacus CNN (the burn engine running it as burn modules of

@@ -60,6 +60,10 @@ impl Linear {
     /// `input · W + b` over the last axis, as burn's `Linear::forward`.
     pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
         let out = linear(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val));
+        if D < 2 {
+            // An unbatched vector: no per-example rule (the engine refuses the uncovered weight).
+            return out;
+        }
         attach(out, |probe| LinearCall {
             weight: self.weight.id,
             bias: self.bias.as_ref().map(|b| b.id),

@@ -28,7 +28,8 @@
 //!
 //! **Layers**: [`Linear`], [`Conv2d`] (stride, padding, dilation, groups), [`Embedding`],
 //! [`LayerNorm`], [`GroupNorm`] — burn's field names, so records and safetensors files are
-//! interchangeable with burn's, and `From<burn::nn::X>` converts. Parameter-free operations
+//! interchangeable with burn's, and `From<burn::nn::X>` converts (all but LayerNorm, whose
+//! epsilon burn keeps private: build it from [`LayerNormConfig`]). Parameter-free operations
 //! (activations, pooling, dropout, flatten, residual adds) stay plain burn code.
 //!
 //! **How.** burn has no forward hooks, so the layers record themselves: inside [`record`], each
@@ -44,8 +45,12 @@
 //! **What is refused** (by [`crate::per_example::BurnEngine::new`], naming the parameter's path
 //! in your struct): a trainable parameter that no recorded dpgd layer used — burn's own layers
 //! (including those inside burn's attention and transformer blocks), raw `Param`s used in your
-//! forward, LoRA adapters — and burn's `BatchNorm`, which mixes the examples of a batch so
-//! that no example has a gradient of its own (use [`GroupNorm`]).
+//! forward, LoRA adapters —; burn's `BatchNorm`, frozen or not, which mixes the examples of a
+//! batch so that no example has a gradient of its own (use [`GroupNorm`]); a layer called on a
+//! tensor whose first axis is not the batch; and a forward whose logits for one example change
+//! with the other examples of its batch. Not detectable, so not refused: a parameter used both
+//! by a dpgd layer and directly in your forward (its direct use would be trained without a
+//! per-example gradient) — use each parameter only through its layer.
 
 mod conv2d;
 mod embedding;

@@ -90,7 +90,8 @@ impl From<burn::nn::GroupNorm> for GroupNorm {
 
 impl GroupNorm {
     /// Normalises each group of channels of each example of `input` (`[batch, channels, …]`),
-    /// as burn's `GroupNorm::forward` (f32 statistics).
+    /// as burn's `GroupNorm::forward` does for f32 models (burn widens f16/bf16 statistics; this
+    /// does not). Without γ and β (`affine = false`) the output is the normalised input.
     pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
         let shape = input.shape();
         let dims = input.dims();
@@ -152,7 +153,8 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// Normalises the last axis of `input`, as burn's `LayerNorm::forward` (f32 statistics).
+    /// Normalises the last axis of `input`, as burn's `LayerNorm::forward` does for f32 models
+    /// (burn widens f16/bf16 statistics; this does not).
     pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
         let centred = input.clone() - input.mean_dim(D - 1);
         let var = centred.clone().square().mean_dim(D - 1);

@@ -48,8 +48,10 @@ pub struct BurnEngine<M: Classifier> {
     classes: usize,
     num_params: usize,
     /// Values a micro-batch holds per example besides θ-sized rows (recorded inputs, probes),
-    /// measured on one example.
+    /// measured on a dry run.
     values_per_example: usize,
+    /// Every float parameter's number of values, by id (the shape its rows must have).
+    sizes: HashMap<ParamId, usize>,
 }
 
 impl<M: Classifier> std::fmt::Debug for BurnEngine<M> {
@@ -126,6 +128,15 @@ impl ModuleMapper for Load<'_> {
     }
 }
 
+/// Makes the trained parameters trainable again (the ones the user froze stay frozen).
+struct Unfreeze(std::collections::HashSet<ParamId>);
+
+impl ModuleMapper for Unfreeze {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        if self.0.contains(&param.id) { param.set_require_grad(true) } else { param }
+    }
+}
+
 /// Per-thread buffers of the burn engine: the thread's copy of the model and the θ it holds.
 #[derive(Debug)]
 pub struct BurnScratch<M> {
@@ -156,24 +167,66 @@ impl<M: Classifier> BurnEngine<M> {
         if let Some(path) = inv.reparameterized.first() {
             return Err(refuse(format!(
                 "the parameter {path} has a reparameterization (e.g. a LoRA adapter): its per-example gradient is not \
-                 the layer's; merge the adapter into the weights or freeze it"
+                 the layer's; merge the adapter into the weights (Module::materialize)"
             )));
         }
-        let [c, h, w] = input;
-        let x = Tensor::<4>::zeros([1, c, h, w], &device);
-        let (logits, tape) = record(|| model.forward(x));
-        if logits.dims() != [1, classes] {
+        if let Some(bn) = inv.params.iter().find(|f| f.types.iter().any(|t| t == "Struct:BatchNorm")) {
             return Err(refuse(format!(
-                "the model's forward returns logits of shape {:?} for one example of shape {input:?}; the data have {classes} classes, so it must be [1, {classes}]",
-                logits.dims()
+                "{} belongs to a BatchNorm, which normalises with statistics of the whole batch while training \
+                 (frozen or not): no example has a gradient of its own, so none can be clipped, and its running \
+                 statistics would publish the training data unaccounted; use dpgd::nn::GroupNorm (or LayerNorm) instead",
+                bn.path
             )));
+        }
+        let sizes: HashMap<ParamId, usize> = inv.params.iter().map(|f| (f.id, f.shape.iter().product())).collect();
+        // Two dry runs on zero batches of 2 and 3 examples: the forward must accept the data's
+        // shape and give [b, classes] logits, and every layer call's per-example gradients must be
+        // [b, n] — a layer on a tensor whose first axis is not the batch (a sequence-first input,
+        // a constant broadcast over the batch) would give rows that are not per example.
+        let mut recorded = std::collections::HashSet::new();
+        let mut values_per_example = 0;
+        for b in [2, 3] {
+            let dry = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let x = Tensor::<4>::zeros([b, input[0], input[1], input[2]], &device);
+                let y = Tensor::<1, Int>::zeros([b], &device);
+                rows_of(&model, x, y, b, &sizes)
+            }))
+            .map_err(|panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic");
+                refuse(format!(
+                    "the model's forward fails on examples of the data's shape {input:?} = [channels, height, width] \
+                     ({why}): build the model for that shape"
+                ))
+            })?;
+            let Dry { logits, rows, tape_params, values, .. } = dry;
+            if logits != [b, classes] {
+                return Err(refuse(format!(
+                    "the model's forward returns logits of shape {logits:?} for {b} examples of shape {input:?}; the data \
+                     have {classes} classes, so it must be [{b}, {classes}]"
+                )));
+            }
+            if let Err((id, dims)) = rows {
+                let path = inv.params.iter().find(|f| f.id == id).map_or("a parameter", |f| f.path.as_str());
+                return Err(refuse(format!(
+                    "the layer holding {path} was called on a tensor whose first axis is not the batch: its gradients for \
+                     {b} examples have shape {dims:?}, not [{b}, {}]; call dpgd::nn layers on batch-first tensors \
+                     (examples along axis 0), never on a tensor shared by the batch",
+                    sizes.get(&id).copied().unwrap_or(0)
+                )));
+            }
+            recorded.extend(tape_params);
+            values_per_example = values;
         }
         check_examples_do_not_mix(&model, input)?;
-        let recorded: std::collections::HashSet<ParamId> = tape.records.iter().flat_map(|r| r.params()).collect();
-        let values_per_example = tape.records.iter().map(|r| r.values_per_example()).sum();
         let (mut params, mut offset) = (Vec::new(), 0usize);
+        let mut seen = std::collections::HashSet::new();
         for Found { path, id, shape, trainable, types } in inv.params {
-            if !trainable {
+            // A parameter held in two fields (tied) is one parameter, trained once.
+            if !trainable || !seen.insert(id) {
                 continue;
             }
             if !recorded.contains(&id) {
@@ -197,6 +250,7 @@ impl<M: Classifier> BurnEngine<M> {
             classes,
             num_params: offset,
             values_per_example,
+            sizes,
         })
     }
 
@@ -250,7 +304,7 @@ impl<M: Classifier> BurnEngine<M> {
             )));
         }
         let model = self.template.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        Ok(self.load(model, theta).set_require_grad(true))
+        Ok(self.load(model, theta).map(&mut Unfreeze(self.params.iter().map(|p| p.id).collect())))
     }
 
     fn load(&self, model: M, theta: &[f32]) -> M {
@@ -276,10 +330,64 @@ impl<M: Classifier> BurnEngine<M> {
     }
 }
 
-/// Refuses a forward that mixes the examples of a batch (BatchNorm in training mode, a mean over
-/// the batch axis, …): an example's gradient would then depend on the others, and clipping it
-/// would bound nothing. Checked on two fixed, data-independent inputs, in validation mode (so
-/// dropout is off): the logits of each, computed in one batch, must equal those computed alone.
+/// What one recorded forward and backward of a batch gives.
+struct Dry {
+    /// The logits' shape.
+    logits: Vec<usize>,
+    /// The per-example losses.
+    losses: Tensor<1>,
+    /// Per parameter, the per-example gradients `[b, n]` summed over the layer calls that used
+    /// it; or the first parameter whose rows are not `[b, n]`, with their shape.
+    rows: std::result::Result<HashMap<ParamId, Tensor<2>>, (ParamId, Vec<usize>)>,
+    /// The parameters the recorded layer calls used.
+    tape_params: Vec<ParamId>,
+    /// Values per example the recorded calls hold (for memory estimates).
+    values: usize,
+}
+
+/// Runs `model` on the batch `x` (`b` examples, labels `y`) with a tape open, back-propagates
+/// the summed per-example cross-entropies once, and collects each layer call's per-example
+/// gradients, checking each is `[b, size of its parameter]`.
+fn rows_of<M: Classifier>(
+    model: &M,
+    x: Tensor<4>,
+    y: Tensor<1, Int>,
+    b: usize,
+    sizes: &HashMap<ParamId, usize>,
+) -> Dry {
+    let (logits, tape) = record(|| model.forward(x));
+    let dims = logits.dims().to_vec();
+    let per_example_loss = -log_softmax(logits, 1).gather(1, y.reshape([b, 1])).reshape([b]);
+    let mut g = per_example_loss.clone().sum().backward();
+    let mut sums: HashMap<ParamId, Tensor<2>> = HashMap::new();
+    let mut bad = None;
+    for rec in &tape.records {
+        for (id, row) in rec.per_example(&mut g) {
+            if row.dims() != [b, sizes.get(&id).copied().unwrap_or(usize::MAX)] {
+                bad.get_or_insert((id, row.dims().to_vec()));
+                continue;
+            }
+            let row = match sums.remove(&id) {
+                Some(prev) => prev + row,
+                None => row,
+            };
+            sums.insert(id, row);
+        }
+    }
+    Dry {
+        logits: dims,
+        losses: per_example_loss.without_autodiff(),
+        rows: bad.map_or(Ok(sums), Err),
+        tape_params: tape.records.iter().flat_map(|r| r.params()).collect(),
+        values: tape.records.iter().map(|r| r.values_per_example()).sum(),
+    }
+}
+
+/// Refuses a forward that mixes the examples of a batch (a mean or softmax over the batch axis,
+/// …): an example's gradient would then depend on the others, and clipping it would bound
+/// nothing. Checked on two fixed, data-independent inputs, in validation mode (so dropout is
+/// off): the logits of each, computed in one batch, must equal those computed alone. (BatchNorm,
+/// which mixes only while training, is refused by type before this.)
 fn check_examples_do_not_mix<M: Classifier>(model: &M, [c, h, w]: [usize; 3]) -> Result<()> {
     let model = model.valid();
     let n = c * h * w;
@@ -303,7 +411,7 @@ fn check_examples_do_not_mix<M: Classifier>(model: &M, [c, h, w]: [usize; 3]) ->
         return Err(Error::config(
             "model",
             "the forward mixes the examples of a batch: an example's logits change with the other examples in its \
-             batch (BatchNorm, a mean or softmax over the batch axis, …), so its gradient is not its own and clipping it \
+             batch (a mean or softmax over the batch axis, …), so its gradient is not its own and clipping it \
              would bound nothing; normalise within each example (dpgd::nn::GroupNorm or LayerNorm)",
         ));
     }
@@ -312,17 +420,17 @@ fn check_examples_do_not_mix<M: Classifier>(model: &M, [c, h, w]: [usize; 3]) ->
 
 /// Why a trainable parameter cannot be trained privately.
 fn uncovered(path: &str, types: &[String]) -> String {
-    if types.iter().any(|t| t == "Struct:BatchNorm") {
-        return format!(
-            "{path} belongs to a BatchNorm, which normalises with statistics of the whole batch: no example has a \
-             gradient of its own, so none can be clipped; use dpgd::nn::GroupNorm (or LayerNorm) instead"
-        );
-    }
+    const DPGD_LAYERS: [&str; 5] = ["Linear", "Conv2d", "Embedding", "LayerNorm", "GroupNorm"];
     let owner = types.iter().rev().find_map(|t| t.strip_prefix("Struct:")).unwrap_or("module");
+    let fix = if DPGD_LAYERS.contains(&owner) {
+        format!("use dpgd::nn::{owner} instead of burn::nn::{owner}")
+    } else {
+        "build it from dpgd::nn layers".to_string()
+    };
     format!(
         "{path} (in a {owner}) is trainable but no dpgd layer used it in the forward: per-example gradients exist \
-         only for dpgd::nn layers (Linear, Conv2d, Embedding, LayerNorm, GroupNorm); use dpgd::nn::{owner} instead of \
-         burn::nn::{owner}, or freeze the parameter (set_require_grad(false))"
+         only for dpgd::nn layers (Linear, Conv2d, Embedding, LayerNorm, GroupNorm); {fix}, or freeze the parameter \
+         (set_require_grad(false))"
     )
 }
 
@@ -343,8 +451,8 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     fn num_params(&self) -> usize {
         self.num_params
     }
-    fn input_len(&self) -> usize {
-        self.input.iter().product()
+    fn input_shape(&self) -> [usize; 3] {
+        self.input
     }
     fn classes(&self) -> usize {
         self.classes
@@ -377,20 +485,14 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
             TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
             &self.device,
         );
-        let (logits, tape) = record(|| model.forward(x));
-        let per_example_loss = -log_softmax(logits, 1).gather(1, y.reshape([b, 1])).reshape([b]);
-        let mut g = per_example_loss.clone().sum().backward();
-        losses[..b].copy_from_slice(&to_host(per_example_loss.without_autodiff(), b));
-        let mut sums: HashMap<ParamId, Tensor<2>> = HashMap::new();
-        for rec in &tape.records {
-            for (id, row) in rec.per_example(&mut g) {
-                let row = match sums.remove(&id) {
-                    Some(prev) => prev + row,
-                    None => row,
-                };
-                sums.insert(id, row);
-            }
-        }
+        let Dry { losses: loss, rows, .. } = rows_of(model, x, y, b, &self.sizes);
+        losses[..b].copy_from_slice(&to_host(loss, b));
+        // Rows that are not [b, n] (checked at construction, so only a model whose forward changes
+        // with the batch) read as NaN: non-finite, charged and never summed.
+        let Ok(mut sums) = rows else {
+            grads[..b * self.num_params].fill(f32::NAN);
+            return;
+        };
         let inner = self.device.clone().without_autodiff();
         let rows: Vec<Tensor<2>> = self
             .params
@@ -401,8 +503,11 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
 
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, s: &'s mut BurnScratch<M>) -> &'s [f32] {
-        let x = self.batch(x, b);
-        let logits = self.loaded(theta, s).forward(x).without_autodiff();
+        // In validation mode (dropout off, no autodiff): these logits evaluate the model.
+        let [c, h, w] = self.input;
+        let inner = self.device.clone().without_autodiff();
+        let x = Tensor::<4>::from_data(TensorData::new(x[..b * c * h * w].to_vec(), [b, c, h, w]), &inner);
+        let logits = self.loaded(theta, s).valid().forward(x);
         s.logits = to_host(logits, b * self.classes);
         &s.logits
     }

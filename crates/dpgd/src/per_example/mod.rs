@@ -37,8 +37,12 @@ pub trait PerExample: Send + Sync {
 
     /// The number of trainable parameters P (the length of θ and of a gradient row).
     fn num_params(&self) -> usize;
+    /// The shape of one input example, `[channels, height, width]`.
+    fn input_shape(&self) -> [usize; 3];
     /// Values per input example (`c·h·w`, channel-major).
-    fn input_len(&self) -> usize;
+    fn input_len(&self) -> usize {
+        self.input_shape().iter().product()
+    }
     /// Number of classes (logits per example).
     fn classes(&self) -> usize;
     /// Buffers for micro-batches of up to `batch` examples.
@@ -70,8 +74,8 @@ impl PerExample for Network {
     fn num_params(&self) -> usize {
         Network::num_params(self)
     }
-    fn input_len(&self) -> usize {
-        Network::input_len(self)
+    fn input_shape(&self) -> [usize; 3] {
+        self.spec().input
     }
     fn classes(&self) -> usize {
         Network::classes(self)

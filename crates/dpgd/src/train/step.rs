@@ -4,7 +4,7 @@
 //!
 //! [FZ21]: https://arxiv.org/abs/2008.11193
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use rayon::prelude::*;
 
@@ -155,7 +155,10 @@ pub struct GradientPlan<'a, E: PerExample = Network> {
     norm: Normalize,
     aggregation: Aggregation,
     chunk: usize,
-    scratch: OnceLock<Vec<Mutex<Scratch<E::Scratch>>>>,
+    /// Scratch buffers, taken by a block for its duration and put back: never locked while a
+    /// block computes, so a worker that runs another block nested inside an engine's own
+    /// parallel kernel (work stealing) takes another set instead of waiting on its own.
+    scratch: Mutex<Vec<Scratch<E::Scratch>>>,
     /// Held for a whole [`gradient_sum`](Self::gradient_sum): the workers' integer sums live in
     /// the scratch buffers for the whole call, so two calls on one plan must not overlap.
     running: Mutex<()>,
@@ -175,7 +178,15 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
     /// allocated on first use, one per worker thread.
     #[must_use]
     pub fn new(net: E, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
-        Self { net, data, norm, aggregation, chunk: chunk.max(1), scratch: OnceLock::new(), running: Mutex::new(()) }
+        Self {
+            net,
+            data,
+            norm,
+            aggregation,
+            chunk: chunk.max(1),
+            scratch: Mutex::new(Vec::new()),
+            running: Mutex::new(()),
+        }
     }
 
     /// The per-example engine.
@@ -235,33 +246,32 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
         let block = n.div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
-        let threads = rayon::current_num_threads();
-        let scratch = self
-            .scratch
-            .get_or_init(|| (0..threads).map(|_| Mutex::new(Scratch::new(&self.net, self.chunk))).collect());
         let gamma = match self.aggregation {
             Aggregation::Clip { grid, .. } => Some(grid.gamma()),
             Aggregation::UnclippedNonPrivate => None,
         };
         let p = self.net.num_params();
-        // The clipped sum is integers: exact in any order, so each worker accumulates its blocks
-        // into its own scratch and the workers' sums are added at the end (memory per thread,
-        // not per block). The unclipped f32 sum and the loss sums are per block, combined in
-        // block order, so a fixed seed reproduces them too.
-        for m in scratch {
-            let mut s = m.lock().unwrap_or_else(PoisonError::into_inner);
+        // The clipped sum is integers: exact in any order, so each set of scratch buffers
+        // accumulates the blocks it served and the sets' sums are added at the end (memory per
+        // worker, not per block). The unclipped f32 sum and the loss sums are per block, combined
+        // in block order, so a fixed seed reproduces them too.
+        let grid_len = if gamma.is_some() { p } else { 0 };
+        for s in self.scratch.lock().unwrap_or_else(PoisonError::into_inner).iter_mut() {
             s.grid.clear();
-            s.grid.resize(if gamma.is_some() { p } else { 0 }, 0);
+            s.grid.resize(grid_len, 0);
         }
         let partials: Vec<Partial> = ledger
             .slots_mut(0..n)
             .chunks(block)
             .enumerate()
             .map(|(bi, mut slots)| {
-                let worker = rayon::current_thread_index().unwrap_or(0) % scratch.len();
-                // A panic elsewhere cannot leave scratch buffers inconsistent: they are reset here.
-                let mut guard = scratch[worker].lock().unwrap_or_else(PoisonError::into_inner);
-                let s = &mut *guard;
+                let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                let mut own = taken.unwrap_or_else(|| {
+                    let mut fresh = Scratch::new(&self.net, self.chunk);
+                    fresh.grid.resize(grid_len, 0);
+                    fresh
+                });
+                let s = &mut own;
                 if gamma.is_none() {
                     s.acc.clear();
                     s.acc.resize(p, 0.0);
@@ -283,8 +293,9 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                         break;
                     }
                 }
-                let acc = if gamma.is_some() { Vec::new() } else { s.acc.clone() };
-                (acc, s.stats, s.failed)
+                let part = (if gamma.is_some() { Vec::new() } else { s.acc.clone() }, s.stats, s.failed);
+                self.scratch.lock().unwrap_or_else(PoisonError::into_inner).push(own);
+                part
             })
             .collect();
         let mut sum = vec![0.0f32; if gamma.is_none() { p } else { 0 }];
@@ -301,8 +312,7 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         // No overflow: SumGrid bounds every coordinate of the whole sum below 2⁵³ units for the
         // fine grid, and by n·(C/γ + 1) ≪ 2⁶³ for the coarse one.
         let mut grid = vec![0i64; if gamma.is_some() { p } else { 0 }];
-        for m in scratch {
-            let s = m.lock().unwrap_or_else(PoisonError::into_inner);
+        for s in self.scratch.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             grid.iter_mut().zip(&s.grid).for_each(|(a, b)| *a += b);
         }
         let sum = match gamma {

@@ -241,16 +241,16 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
         let c = cfg.config();
-        if net.input_len() != data.shape().iter().product::<usize>() || net.classes() != data.classes() {
+        if net.input_shape() != data.shape() || net.classes() != data.classes() {
             return Err(Error::config(
                 "model",
                 format!(
-                    "the model takes {} values per example and gives {} logits; the data in {} have shape {:?} ({} values) and {} classes",
-                    net.input_len(),
+                    "the model takes examples of shape {:?} and gives {} logits; the data in {} have shape {:?} \
+                     ([channels, height, width]) and {} classes",
+                    net.input_shape(),
                     net.classes(),
                     data.dir.display(),
                     data.shape(),
-                    data.shape().iter().product::<usize>(),
                     data.classes()
                 ),
             ));
