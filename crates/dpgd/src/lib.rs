@@ -13,7 +13,7 @@
 //!   (including the individual filter). Independent of burn; a product of its own.
 //!
 //! * [`nn`] — burn layers for YOUR model: write it as for burn, with `dpgd::nn`'s `Linear`,
-//!   `Conv2d`, `GroupNorm`, … and train it privately on any burn device through
+//!   `Conv2d`, `GroupNorm`, … and train it privately on a burn device (CPU: flex, ndarray) through
 //!   [`per_example::BurnEngine`] and [`train::run_with`] (`examples/custom_model.rs`).
 //!
 //! * [`per_example`] — per-example gradients behind one trait, with two engines: the fast

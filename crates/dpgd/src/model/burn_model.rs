@@ -1,6 +1,8 @@
-//! The burn form of a model: parameters as burn modules (`Conv2d`, `Linear`, ...), for
-//! records (burnpack files), evaluation on any burn device, and autodiff reference
-//! gradients. Training itself runs on the flat θ of [`crate::per_example::Network`].
+//! The burn form of a model: parameters as burn modules (`dpgd::nn`'s `Conv2d` and `Linear`,
+//! burn's pooling and activations), for records (burnpack files), evaluation on any burn device,
+//! autodiff reference gradients, and the burn engine (it is a [`Classifier`]: the test that
+//! both engines agree trains it there). The config's runs train on the flat θ of
+//! [`crate::per_example::Network`].
 
 use std::path::Path;
 

@@ -1,5 +1,6 @@
 //! The burn engine: per-example gradients of any [`Classifier`] built from [`crate::nn`]'s
-//! layers, on any burn device, from ONE batched backward per micro-batch (see [`crate::nn`]).
+//! layers, on a burn device chosen at run time (tested on the CPU backends flex and ndarray), from
+//! ONE batched backward per micro-batch (see [`crate::nn`]).
 //!
 //! Each micro-batch: load θ into the worker's copy of the model (only when θ changed), run the
 //! forward with a tape open, back-propagate the summed per-example cross-entropies with the
@@ -149,13 +150,17 @@ impl<M: Classifier> BurnEngine<M> {
     /// Prepares `model` for private training on `device` (made an autodiff device if it is not
     /// one), for inputs of shape `input` (`[channels, height, width]`) and `classes` classes.
     ///
-    /// Runs one recorded forward pass on a zero example to check that every trainable
-    /// parameter belongs to a [`crate::nn`] layer the forward reached.
+    /// Runs the model on zero batches of 2 and 3 examples, with a tape open and one backward
+    /// each, to check that every trainable parameter belongs to a [`crate::nn`] layer the
+    /// forward reached and that every layer call's gradients are per example; then checks on two
+    /// fixed inputs that an example's logits do not depend on the rest of its batch.
     ///
     /// # Errors
     /// [`Error::Config`] naming, by its path in the struct, a parameter no recorded dpgd layer
-    /// used (burn's own layers, a raw `Param`, BatchNorm — with the reason), a reparameterized
-    /// (LoRA) parameter, logits of the wrong shape, or a model with no trainable parameters.
+    /// used (burn's own layers, a raw `Param`), a BatchNorm (frozen or not), a reparameterized
+    /// (LoRA) parameter, a layer called on a tensor whose first axis is not the batch; a forward
+    /// that fails on the data's shape, gives logits of the wrong shape or mixes the examples of
+    /// a batch; a model with no trainable parameters.
     pub fn new(model: M, device: &Device, input: [usize; 3], classes: usize) -> Result<Self> {
         let refuse = |m: String| Error::config("model", m);
         let device = if device.is_autodiff() { device.clone() } else { device.clone().autodiff() };

@@ -3,8 +3,8 @@
 //! * the fast CPU engine, a [`Network`] of layers with exact per-example rules (one file each in
 //!   [`layers`]: linear, conv2d via im2col + GEMM, ReLU, tanh, max-pool, flatten), evaluated on
 //!   contiguous buffers, parallel over micro-batches of examples;
-//! * the burn engine, [`BurnEngine`]: any burn model built from [`crate::nn`]'s layers, on any
-//!   burn device, its per-example gradients read from one batched backward through probes.
+//! * the burn engine, [`BurnEngine`]: any burn model built from [`crate::nn`]'s layers, on a
+//!   burn device chosen at run time, its per-example gradients read from one batched backward through probes.
 //!
 //! The trainer (ledger, clipping, exact sum, noise, releases, run folder) sees only the trait, so
 //! both engines share every privacy mechanism. Both are tested against one-backward-per-example
