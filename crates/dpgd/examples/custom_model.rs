@@ -39,16 +39,16 @@ struct Args {
     #[arg(long, default_value_t = 1e-5)]
     delta: f64,
     /// k: plain private GD's step count; each example's budget is k·clip².
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 60)]
     worst_case_steps: usize,
     /// Steps individual filtering may take (examples drop out as their budgets run out).
-    #[arg(long, default_value_t = 80)]
+    #[arg(long, default_value_t = 100)]
     max_steps: usize,
     /// The clip norm C.
     #[arg(long, default_value_t = 1.0)]
     clip: f64,
     /// The learning rate.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 4.0)]
     lr: f64,
     /// Use only the first N training examples (0: all).
     #[arg(long, default_value_t = 0)]
