@@ -53,6 +53,8 @@ pub struct BurnEngine<M: Classifier> {
     values_per_example: usize,
     /// Every float parameter's number of values, by id (the shape its rows must have).
     sizes: HashMap<ParamId, usize>,
+    /// Each trainable parameter's position in `params`, by id.
+    index: HashMap<ParamId, usize>,
 }
 
 impl<M: Classifier> std::fmt::Debug for BurnEngine<M> {
@@ -110,19 +112,17 @@ impl Inventory {
 }
 
 /// Replaces the trainable parameters' values by θ's (frozen: no gradient is computed for them).
-struct Load<'a> {
+struct Load<'a, M: Classifier> {
     theta: &'a [f32],
-    at: &'a HashMap<ParamId, (usize, Vec<usize>)>,
-    device: &'a Device,
+    engine: &'a BurnEngine<M>,
 }
 
-impl ModuleMapper for Load<'_> {
+impl<M: Classifier> ModuleMapper for Load<'_, M> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        match self.at.get(&param.id) {
-            Some((offset, shape)) => {
-                let n: usize = shape.iter().product();
-                let data = TensorData::new(self.theta[*offset..offset + n].to_vec(), shape.clone());
-                Param::initialized(param.id, Tensor::from_data(data, self.device))
+        match self.engine.param(param.id) {
+            Some(p) => {
+                let data = TensorData::new(self.theta[p.offset..p.offset + p.len()].to_vec(), p.shape.clone());
+                Param::initialized(param.id, Tensor::from_data(data, &self.engine.device))
             }
             None => param,
         }
@@ -130,11 +130,11 @@ impl ModuleMapper for Load<'_> {
 }
 
 /// Makes the trained parameters trainable again (the ones the user froze stay frozen).
-struct Unfreeze(std::collections::HashSet<ParamId>);
+struct Unfreeze<'a, M: Classifier>(&'a BurnEngine<M>);
 
-impl ModuleMapper for Unfreeze {
+impl<M: Classifier> ModuleMapper for Unfreeze<'_, M> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        if self.0.contains(&param.id) { param.set_require_grad(true) } else { param }
+        if self.0.param(param.id).is_some() { param.set_require_grad(true) } else { param }
     }
 }
 
@@ -250,12 +250,13 @@ impl<M: Classifier> BurnEngine<M> {
         Ok(Self {
             template: Mutex::new(model.no_grad()),
             device,
-            params,
             input,
             classes,
             num_params: offset,
             values_per_example,
             sizes,
+            index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
+            params,
         })
     }
 
@@ -276,17 +277,16 @@ impl<M: Classifier> BurnEngine<M> {
     /// # Errors
     /// [`Error::Record`] if a value cannot be read back from the device.
     pub fn current_params(&self) -> Result<Vec<f32>> {
-        struct Read<'a>(&'a HashMap<ParamId, usize>, Vec<(usize, Result<Vec<f32>>)>);
-        impl ModuleVisitor for Read<'_> {
+        struct Read<'a, M: Classifier>(&'a BurnEngine<M>, Vec<(usize, Result<Vec<f32>>)>);
+        impl<M: Classifier> ModuleVisitor for Read<'_, M> {
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-                if let Some(&at) = self.0.get(&param.id) {
+                if let Some(p) = self.0.param(param.id) {
                     let v = param.val().into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")));
-                    self.1.push((at, v));
+                    self.1.push((p.offset, v));
                 }
             }
         }
-        let at: HashMap<ParamId, usize> = self.params.iter().map(|p| (p.id, p.offset)).collect();
-        let mut read = Read(&at, Vec::new());
+        let mut read = Read(self, Vec::new());
         self.template.lock().unwrap_or_else(PoisonError::into_inner).visit(&mut read);
         let mut theta = vec![0.0f32; self.num_params];
         for (offset, values) in read.1 {
@@ -309,13 +309,16 @@ impl<M: Classifier> BurnEngine<M> {
             )));
         }
         let model = self.template.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        Ok(self.load(model, theta).map(&mut Unfreeze(self.params.iter().map(|p| p.id).collect())))
+        Ok(self.load(model, theta).map(&mut Unfreeze(self)))
+    }
+
+    /// The trainable parameter with burn's id `id`, if it is one.
+    fn param(&self, id: ParamId) -> Option<&TrainableParam> {
+        self.index.get(&id).map(|&i| &self.params[i])
     }
 
     fn load(&self, model: M, theta: &[f32]) -> M {
-        let at: HashMap<ParamId, (usize, Vec<usize>)> =
-            self.params.iter().map(|p| (p.id, (p.offset, p.shape.clone()))).collect();
-        model.map(&mut Load { theta, at: &at, device: &self.device })
+        model.map(&mut Load { theta, engine: self })
     }
 
     /// The thread's model holding θ (reloaded only when θ changed).

@@ -217,20 +217,19 @@ impl<'a> Trainer<'a> {
 }
 
 impl<'a, E: TrainModel> Trainer<'a, E> {
-    /// As [`Trainer::resume_or_init`], training `engine`'s model (e.g. a [`BurnEngine`] around
+    /// As [`Trainer::resume_or_init`], training the model of the engine `net` (e.g. a [`BurnEngine`] around
     /// a burn model of [`crate::nn`] layers); the config's `model` section is not used.
     ///
     /// # Errors
     /// As [`Trainer::resume_or_init`]; a model whose input shape or classes are not the data's.
     pub fn with_engine(
         cfg: &'a ValidConfig,
-        engine: E,
+        net: E,
         data: &'a Dataset,
         dir: &Path,
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
     ) -> Result<Self> {
-        let net = engine;
         let folder = RunFolder::new(dir);
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
