@@ -44,6 +44,16 @@ pub enum AccountingError {
         /// The ledger's length.
         len: usize,
     },
+    /// An accountant was handed an event it cannot account for; its state is unchanged.
+    #[error("the {accountant} accountant does not support {event}: {why}")]
+    UnsupportedEvent {
+        /// The accountant's name.
+        accountant: &'static str,
+        /// The event (its kind).
+        event: &'static str,
+        /// Why, and which accountant does.
+        why: &'static str,
+    },
     /// The conversion has no finite answer (e.g. an ε so small no positive ρ reaches it).
     #[error("no finite solution: {0}")]
     NoSolution(&'static str),

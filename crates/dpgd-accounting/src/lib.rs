@@ -16,6 +16,7 @@
 //! |---|---|---|
 //! | state a guarantee | [`PureDp`], [`Zcdp`], [`GaussianDp`], [`Rdp`], [`ApproxDp`], [`ProbabilisticDp`] | [FZ21, Defs. 2.1–2.3]; [BS16]; [DRS19]; [WRRW23, §4.1] |
 //! | convert it to (ε, δ), or invert | [`ToApproxDp`], [`Conversion`] (`bun-steinke`, `cks`, `gaussian-exact`) | [BS16, Prop. 1.3]; [CKS20, Prop. 12]; [BW18, Thm 8] |
+//! | account for DP-SGD (Poisson sampling) | [`event::RdpAccountant`] on [`event::DpEvent`]s, [`subsampled::rdp`], [`event::calibrate_sgd_sigma`] | [MTZ19, Sec. 3]; [Mir17]; [CKS20, Prop. 12] |
 //! | calibrate private GD | [`GdPlan`], [`calibrate_sigma`], [`PrivateGd`], [`Neighbours`], [`GaussianRelease`] | [FZ21, Alg. 3, Prop. 5.1]; [ST22]; [KTH23, Thm 4.3] |
 //! | stop before a budget is spent | [`filter`]: [`RenyiFilter`](filter::RenyiFilter), [`ZcdpFilter`](filter::ZcdpFilter), [`DpFilter`](filter::DpFilter) with the rules of [RRUV16], [FZ21], [WRRW23] | [FZ21, Thm 4.3]; [RRUV16, Thm 5.1]; [WRRW23, Thms 1–2] |
 //! | track per-example budgets | [`IndividualFilter`](filter::IndividualFilter), [`FilteredLinearQueries`](mechanism::FilteredLinearQueries) | [FZ21, Alg. 2, Thm 4.5, Cor. 4.7] |
@@ -233,6 +234,8 @@
 //! * [Mir12] Mironov, *On Significance of the Least Significant Bits for Differential
 //!   Privacy*, CCS 2012.
 //! * [Mir17] Mironov, *Rényi Differential Privacy*, CSF 2017.
+//! * [MTZ19] Mironov, Talwar & Zhang, *Rényi Differential Privacy of the Sampled Gaussian
+//!   Mechanism*, 2019.
 //! * [NHSBTJCT23] Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini & Terzis, *Tight
 //!   Auditing of Differentially Private Machine Learning*, USENIX Security 2023.
 //! * [RRUV16] Rogers, Roth, Ullman & Vadhan, *Privacy Odometers and Filters: Pay-as-you-Go
@@ -251,6 +254,7 @@
 //! [HSTVVXZ23]: https://arxiv.org/abs/2309.05901
 //! [BS16]: https://arxiv.org/abs/1605.02065
 //! [Mir17]: https://arxiv.org/abs/1702.07476
+//! [MTZ19]: https://arxiv.org/abs/1908.10530
 //! [BW18]: https://arxiv.org/abs/1805.06530
 //! [CKS20]: https://arxiv.org/abs/2004.00010
 //! [BBGHS20]: https://arxiv.org/abs/1905.09982
@@ -270,6 +274,7 @@ pub mod audit;
 mod calibrate;
 pub mod convert;
 mod error;
+pub mod event;
 pub mod filter;
 mod measure;
 pub mod mechanism;
@@ -278,6 +283,7 @@ pub mod numeric;
 pub mod odometer;
 pub mod sampling;
 pub mod session;
+pub mod subsampled;
 
 pub use calibrate::{GaussianRelease, GdPlan, PrivateGd, calibrate_sigma};
 pub use convert::{Conversion, ToApproxDp};

@@ -92,6 +92,72 @@ fn budget_lists_every_conversion_side_by_side() {
     assert!(String::from_utf8_lossy(&human.stdout).contains("gaussian-exact"));
 }
 
+/// Issue "private SGD": the DP-SGD question gets a DP-SGD answer (Opacus 1.6's accountant says
+/// ε = 0.922 at α = 17 for its MNIST example; tests/reference/subsampled_refs.txt), and the
+/// full-batch calculator says which setting it answers for.
+#[test]
+fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
+    let args = ["account", "sgd", "--sample-rate", "0.004", "--sigma", "1.3", "--steps", "3750", "--delta", "1e-5"];
+    let v = json(&[&args[..], &["--json"]].concat());
+    assert!((v["epsilon"].as_f64().unwrap() - 0.922_048_942_769_669_9).abs() < 1e-6, "{v}");
+    assert_eq!((v["alpha"].as_f64(), v["neighbours"].as_str()), (Some(17.0), Some("add-or-remove-one")));
+    let (orders, rdp) = (v["orders"].as_array().unwrap(), v["rdp"].as_array().unwrap());
+    assert_eq!((orders.len(), rdp.len()), (151, 151), "per-step RDP aligned with the orders");
+    // Epochs instead of steps; the classic conversion is looser; orders by name or listed.
+    let e = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.004",
+        "--sigma",
+        "1.3",
+        "--epochs",
+        "15",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]);
+    assert_eq!((e["steps"].as_u64(), e["epsilon"].as_f64()), (Some(3750), v["epsilon"].as_f64()));
+    let classic = json(&[&args[..], &["--conversion", "classic", "--json"]].concat());
+    assert!(classic["epsilon"].as_f64() > v["epsilon"].as_f64(), "{classic}");
+    let listed = json(&[&args[..], &["--orders", "8,16,17,32", "--json"]].concat());
+    assert_eq!(
+        (listed["epsilon"].as_f64(), listed["orders"].as_array().map(Vec::len)),
+        (v["epsilon"].as_f64(), Some(4))
+    );
+    let dpa = json(&[&args[..], &["--orders", "dp-accounting", "--json"]].concat());
+    assert_eq!(dpa["orders"].as_array().map(Vec::len), Some(156));
+    // Calibration: the σ printed meets the target.
+    let c = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.004",
+        "--epsilon",
+        "1",
+        "--steps",
+        "3750",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]);
+    let sigma = c["sigma"].as_f64().unwrap();
+    assert!(c["epsilon"].as_f64().unwrap() <= 1.0 && sigma < 1.3 && sigma > 1.0, "{c}");
+    // For humans: the answer first. The full-batch calculator names its setting.
+    let human = String::from_utf8(dpgd(&args).stdout).unwrap();
+    assert!(human.starts_with("epsilon = 0.92"), "{human}");
+    let budget =
+        String::from_utf8(dpgd(&["account", "budget", "--sigma", "1.3", "--steps", "3750", "--delta", "1e-5"]).stdout)
+            .unwrap();
+    assert!(budget.contains("full-batch") && budget.contains("dpgd account sgd"), "{budget}");
+    for (bad, want) in [(vec!["--sample-rate", "0"], "--sample-rate"), (vec!["--orders", "1,2"], "--orders")] {
+        let mut a = vec!["account", "sgd", "--sample-rate", "0.01", "--sigma", "1", "--steps", "10", "--delta", "1e-5"];
+        a.extend(bad);
+        let e = fails(&a);
+        assert!(e.contains(want), "{a:?}: {e}");
+    }
+}
+
 #[test]
 fn max_rho_inverts_convert() {
     let v = json(&["account", "max-rho", "--epsilon", "1", "--delta", "1e-5", "--method", "bun-steinke", "--json"]);
@@ -312,7 +378,7 @@ proptest::proptest! {
 
     /// Every `account` subcommand answers or refuses within a second, never panics.
     #[test]
-    fn account_commands_answer_or_refuse_any_number(a in any_number(), b in any_number(), c in any_number(), which in 0usize..7) {
+    fn account_commands_answer_or_refuse_any_number(a in any_number(), b in any_number(), c in any_number(), which in 0usize..8) {
         let args: Vec<&str> = match which {
             0 => vec!["account", "convert", "--zcdp", &a, "--delta", &b],
             1 => vec!["account", "convert", "--gdp", &a, "--delta", &b],
@@ -320,6 +386,7 @@ proptest::proptest! {
             3 => vec!["account", "calibrate", "--epsilon", &a, "--delta", &b, "--steps", "100", "--clip", &c],
             4 => vec!["account", "budget", "--sigma", &a, "--steps", "100", "--delta", &b, "--clip", &c],
             5 => vec!["account", "filter", "--kind", "rogers", "--epsilon", &a, "--delta", &b, "--per-round", &c],
+            6 => vec!["account", "sgd", "--sample-rate", &c, "--sigma", &a, "--steps", "1000", "--delta", &b],
             _ => vec!["account", "odometer", "--kind", "mixture", "--per-round", &a, "--rounds", "1000", "--delta", &b, "--target-epsilon", &c],
         };
         let start = std::time::Instant::now();

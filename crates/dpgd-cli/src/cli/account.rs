@@ -19,8 +19,12 @@ pub(crate) enum AccountCommand {
     MaxRho(MaxRhoArgs),
     /// Noise multiplier σ for private GD with filtering (Feldman & Zrnic 2021, Alg. 3) to meet a target (ε, δ).
     Calibrate(CalibrateArgs),
-    /// ε of private GD with filtering for a given σ and worst-case steps, under every conversion.
+    /// ε of private GD with filtering for a given σ and worst-case steps, under every conversion
+    /// (full batch: every example in every step; for Poisson-sampled DP-SGD use `sgd`).
     Budget(BudgetArgs),
+    /// ε of DP-SGD (Poisson sampling at rate q, σ, T steps) by the RDP accountant, or the σ
+    /// that meets a target ε (add-or-remove-one neighbours, as Opacus states its ε).
+    Sgd(SgdArgs),
     /// How many rounds of ε₀-DP mechanisms a privacy filter allows for a target (ε, δ).
     Filter(FilterArgs),
     /// An odometer's bound on the privacy loss after N rounds of ε₀-DP mechanisms.
@@ -237,6 +241,102 @@ pub(crate) struct BudgetArgs {
     json: bool,
 }
 
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub(crate) struct SgdArgs {
+    /// Poisson sampling rate q ∈ (0, 1]: each step includes each example with probability q
+    /// (Opacus's MNIST example: 240/60000 = 0.004).
+    #[arg(long, value_parser = sample_rate)]
+    sample_rate: f64,
+    /// Noise multiplier σ (noise std σ·C); give --epsilon instead to calibrate it.
+    #[arg(long, value_parser = positive, required_unless_present = "epsilon", conflicts_with = "epsilon")]
+    sigma: Option<f64>,
+    /// Target ε: print the smallest σ that meets it.
+    #[arg(long, value_parser = positive)]
+    epsilon: Option<f64>,
+    /// Steps T.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), required_unless_present = "epochs", conflicts_with = "epochs")]
+    steps: Option<u64>,
+    /// Epochs instead of steps: T = ⌈epochs / q⌉.
+    #[arg(long, value_parser = positive)]
+    epochs: Option<f64>,
+    /// δ ∈ (0, 1).
+    #[arg(long, value_parser = probability)]
+    delta: f64,
+    /// The accountant (a privacy-loss-distribution accountant is not built yet).
+    #[arg(long, value_enum, default_value = "rdp")]
+    accountant: SgdAccountant,
+    /// Rényi orders: `opacus` (Opacus 1.6's defaults), `dp-accounting` (dp_accounting's), or a
+    /// comma-separated list of numbers > 1.
+    #[arg(long, default_value = "opacus", value_parser = parse_orders)]
+    orders: Orders,
+    /// RDP to (ε, δ): `cks` (Canonne, Kamath & Steinke 2020, Prop. 12; as Opacus) or `classic`
+    /// (ε = min R(α) + ln(1/δ)/(α − 1), Mironov 2017, Prop. 3).
+    #[arg(long, value_enum, default_value = "cks")]
+    conversion: RdpConversion,
+    /// Print exactly one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Accountants for `dpgd account sgd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SgdAccountant {
+    /// Rényi DP of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019).
+    Rdp,
+}
+
+/// RDP-to-(ε, δ) conversions for `dpgd account sgd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RdpConversion {
+    /// Canonne, Kamath & Steinke 2020, Prop. 12 (Opacus's).
+    Cks,
+    /// ε = min_α R(α) + ln(1/δ)/(α − 1) (Mironov 2017, Prop. 3).
+    Classic,
+}
+
+impl RdpConversion {
+    fn conversion(self) -> Conversion {
+        match self {
+            RdpConversion::Cks => Conversion::Cks,
+            RdpConversion::Classic => Conversion::BunSteinke,
+        }
+    }
+}
+
+/// Rényi orders, by name or listed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Orders {
+    name: String,
+    orders: Vec<f64>,
+}
+
+fn parse_orders(s: &str) -> std::result::Result<Orders, String> {
+    use dpgd_accounting::subsampled::{dp_accounting_orders, opacus_orders};
+    let orders = match s.trim() {
+        "opacus" => opacus_orders(),
+        "dp-accounting" => dp_accounting_orders(),
+        list => {
+            let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|a| a.is_finite() && *a > 1.0 && *a <= 1e6);
+            let orders: Option<Vec<f64>> = list.split(',').map(parse).collect();
+            match orders {
+                Some(o) if !o.is_empty() && o.len() <= 10_000 => o,
+                _ => {
+                    return Err(format!(
+                        "`{s}`: use opacus, dp-accounting, or a comma-separated list of up to 10000 orders in (1, 1e6]"
+                    ));
+                }
+            }
+        }
+    };
+    Ok(Orders { name: s.trim().to_string(), orders })
+}
+
+fn sample_rate(s: &str) -> std::result::Result<f64, String> {
+    let q: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if q > 0.0 && q <= 1.0 { Ok(q) } else { Err(format!("{q}: a sampling probability must be in (0, 1]")) }
+}
+
 pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
     let (json, out, human) = match cmd {
         AccountCommand::Convert(a) => (a.json, convert(&a)?, None),
@@ -250,6 +350,7 @@ pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
             }
             (a.json, odometer(&a)?, None)
         }
+        AccountCommand::Sgd(a) => (a.json, sgd(&a)?, None),
         AccountCommand::Budget(a) => {
             let v = budget(&a)?;
             let table = budget_table(&v);
@@ -273,6 +374,7 @@ fn human_lines(out: &Value) -> String {
         Some("convert") => "epsilon",
         Some("max-rho") => "rho",
         Some("calibrate") => "sigma",
+        Some("sgd") => "epsilon",
         Some("filter") => "rounds",
         Some("odometer") => "bound",
         _ => "",
@@ -423,6 +525,44 @@ fn calibrate_config(path: &std::path::Path) -> Result<Value> {
     }))
 }
 
+fn sgd(a: &SgdArgs) -> Result<Value> {
+    use dpgd_accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd_sigma};
+    let SgdAccountant::Rdp = a.accountant;
+    let steps = match (a.steps, a.epochs) {
+        (Some(t), _) => t,
+        (None, Some(e)) => {
+            let t = (e / a.sample_rate).ceil();
+            anyhow::ensure!(
+                t.is_finite() && t <= 1e12,
+                "--epochs {e} at --sample-rate {} is over 10^12 steps",
+                a.sample_rate
+            );
+            t as u64
+        }
+        (None, None) => anyhow::bail!("give --steps or --epochs"),
+    };
+    let (orders, conversion) = (&a.orders.orders, a.conversion.conversion());
+    let sigma = match (a.sigma, a.epsilon) {
+        (Some(s), _) => s,
+        (None, Some(eps)) => calibrate_sgd_sigma(a.sample_rate, steps, (eps, a.delta), orders, conversion)
+            .context("calibrating --sigma for --epsilon")?,
+        (None, None) => anyhow::bail!("give --sigma or --epsilon"),
+    };
+    let step = DpEvent::poisson_sampled(a.sample_rate, DpEvent::gaussian(sigma));
+    let mut acc = RdpAccountant::new(orders.clone(), conversion)?;
+    let per_step = acc.rdp_of(&step)?;
+    acc.compose(&step.repeated(steps))?;
+    let (epsilon, alpha) = acc.epsilon_and_order(a.delta)?;
+    Ok(json!({
+        "command": "sgd", "epsilon": epsilon, "sigma": sigma, "target_epsilon": a.epsilon,
+        "setting": "DP-SGD: each step samples each example with probability sample_rate (Poisson) and adds N(0, sigma^2 C^2) to the clipped sum",
+        "neighbours": "add-or-remove-one", "accountant": "rdp (Mironov, Talwar & Zhang 2019)",
+        "conversion": match a.conversion { RdpConversion::Cks => "cks", RdpConversion::Classic => "classic" },
+        "sample_rate": a.sample_rate, "steps": steps, "delta": a.delta, "alpha": alpha,
+        "orders_name": a.orders.name, "orders": orders, "rdp": per_step,
+    }))
+}
+
 fn budget(a: &BudgetArgs) -> Result<Value> {
     let run = PrivateGd::new(a.sigma, a.clip, a.steps as f64)?;
     let mut eps = serde_json::Map::new();
@@ -430,14 +570,16 @@ fn budget(a: &BudgetArgs) -> Result<Value> {
         eps.insert(m.name().to_string(), json!(run.epsilon(a.delta, m)?));
     }
     Ok(json!({
-        "command": "budget", "sigma": a.sigma, "steps": a.steps, "delta": a.delta, "clip": a.clip,
+        "command": "budget",
+        "setting": "full-batch private GD with filtering (every example in every step, zero-out neighbours); for Poisson-sampled DP-SGD use `dpgd account sgd`",
+        "sigma": a.sigma, "steps": a.steps, "delta": a.delta, "clip": a.clip,
         "rho": run.zcdp().rho(), "mu": run.gaussian_dp().mu(), "b_norm": run.b_norm(), "epsilon": eps,
     }))
 }
 
 fn budget_table(v: &Value) -> String {
     let mut s = format!(
-        "private GD with filtering: sigma = {}, {} worst-case steps, clip = {}\n  rho = {:.6} (zCDP), mu = {:.6} (GDP)\n\n  {:<16} epsilon at delta = {}\n",
+        "full-batch private GD with filtering (every example in every step; for Poisson-sampled DP-SGD use `dpgd account sgd`)\n  sigma = {}, {} worst-case steps, clip = {}\n  rho = {:.6} (zCDP), mu = {:.6} (GDP)\n\n  {:<16} epsilon at delta = {}\n",
         v["sigma"],
         v["steps"],
         v["clip"],

@@ -1,0 +1,81 @@
+//! The RDP of the Poisson-subsampled Gaussian and DP-SGD's ε against held-out values
+//! (`tests/reference/subsampled_refs.py`): mpmath numerical integration of A_α at 50 digits,
+//! independent of the series the library sums, and Opacus 1.6's and dp_accounting 0.6's
+//! accountants end to end.
+
+mod reference;
+
+use dpgd_accounting::Conversion;
+use dpgd_accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd_sigma};
+use dpgd_accounting::subsampled::{dp_accounting_orders, opacus_orders, rdp};
+
+const REFS: &str = include_str!("reference/subsampled_refs.txt");
+
+#[test]
+fn rdp_matches_numerical_integration_within_1e_6_and_is_never_below_it() {
+    for r in reference::rows(REFS, "rdp") {
+        let (q, sigma, alpha, want) = (r[0], r[1], r[2], r[3]);
+        let got = rdp(q, sigma, alpha).unwrap();
+        let rel = (got - want) / want;
+        assert!(rel.abs() < 1e-6, "q {q} σ {sigma} α {alpha}: {got} against {want} ({rel:e})");
+        // mpmath's quadrature is good to ~1e-8 here (it and Opacus's series differ by that much).
+        assert!(rel > -1e-7, "understated: q {q} σ {sigma} α {alpha}: {got} against {want}");
+    }
+}
+
+#[test]
+fn dp_sgd_epsilon_matches_opacus_at_its_orders_with_the_cks_conversion() {
+    for r in reference::rows(REFS, "opacus") {
+        let (q, sigma, steps, delta, want, want_alpha) = (r[0], r[1], r[2] as u64, r[3], r[4], r[5]);
+        let mut acc = RdpAccountant::new(opacus_orders(), Conversion::Cks).unwrap();
+        acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(steps)).unwrap();
+        let (eps, alpha) = acc.epsilon_and_order(delta).unwrap();
+        assert!(((eps - want) / want).abs() < 1e-6, "q {q} σ {sigma} T {steps}: ε {eps} against Opacus's {want}");
+        assert_eq!(alpha, want_alpha, "the order chosen");
+    }
+}
+
+#[test]
+fn dp_sgd_epsilon_matches_dp_accounting_at_its_orders() {
+    for r in reference::rows(REFS, "dp_accounting") {
+        let (q, sigma, steps, delta, want, want_alpha) = (r[0], r[1], r[2] as u64, r[3], r[4], r[5]);
+        let mut acc = RdpAccountant::new(dp_accounting_orders(), Conversion::Cks).unwrap();
+        acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(steps)).unwrap();
+        let (eps, alpha) = acc.epsilon_and_order(delta).unwrap();
+        assert!(
+            ((eps - want) / want).abs() < 1e-6,
+            "q {q} σ {sigma} T {steps}: ε {eps} against dp_accounting's {want}"
+        );
+        assert_eq!(alpha, want_alpha, "the order chosen");
+    }
+}
+
+#[test]
+fn calibration_never_returns_a_sigma_over_the_target_and_is_tight() {
+    for (q, steps, eps) in [(0.004, 3750u64, 1.0), (0.01, 1000, 2.0), (0.05, 500, 0.5), (1.0, 10, 3.0)] {
+        let orders = opacus_orders();
+        let sigma = calibrate_sgd_sigma(q, steps, (eps, 1e-5), &orders, Conversion::Cks).unwrap();
+        let at = |s: f64| {
+            let mut acc = RdpAccountant::new(orders.clone(), Conversion::Cks).unwrap();
+            acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(s)).repeated(steps)).unwrap();
+            acc.epsilon(1e-5).unwrap()
+        };
+        assert!(at(sigma) <= eps, "q {q}: σ {sigma} gives {} > {eps}", at(sigma));
+        assert!(at(sigma * (1.0 - 1e-9)) > eps * (1.0 - 1e-6), "q {q}: σ {sigma} is not the smallest");
+    }
+    assert!(calibrate_sgd_sigma(0.01, 100, (0.0, 1e-5), &opacus_orders(), Conversion::Cks).is_err());
+    assert!(calibrate_sgd_sigma(1.5, 100, (1.0, 1e-5), &opacus_orders(), Conversion::Cks).is_err());
+}
+
+#[test]
+fn the_classic_conversion_is_looser_than_cks_and_both_bound_the_same_curve() {
+    let step = DpEvent::poisson_sampled(0.004, DpEvent::gaussian(1.3)).repeated(3750);
+    let eps = |c| {
+        let mut acc = RdpAccountant::new(opacus_orders(), c).unwrap();
+        acc.compose(&step).unwrap();
+        acc.epsilon(1e-5).unwrap()
+    };
+    let (cks, classic) = (eps(Conversion::Cks), eps(Conversion::BunSteinke));
+    assert!(cks < classic && classic < 1.5 * cks, "cks {cks}, classic {classic}");
+    assert!(RdpAccountant::new(opacus_orders(), Conversion::GaussianExact).is_err());
+}
