@@ -42,7 +42,7 @@ fn engine(c: &mut Criterion) {
         let b = 16;
         let mut ws = net.workspace(b);
         let mut x = vec![0.0f32; b * net.input_len()];
-        data.train.normalised_into(0..b, Normalize::MNIST, &mut x);
+        data.train.normalised_into(0..b, &Normalize::MNIST, &mut x);
         let labels = &data.train.labels[..b];
         let mut grads = vec![0.0f32; b * net.num_params()];
         let mut losses = vec![0.0f32; b];

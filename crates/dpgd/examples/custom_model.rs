@@ -62,7 +62,7 @@ struct Args {
     /// Channels of the convolutions.
     #[arg(long, default_value_t = 16)]
     width: usize,
-    /// The burn device: flex or ndarray (CPU).
+    /// The burn device: flex or ndarray (CPU), or wgpu (built with `--features wgpu`).
     #[arg(long, default_value = "flex")]
     device: String,
 }

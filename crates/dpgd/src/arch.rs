@@ -6,8 +6,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// One layer of a sequential model. Every variant has an exact per-example gradient rule
-/// in [`crate::per_example`]; parameter-free variants need none.
+/// One layer of a sequential model. Every variant has an exact per-example gradient rule: in
+/// the fast engine ([`crate::per_example::Network`]) for the kinds it registers, else through
+/// the burn engine's [`crate::nn`] layers (a model with any such kind trains there).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LayerSpec {
@@ -48,6 +49,27 @@ pub enum LayerSpec {
     },
     /// Flattens `[c, h, w]` to `[c·h·w]` in channel-major order (as PyTorch and burn do).
     Flatten,
+    /// Group normalisation over `groups` groups of channels, within each example (Wu & He
+    /// 2018), with a per-channel scale and shift: the private alternative to batch norm.
+    /// Trained on the burn engine.
+    GroupNorm {
+        /// Groups (the channel count must be divisible by it).
+        groups: usize,
+    },
+    /// Average pooling over square windows (no padding). Trained on the burn engine.
+    AvgPool2d {
+        /// Window size.
+        kernel: usize,
+        /// Stride.
+        stride: usize,
+    },
+}
+
+impl LayerSpec {
+    /// Every kind's name as configs write it (`kind = "…"`), in declaration order (a test checks
+    /// it against the enum).
+    pub const KINDS: [&'static str; 8] =
+        ["conv2d", "linear", "relu", "tanh", "max_pool2d", "flatten", "group_norm", "avg_pool2d"];
 }
 
 fn one() -> usize {
@@ -197,5 +219,18 @@ impl FromStr for Preset {
             .into_iter()
             .find(|p| p.name() == s || (s == "cnn" && *p == Preset::OpacusCnn))
             .ok_or_else(|| format!("unknown model preset `{s}`; expected opacus-cnn, mlp or logistic"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LayerSpec;
+
+    #[test]
+    fn the_list_of_kinds_is_the_enums() {
+        // serde names every variant when a kind is unknown: exactly the list, in order.
+        let e = serde_json::from_str::<LayerSpec>(r#"{"kind": "nope"}"#).unwrap_err().to_string();
+        let listed: Vec<&str> = e.split('`').skip(3).step_by(2).collect();
+        assert_eq!(listed, LayerSpec::KINDS, "{e}");
     }
 }

@@ -230,8 +230,7 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
         let data = dataset(world_in, p.neighbours);
         // Normalised, the canary's pixel is 100: its gradient norm is 50√2, far above any clip
         // the audit is meant for.
-        let plan =
-            GradientPlan::new(net.clone(), data.head(0), Normalize { mean: 0.0, std: 0.01 }, aggregation, EXAMPLES);
+        let plan = GradientPlan::new(net.clone(), data.head(0), Normalize::all(0.0, 0.01), aggregation, EXAMPLES);
         let theta = vec![0.0f32; net.num_params()];
         for i in 0..settings.trials {
             // Every trial draws its own noise: with a fixed `train.seed` (reproducible audits, for

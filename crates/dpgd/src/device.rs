@@ -16,7 +16,15 @@ pub enum DeviceKind {
     /// burn's flex CPU backend (the default; the crate's default `flex` feature).
     #[default]
     Flex,
+    /// burn's wgpu backend (the crate's `wgpu` feature): the machine's best GPU adapter through
+    /// Vulkan, Metal or DirectX, or a software rasteriser such as Mesa's lavapipe where no GPU
+    /// exists (`CUBECL_WGPU_DEFAULT_DEVICE=Cpu` picks it explicitly).
+    Wgpu,
 }
+
+/// Every device kind, in the order error messages list them (one list; names and parsing
+/// derive from it).
+pub const DEVICE_KINDS: [DeviceKind; 3] = [DeviceKind::Flex, DeviceKind::Ndarray, DeviceKind::Wgpu];
 
 impl DeviceKind {
     /// The name used in configs.
@@ -25,6 +33,7 @@ impl DeviceKind {
         match self {
             DeviceKind::Ndarray => "ndarray",
             DeviceKind::Flex => "flex",
+            DeviceKind::Wgpu => "wgpu",
         }
     }
 
@@ -44,6 +53,13 @@ impl DeviceKind {
                 "train.device",
                 "the flex backend is not compiled in (dpgd was built without its default `flex` feature): rebuild with default features, or use train.device = \"ndarray\"",
             )),
+            #[cfg(feature = "wgpu")]
+            DeviceKind::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
+            #[cfg(not(feature = "wgpu"))]
+            DeviceKind::Wgpu => Err(crate::error::Error::config(
+                "train.device",
+                "the wgpu backend is not compiled in: rebuild with `--features wgpu` (cargo build --release --features wgpu), or use train.device = \"flex\"",
+            )),
         }
     }
 }
@@ -58,9 +74,9 @@ impl std::str::FromStr for DeviceKind {
     type Err = String;
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        [DeviceKind::Flex, DeviceKind::Ndarray]
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown device {s:?}: use flex or ndarray"))
+        DEVICE_KINDS.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = DEVICE_KINDS.iter().map(|k| k.name()).collect();
+            format!("unknown device {s:?}: use one of {}", names.join(", "))
+        })
     }
 }

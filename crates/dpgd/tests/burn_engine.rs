@@ -24,10 +24,13 @@ fn device() -> Device {
     Device::flex()
 }
 
-/// Every CPU backend the build has: the exactness tests run on each.
-fn devices() -> [Device; 2] {
+/// Every backend the build has: the exactness tests run on each (flex and ndarray always;
+/// wgpu when the `wgpu` feature is on — on a GPU, or on Mesa's lavapipe where there is none).
+fn devices() -> Vec<Device> {
     #[allow(deprecated)]
-    [Device::flex(), Device::ndarray()]
+    let cpu = [Device::flex(), Device::ndarray()];
+    let wgpu = cfg!(feature = "wgpu").then(|| dpgd::device::DeviceKind::Wgpu.device().unwrap());
+    cpu.into_iter().chain(wgpu).collect()
 }
 
 /// Per-example gradients through burn's autodiff, one example and one backward at a time, in
@@ -357,8 +360,9 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     let sum = |plan_sum: (ClippedSum, _)| plan_sum.0.to_f32();
     let (mut fast_ledger, mut burn_ledger) =
         (IndividualFilter::new(150, 1.0).unwrap(), IndividualFilter::new(150, 1.0).unwrap());
-    let fast_sum =
-        sum(GradientPlan::new(net.clone(), train, norm, clip, 16).gradient_sum(&theta0, &mut fast_ledger, 1).unwrap());
+    let fast_sum = sum(GradientPlan::new(net.clone(), train, norm.clone(), clip, 16)
+        .gradient_sum(&theta0, &mut fast_ledger, 1)
+        .unwrap());
     let engine = burn_engine();
     let burn_theta = engine.current_params().unwrap();
     let plan = GradientPlan::new(engine, train, norm, clip, 16);

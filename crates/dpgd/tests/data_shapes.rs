@@ -70,6 +70,86 @@ fn channels_last_images_are_read_channel_major_and_train() {
 }
 
 #[test]
+fn per_channel_normalisation_applies_each_channels_constants_and_is_checked_against_the_data() {
+    use dpgd::data::{Channels, Normalize};
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (60, 20), [4, 4, 3], 2);
+    let d = Dataset::load(data.path(), None).unwrap();
+    let norm = Normalize { mean: Channels::Each(vec![0.0, 0.5, 1.0]), std: Channels::Each(vec![1.0, 0.5, 0.25]) };
+    let mut x = vec![0.0f32; 48];
+    d.train.normalised_into(0..1, &norm, &mut x);
+    for (k, &v) in x.iter().enumerate() {
+        let c = k / 16;
+        let want = (f32::from(d.train.images[k]) / 255.0 - [0.0, 0.5, 1.0][c]) / [1.0, 0.5, 0.25][c];
+        assert!((v - want).abs() < 1e-5, "value {k} (channel {c}): {v} against {want}");
+    }
+    // The default for data dpgd does not know: each channel's mean and std over the public test split.
+    let Normalize { mean: Channels::Each(mean), std: Channels::Each(_) } = d.default_normalize() else {
+        panic!("three channels get three constants")
+    };
+    let plane = |c: usize| (0..20).flat_map(move |i| (0..16).map(move |p| i * 48 + c * 16 + p));
+    for (c, m) in mean.iter().enumerate() {
+        let want = plane(c).map(|k| f64::from(d.test.images[k]) / 255.0).sum::<f64>() / 320.0;
+        assert!((f64::from(*m) - want).abs() < 1e-6, "channel {c}: {m} against {want}");
+    }
+    // Given in the config: trains; a list of the wrong length is refused naming the field.
+    let given = "[data.normalize]\nmean = [0.4, 0.4, 0.4]\nstd = [0.3, 0.3, 0.3]";
+    let run = tempfile::tempdir().unwrap();
+    assert!(try_train(&config(data.path(), "preset = \"mlp\"", given), run.path(), None).is_ok());
+    let config_text = std::fs::read_to_string(dpgd::train::RunFolder::new(run.path()).config()).unwrap();
+    assert!(config_text.contains("mean = [") && config_text.contains("0.4"), "{config_text}");
+    let two = "[data.normalize]\nmean = [0.4, 0.4]\nstd = 0.3";
+    let e = try_train(&config(data.path(), "preset = \"mlp\"", two), tempfile::tempdir().unwrap().path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("data.normalize.mean") && e.contains("3 channels"), "{e}");
+}
+
+/// The config's layer list takes the kinds only the burn engine trains (group norm, average
+/// pooling): such a model trains there with the same trainer, resumes, and publishes its spec.
+#[test]
+fn config_layers_with_group_norm_and_average_pooling_train_on_the_burn_engine_and_resume() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (120, 40), [8, 8, 3], 2);
+    let layers = "layers = [{ kind = \"conv2d\", out_channels = 4, kernel = 3, padding = 1 }, \
+                  { kind = \"group_norm\", groups = 2 }, { kind = \"relu\" }, \
+                  { kind = \"avg_pool2d\", kernel = 2, stride = 2 }, { kind = \"flatten\" }, \
+                  { kind = \"linear\", out_features = 2 }]";
+    let text = config(data.path(), layers, "").replace("seed = 1", "seed = 1\nchunk = 16");
+    let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let accuracy = try_train(&text, whole.path(), None).unwrap().result.unwrap().test_accuracy;
+    assert!(accuracy > 0.6, "two brightness classes: {accuracy}");
+    let folder = dpgd::train::RunFolder::new(whole.path());
+    let spec: dpgd::arch::ModelSpec = dpgd::train::read_json(&folder.model_spec()).unwrap();
+    assert_eq!(spec.layers[1], dpgd::arch::LayerSpec::GroupNorm { groups: 2 });
+    assert!(folder.model().exists(), "the burn record");
+    let published = std::fs::read_to_string(folder.config()).unwrap();
+    assert!(!published.contains("burn module"), "the config's model section is the model: {published}");
+    // Stopped after 3 steps and resumed: the same model as the run in one go.
+    assert!(try_train(&text, parts.path(), Some(3)).unwrap().result.is_none());
+    let resumed = try_train(&text, parts.path(), None).unwrap();
+    let theta = |d: &Path| {
+        use dpgd::per_example::PerExample;
+        let cfg = dpgd::train::TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let params = dpgd::model::ConfigModel::new(&spec, &burn::tensor::Device::flex(), 0).unwrap().num_params();
+        let expect = dpgd::train::state::Expect { params, examples: 120, max_steps: cfg.max_steps() };
+        let state = dpgd::train::state::read(&dpgd::train::RunFolder::new(d).state(), expect).unwrap().unwrap();
+        (state.meta.step, state.theta)
+    };
+    assert_eq!(theta(whole.path()), theta(parts.path()), "resumed run ends where the whole run does");
+    assert_eq!(resumed.result.unwrap().test_accuracy, accuracy);
+    // Shapes are checked by layer: 4 channels do not split into 3 groups.
+    let bad = layers.replace("groups = 2", "groups = 3");
+    let e =
+        try_train(&config(data.path(), &bad, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
+    assert!(e.contains("model.layers[1]") && e.contains("3 groups"), "{e}");
+    let bad = layers.replace("kernel = 2, stride = 2", "kernel = 9, stride = 1");
+    let e =
+        try_train(&config(data.path(), &bad, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
+    assert!(e.contains("model.layers[3]") && e.contains("avg_pool2d"), "{e}");
+}
+
+#[test]
 fn the_class_count_comes_from_public_data_and_explicit_layers_are_checked_against_it() {
     let data = tempfile::tempdir().unwrap();
     write(data.path(), (100, 30), [6, 6, 1], 4);

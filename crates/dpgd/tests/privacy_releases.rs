@@ -35,10 +35,10 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
 #[test]
 fn a_skipped_non_finite_example_contributes_nothing_to_the_real_gradient_sum() {
     let (net, data, theta) = poisoned();
-    let norm = Normalize { mean: 0.0, std: 0.5 };
+    let norm = Normalize::all(0.0, 0.5);
     let grid = SumGrid::fixed_point(1.0, 16).unwrap();
     let clip = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
-    let plan = GradientPlan::new(net.clone(), data.head(0), norm, clip, 4);
+    let plan = GradientPlan::new(net.clone(), data.head(0), norm.clone(), clip, 4);
     let mut ledger = IndividualFilter::new(16, 10.0).unwrap();
     let (sum, stats) = plan.gradient_sum(&theta, &mut ledger, 1).unwrap();
     let sum = sum.to_f32();

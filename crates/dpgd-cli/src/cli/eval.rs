@@ -36,6 +36,13 @@ pub(crate) struct PredictArgs {
 fn model(path: &Path) -> Result<ExportedModel> {
     let file = if path.is_dir() { RunFolder::new(path).model_safetensors() } else { path.to_path_buf() };
     if !file.exists() {
+        if path.is_dir() && RunFolder::new(path).model().exists() {
+            bail!(
+                "{}: this run trained on the burn engine (a layer kind the fast engine lacks) and wrote only \
+                 model.bpk, a burn record: load it into its model (model.json) with burn; its test accuracy is in result.json",
+                path.display()
+            );
+        }
         bail!("{}: no model.safetensors (is the run finished?)", file.display());
     }
     Ok(export::load(&file)?)
@@ -56,7 +63,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     if test.pixels() != m.net.input_len() {
         bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.net.input_len());
     }
-    let correct = count_correct(&m.net, &m.theta, test, m.normalize);
+    let correct = count_correct(&m.net, &m.theta, test, &m.normalize);
     println!(
         "test accuracy {:.2} % ({correct} of {} test images in {})",
         100.0 * correct as f64 / test.len() as f64,
@@ -106,7 +113,7 @@ pub(crate) fn predict(a: PredictArgs) -> Result<()> {
     let (mut predicted, mut probabilities) = (Vec::new(), Vec::new());
     for lo in (0..x.len()).step_by(batch) {
         let hi = (lo + batch).min(x.len());
-        x.normalised_into(lo..hi, m.normalize, &mut buf[..(hi - lo) * px]);
+        x.normalised_into(lo..hi, &m.normalize, &mut buf[..(hi - lo) * px]);
         for z in m.net.forward(&m.theta, &mut ws, &buf[..(hi - lo) * px], hi - lo).chunks_exact(classes) {
             let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let e: Vec<f64> = z.iter().map(|&v| f64::from(v - top).exp()).collect();

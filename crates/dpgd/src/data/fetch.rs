@@ -27,7 +27,7 @@ pub const FASHION_MNIST_SHA256: [(&str, &str); 4] = [
 ];
 
 /// A dataset the fetch step knows: where to look locally and which mirrors to try.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Known {
     /// Name used on the command line and as the folder under `datasets/`.
     pub name: &'static str,
@@ -44,7 +44,7 @@ pub struct Known {
 }
 
 /// The datasets `dpgd data fetch` knows by name.
-pub const KNOWN: [Known; 2] = [
+pub static KNOWN: [Known; 2] = [
     Known {
         name: "mnist",
         local: &["/usr/share/datasets/mnist"],
@@ -64,7 +64,7 @@ pub const KNOWN: [Known; 2] = [
         ],
         sha256: Some(&FASHION_MNIST_SHA256),
         // Mean and std of the 10,000 public test images' pixels in [0, 1].
-        normalize: Normalize { mean: 0.2868, std: 0.3524 },
+        normalize: Normalize::all(0.2868, 0.3524),
     },
 ];
 

@@ -12,22 +12,63 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// Normalisation `x ↦ (x/255 − mean)/std`, as in the Opacus MNIST example.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// Normalisation `x ↦ (x/255 − mean)/std` per channel, as in the Opacus MNIST example
+/// (real-valued features: `(x − mean)/std`).
+///
+/// In a config, `mean` and `std` are each one number for every channel or a list with one
+/// number per channel (`[data.normalize] mean = [0.4914, 0.4822, 0.4465]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Normalize {
     /// Mean of the pixel values in [0, 1] (default: MNIST's).
     #[serde(default = "mnist_mean")]
-    pub mean: f32,
+    pub mean: Channels,
     /// Standard deviation of the pixel values in [0, 1] (default: MNIST's).
     #[serde(default = "mnist_std")]
-    pub std: f32,
+    pub std: Channels,
 }
 
-fn mnist_mean() -> f32 {
+/// One value for every channel, or one per channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Channels {
+    /// The same value for every channel.
+    All(f32),
+    /// One value per channel, in channel order.
+    Each(Vec<f32>),
+}
+
+impl Channels {
+    /// The value for channel `c`: `None` for a per-channel list without it.
+    #[must_use]
+    pub fn get(&self, c: usize) -> Option<f32> {
+        match self {
+            Channels::All(v) => Some(*v),
+            Channels::Each(v) => v.get(c).copied(),
+        }
+    }
+
+    fn values(&self) -> &[f32] {
+        match self {
+            Channels::All(v) => std::slice::from_ref(v),
+            Channels::Each(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Display for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Channels::All(v) => write!(f, "{v}"),
+            Channels::Each(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+fn mnist_mean() -> Channels {
     Normalize::MNIST.mean
 }
-fn mnist_std() -> f32 {
+fn mnist_std() -> Channels {
     Normalize::MNIST.std
 }
 
@@ -35,7 +76,48 @@ impl Normalize {
     /// MNIST's (0.1307, 0.3081): the pixel mean and std of MNIST's *training* split
     /// (0.13066, 0.30811), as published with the Opacus and PyTorch MNIST examples — a public
     /// constant of the literature, never recomputed from the data a run trains on.
-    pub const MNIST: Normalize = Normalize { mean: 0.1307, std: 0.3081 };
+    pub const MNIST: Normalize = Normalize::all(0.1307, 0.3081);
+
+    /// The same mean and std for every channel.
+    #[must_use]
+    pub const fn all(mean: f32, std: f32) -> Self {
+        Normalize { mean: Channels::All(mean), std: Channels::All(std) }
+    }
+
+    /// Checks it against data with `channels` channels: every mean finite, every std finite
+    /// and > 0, and a per-channel list exactly one value per channel.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `data.normalize.mean` or `data.normalize.std` and the fix.
+    pub fn check(&self, channels: usize) -> Result<()> {
+        for (field, values, positive) in [("mean", &self.mean, false), ("std", &self.std, true)] {
+            let field = format!("data.normalize.{field}");
+            if let Channels::Each(v) = values
+                && v.len() != channels
+            {
+                return Err(Error::config(
+                    &field,
+                    format!(
+                        "{} values for data with {channels} channels: give one per channel, or one number for all",
+                        v.len()
+                    ),
+                ));
+            }
+            if let Some(bad) = values.values().iter().find(|x| !x.is_finite() || (positive && **x <= 0.0)) {
+                let need = if positive { "a finite number > 0" } else { "a finite number" };
+                return Err(Error::config(&field, format!("{bad} is not {need}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `(scale, shift)` for channel `c` such that the normalised value is `raw · scale − shift`,
+    /// with `raw` the byte (`bytes`) or the feature value.
+    fn affine(&self, c: usize, bytes: bool) -> (f32, f32) {
+        let (mean, std) = (self.mean.get(c).unwrap_or(0.0), self.std.get(c).unwrap_or(1.0));
+        let unit = if bytes { 255.0 } else { 1.0 };
+        (1.0 / (unit * std), mean / std)
+    }
 }
 
 /// One split of an image-classification dataset, stored as bytes (normalised on the fly so
@@ -80,7 +162,7 @@ impl Split {
     }
     /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`), as
     /// [`Examples::normalised_into`] on the whole split.
-    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: Normalize, out: &mut [f32]) {
+    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: &Normalize, out: &mut [f32]) {
         self.head(0).normalised_into(range, norm, out);
     }
     /// A borrowed view of the first `n` examples (all of them if `n` is 0 or larger than the
@@ -94,6 +176,7 @@ impl Split {
             features: &self.features[..values.min(self.features.len())],
             labels: &self.labels[..n],
             px: self.pixels(),
+            plane: self.rows * self.cols,
         }
     }
     /// The first `n` examples (all of them if `n` is 0 or larger than the split).
@@ -116,6 +199,8 @@ pub struct Examples<'a> {
     features: &'a [f32],
     labels: &'a [u8],
     px: usize,
+    /// Values per channel (`rows × cols`).
+    plane: usize,
 }
 
 impl Examples<'_> {
@@ -140,19 +225,28 @@ impl Examples<'_> {
         self.labels
     }
     /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`): bytes as
-    /// (x/255 − mean)/std, real-valued features as (x − mean)/std.
-    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: Normalize, out: &mut [f32]) {
-        let values = range.start * self.pixels()..range.end * self.pixels();
-        if !self.features.is_empty() {
-            let shift = norm.mean / norm.std;
-            for (o, &x) in out.iter_mut().zip(&self.features[values]) {
-                *o = x / norm.std - shift;
+    /// (x/255 − mean)/std, real-valued features as (x − mean)/std, with channel c's mean and std.
+    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: &Normalize, out: &mut [f32]) {
+        let values = range.start * self.px..range.end * self.px;
+        let plane = self.plane.max(1);
+        let channels = self.px / plane;
+        let affine: Vec<(f32, f32)> = (0..channels).map(|c| norm.affine(c, self.features.is_empty())).collect();
+        if self.features.is_empty() {
+            let src = &self.images[values];
+            for (k, (o, p)) in out.chunks_mut(plane).zip(src.chunks(plane)).enumerate() {
+                let (scale, shift) = affine[k % channels];
+                for (o, &p) in o.iter_mut().zip(p) {
+                    *o = f32::from(p) * scale - shift;
+                }
             }
-            return;
-        }
-        let (scale, shift) = (1.0 / (255.0 * norm.std), norm.mean / norm.std);
-        for (o, &p) in out.iter_mut().zip(&self.images[values]) {
-            *o = f32::from(p) * scale - shift;
+        } else {
+            let src = &self.features[values];
+            for (k, (o, x)) in out.chunks_mut(plane).zip(src.chunks(plane)).enumerate() {
+                let (scale, shift) = affine[k % channels];
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = x * scale - shift;
+                }
+            }
         }
     }
 }
@@ -447,17 +541,30 @@ pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Norma
         k.sha256.is_some_and(|h| h.iter().any(|(stem, sha)| *stem == FILES[2] && Some(*sha) == test_images_sha256))
     });
     if let Some(k) = known {
-        return k.normalize;
+        return k.normalize.clone();
     }
-    // Values in the units normalisation expects: bytes over 255, features as they are.
-    let bytes = test.images.iter().map(|&p| f64::from(p) / 255.0);
-    let features = test.features.iter().map(|&x| f64::from(x));
-    let values = || bytes.clone().chain(features.clone());
-    let n = (test.images.len() + test.features.len()).max(1) as f64;
-    let mean = values().sum::<f64>() / n;
-    let var = values().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-    let std = var.sqrt();
-    Normalize { mean: mean as f32, std: if std > 1e-6 { std as f32 } else { 1.0 } }
+    // Per channel, in the units normalisation expects: bytes over 255, features as they are.
+    let (channels, plane) = (test.channels.max(1), (test.rows * test.cols).max(1));
+    let mut moments = vec![(0.0f64, 0.0f64, 0usize); channels];
+    let mut add = |k: usize, x: f64| {
+        let m = &mut moments[(k / plane) % channels];
+        (m.0, m.1, m.2) = (m.0 + x, m.1 + x * x, m.2 + 1);
+    };
+    test.images.iter().enumerate().for_each(|(k, &p)| add(k, f64::from(p) / 255.0));
+    test.features.iter().enumerate().for_each(|(k, &x)| add(k, f64::from(x)));
+    let (mean, std): (Vec<f32>, Vec<f32>) = moments
+        .iter()
+        .map(|&(sum, squares, n)| {
+            let n = n.max(1) as f64;
+            let mean = sum / n;
+            let std = (squares / n - mean * mean).max(0.0).sqrt();
+            (mean as f32, if std > 1e-6 { std as f32 } else { 1.0 })
+        })
+        .unzip();
+    match (mean.as_slice(), std.as_slice()) {
+        ([m], [s]) => Normalize::all(*m, *s),
+        _ => Normalize { mean: Channels::Each(mean), std: Channels::Each(std) },
+    }
 }
 
 /// The SHA-256 of one dataset file's uncompressed content.

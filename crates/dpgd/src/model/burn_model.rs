@@ -7,14 +7,15 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
-use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{PaddingConfig2d, Relu, Tanh};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::arch::{LayerSpec, ModelSpec};
 use crate::error::{Error, Result};
-use crate::nn::{Classifier, Conv2d, Conv2dConfig, Linear, LinearConfig};
+use crate::nn::{Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig};
 use crate::per_example::layers::{Conv2d as ConvRule, Linear as LinearRule};
-use crate::per_example::{Layer, Network};
+use crate::per_example::{BurnEngine, Layer, Network, PerExample, Shape, ShapeError, shapes};
 
 /// A sequential burn model built from a [`Network`] and its flat parameters θ.
 #[derive(Module, Debug)]
@@ -37,6 +38,10 @@ pub enum BurnLayer {
     MaxPool2d(MaxPool2d),
     /// Flatten to `[batch, features]`.
     Flatten(Flatten),
+    /// Group normalisation.
+    GroupNorm(GroupNorm),
+    /// Average pooling.
+    AvgPool2d(AvgPool2d),
 }
 
 /// Flattens `[batch, c, h, w]` to `[batch, c·h·w]`.
@@ -95,6 +100,54 @@ impl BurnModel {
             })
             .collect();
         Self { layers }
+    }
+
+    /// A freshly initialised model of `spec` on `device` (burn's initialisers, drawn from the
+    /// device's generator: seed it with `device.seed(..)` for a reproducible start), for the
+    /// layer kinds the fast engine lacks; the spec's shapes are checked first.
+    ///
+    /// # Errors
+    /// [`ShapeError`] naming the first layer that does not fit.
+    pub fn from_spec(spec: &ModelSpec, device: &Device) -> std::result::Result<Self, ShapeError> {
+        let outputs = spec_shapes(spec)?;
+        let inputs = std::iter::once(Shape::Spatial { c: spec.input[0], h: spec.input[1], w: spec.input[2] })
+            .chain(outputs.iter().copied());
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (at, (layer, input)) in spec.layers.iter().zip(inputs).enumerate() {
+            // Channels of a spatial input (spec_shapes refused the kinds that need one otherwise).
+            let c = match input {
+                Shape::Spatial { c, .. } => c,
+                Shape::Flat(n) => n,
+            };
+            layers.push(match *layer {
+                LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias } => BurnLayer::Conv2d(
+                    Conv2dConfig::new([c, out_channels], [kernel, kernel])
+                        .with_stride([stride, stride])
+                        .with_padding(PaddingConfig2d::Explicit(padding, padding, padding, padding))
+                        .with_bias(bias)
+                        .init(device),
+                ),
+                LayerSpec::Linear { out_features, bias } => {
+                    BurnLayer::Linear(LinearConfig::new(input.len(), out_features).with_bias(bias).init(device))
+                }
+                LayerSpec::Relu => BurnLayer::Relu(Relu),
+                LayerSpec::Tanh => BurnLayer::Tanh(Tanh),
+                LayerSpec::MaxPool2d { kernel, stride } => {
+                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([kernel, kernel]).with_strides([stride, stride]).init())
+                }
+                LayerSpec::AvgPool2d { kernel, stride } => {
+                    BurnLayer::AvgPool2d(AvgPool2dConfig::new([kernel, kernel]).with_strides([stride, stride]).init())
+                }
+                LayerSpec::GroupNorm { groups } if groups > 0 && c % groups == 0 => {
+                    BurnLayer::GroupNorm(GroupNormConfig::new(groups, c).init(device))
+                }
+                LayerSpec::GroupNorm { .. } => {
+                    return Err(ShapeError { layer: Some(at), reason: "group_norm: channels and groups".into() });
+                }
+                LayerSpec::Flatten => BurnLayer::Flatten(Flatten),
+            });
+        }
+        Ok(Self { layers })
     }
 
     /// The flat parameters θ of this model, in `net`'s layout.
@@ -169,7 +222,9 @@ impl BurnModel {
                 (BurnLayer::Flatten(_), Activation::Spatial(x)) => Activation::Flat(x.flatten(1, 3)),
                 (BurnLayer::Flatten(_), a @ Activation::Flat(_)) => a,
                 (BurnLayer::Linear(l), Activation::Flat(x)) => Activation::Flat(l.forward(x)),
-                _ => unreachable!("Network::new validated the layer shapes"),
+                (BurnLayer::GroupNorm(n), Activation::Spatial(x)) => Activation::Spatial(n.forward(x)),
+                (BurnLayer::AvgPool2d(p), Activation::Spatial(x)) => Activation::Spatial(p.forward(x)),
+                _ => unreachable!("Network::new or spec_shapes validated the layer shapes"),
             };
         }
         match act {
@@ -212,6 +267,33 @@ impl Classifier for BurnModel {
     }
 }
 
+/// The output shape of each layer of `spec`, with the rules of the kinds only the burn engine
+/// trains (group norm, average pooling) beside the fast engine's.
+///
+/// # Errors
+/// [`ShapeError`] naming the first layer that does not fit.
+pub(crate) fn spec_shapes(spec: &ModelSpec) -> std::result::Result<Vec<Shape>, ShapeError> {
+    shapes(spec, |layer, input, at| {
+        let err = |reason: String| ShapeError { layer: Some(at), reason };
+        let Shape::Spatial { c, h, w } = input else {
+            return Err(err(format!("{layer:?} needs a spatial input [c, h, w]: put it before flatten")));
+        };
+        match *layer {
+            LayerSpec::GroupNorm { groups } if groups > 0 && c % groups == 0 => Ok(input),
+            LayerSpec::GroupNorm { groups } => {
+                Err(err(format!("group_norm: {c} channels do not split into {groups} groups")))
+            }
+            LayerSpec::AvgPool2d { kernel: k, stride } if k > 0 && stride > 0 && k <= h && k <= w => {
+                Ok(Shape::Spatial { c, h: (h - k) / stride + 1, w: (w - k) / stride + 1 })
+            }
+            LayerSpec::AvgPool2d { kernel, stride } => {
+                Err(err(format!("avg_pool2d kernel {kernel} / stride {stride} do not fit {h}x{w}")))
+            }
+            other => Err(err(format!("{other:?} has no shape rule"))),
+        }
+    })
+}
+
 /// Writes any burn module as a burnpack record to `path`, atomically (a temporary file renamed
 /// over `path`, so a crash never leaves a half-written model).
 ///
@@ -242,5 +324,67 @@ impl Read<'_> {
             })?,
         };
         t.into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")))
+    }
+}
+
+/// A config's model (`model.layers` or a preset) with a layer kind only the burn engine trains:
+/// the burn engine around its [`BurnModel`], and the spec it was built from (which, not the
+/// burn module, identifies the run's model and is published as `model.json`).
+#[derive(Debug)]
+pub struct ConfigModel {
+    /// The engine.
+    pub engine: BurnEngine<BurnModel>,
+    /// The architecture.
+    pub spec: ModelSpec,
+}
+
+impl ConfigModel {
+    /// `spec` freshly initialised on `device` from `seed` (burn's initialisers; see
+    /// [`BurnModel::from_spec`]) in a burn engine.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `model` for a spec that does not fit; as [`BurnEngine::new`].
+    pub fn new(spec: &ModelSpec, device: &Device, seed: u64) -> Result<Self> {
+        device.seed(seed);
+        let model = BurnModel::from_spec(spec, device).map_err(|e| Error::config("model", e.to_string()))?;
+        let engine = BurnEngine::new(model, device, spec.input, spec.classes)?;
+        Ok(Self { engine, spec: spec.clone() })
+    }
+}
+
+impl PerExample for ConfigModel {
+    type Scratch = <BurnEngine<BurnModel> as PerExample>::Scratch;
+
+    fn num_params(&self) -> usize {
+        self.engine.num_params()
+    }
+    fn input_shape(&self) -> [usize; 3] {
+        self.engine.input_shape()
+    }
+    fn classes(&self) -> usize {
+        PerExample::classes(&self.engine)
+    }
+    fn scratch(&self, batch: usize) -> Self::Scratch {
+        self.engine.scratch(batch)
+    }
+    fn scratch_bytes(&self, batch: usize) -> Option<u64> {
+        self.engine.scratch_bytes(batch)
+    }
+    fn gradients(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        scratch: &mut Self::Scratch,
+        grads: &mut [f32],
+        losses: &mut [f32],
+    ) {
+        self.engine.gradients(theta, x, labels, scratch, grads, losses);
+    }
+    fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32] {
+        self.engine.logits(theta, x, b, scratch)
+    }
+    fn largest_part(&self) -> Option<(String, usize)> {
+        self.engine.largest_part()
     }
 }

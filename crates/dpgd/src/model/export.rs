@@ -56,7 +56,7 @@ fn tensors(net: &Network) -> Vec<(String, Vec<usize>, usize, usize)> {
 ///
 /// # Errors
 /// If the file cannot be written.
-pub fn save(net: &Network, theta: &[f32], normalize: Normalize, path: &Path) -> Result<()> {
+pub fn save(net: &Network, theta: &[f32], normalize: &Normalize, path: &Path) -> Result<()> {
     let bad = |e: &dyn std::fmt::Display| Error::Record(format!("{}: {e}", path.display()));
     let data: Vec<(String, Vec<usize>, Vec<u8>)> =
         tensors(net).into_iter().map(|(n, s, o, l)| (n, s, bytes_of(&theta[o..o + l]))).collect();
@@ -142,8 +142,8 @@ mod tests {
         let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
-        let norm = Normalize { mean: 0.5, std: 0.25 };
-        save(&net, &theta, norm, &path).unwrap();
+        let norm = Normalize::all(0.5, 0.25);
+        save(&net, &theta, &norm, &path).unwrap();
         let m = load(&path).unwrap();
         assert_eq!((m.net, m.theta, m.normalize), (net, theta, norm));
         std::fs::write(&path, b"not a model").unwrap();
@@ -160,7 +160,7 @@ mod tests {
         let path = dir.path().join("model.safetensors");
         let mut first = None;
         for _ in 0..12 {
-            save(&net, &theta, Normalize::MNIST, &path).unwrap();
+            save(&net, &theta, &Normalize::MNIST, &path).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             assert_eq!(first.get_or_insert_with(|| bytes.clone()), &bytes, "two saves of one model differ");
         }

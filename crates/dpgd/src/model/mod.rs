@@ -6,4 +6,5 @@
 mod burn_model;
 pub mod export;
 
-pub use burn_model::{BurnModel, save_module};
+pub(crate) use burn_model::spec_shapes;
+pub use burn_model::{BurnModel, ConfigModel, save_module};

@@ -5,7 +5,7 @@
 use rand::RngExt;
 
 use super::layers::Layer;
-use crate::arch::ModelSpec;
+use crate::arch::{LayerSpec, ModelSpec};
 
 /// Why an architecture does not compile: the layer (index into `ModelSpec::layers`, or `None`
 /// for the model as a whole) and the reason. The config layer maps it to field names.
@@ -47,6 +47,55 @@ impl Shape {
     }
 }
 
+/// Checks `spec`'s input shape, runs `layer` on each layer (index, input shape) for its output
+/// shape, and checks that the last one gives `classes` logits: the walk both engines' models
+/// are checked by.
+pub(crate) fn walk(
+    spec: &ModelSpec,
+    mut layer: impl FnMut(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
+) -> Result<Shape, ShapeError> {
+    let [c, h, w] = spec.input;
+    let whole = |reason: String| ShapeError { layer: None, reason };
+    if c == 0 || h == 0 || w == 0 {
+        return Err(whole("every input dimension must be > 0".into()));
+    }
+    checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
+    let mut shape = Shape::Spatial { c, h, w };
+    for (i, l) in spec.layers.iter().enumerate() {
+        shape = layer(l, shape, i)?;
+    }
+    match shape {
+        Shape::Flat(n) if n == spec.classes && n > 1 => Ok(shape),
+        _ => Err(ShapeError {
+            layer: spec.layers.len().checked_sub(1),
+            reason: format!(
+                "the last layer must output {} logits (a flat vector), got {} values",
+                spec.classes,
+                shape.len()
+            ),
+        }),
+    }
+}
+
+/// The output shape of each of `spec`'s layers, by the fast engine's rules for its kinds and
+/// `other` for the rest (the burn engine's); `spec`'s input is checked, and its end.
+///
+/// # Errors
+/// The first layer that does not fit, as [`Network::new`].
+pub(crate) fn shapes(
+    spec: &ModelSpec,
+    other: impl Fn(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
+) -> Result<Vec<Shape>, ShapeError> {
+    let mut out = Vec::with_capacity(spec.layers.len());
+    let mut alloc = Alloc::default();
+    walk(spec, |l, shape, i| {
+        let next = if Layer::supports(l) { Layer::compile(*l, shape, i, &mut alloc)?.1 } else { other(l, shape, i)? };
+        out.push(next);
+        Ok(next)
+    })?;
+    Ok(out)
+}
+
 /// Hands out consecutive ranges of θ to the layers being compiled.
 #[derive(Debug, Default)]
 pub(crate) struct Alloc {
@@ -80,35 +129,15 @@ impl Network {
     /// # Errors
     /// A [`ShapeError`] naming the layer.
     pub fn new(spec: &ModelSpec) -> Result<Self, ShapeError> {
-        let [c, h, w] = spec.input;
-        let whole = |reason: String| ShapeError { layer: None, reason };
-        if c == 0 || h == 0 || w == 0 {
-            return Err(whole("every input dimension must be > 0".into()));
-        }
-        checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
-        let mut shape = Shape::Spatial { c, h, w };
         let mut layers = Vec::with_capacity(spec.layers.len());
         let mut alloc = Alloc::default();
-        for (i, layer) in spec.layers.iter().enumerate() {
+        walk(spec, |layer, shape, i| {
             let (compiled, out) = Layer::compile(*layer, shape, i, &mut alloc)?;
-            shape = out;
             layers.push(compiled);
-        }
-        match shape {
-            Shape::Flat(n) if n == spec.classes && n > 1 => {}
-            _ => {
-                return Err(ShapeError {
-                    layer: spec.layers.len().checked_sub(1),
-                    reason: format!(
-                        "the last layer must output {} logits (a flat vector), got {} values",
-                        spec.classes,
-                        shape.len()
-                    ),
-                });
-            }
-        }
+            Ok(out)
+        })?;
         if alloc.next == 0 {
-            return Err(whole("the model has no trainable parameters".into()));
+            return Err(ShapeError { layer: None, reason: "the model has no trainable parameters".into() });
         }
         Ok(Self { spec: spec.clone(), layers, num_params: alloc.next })
     }

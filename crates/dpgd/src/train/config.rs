@@ -12,11 +12,11 @@ use crate::accounting::{
 };
 use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
-use crate::data::{Dataset, Normalize};
+use crate::data::{Channels, Dataset, Normalize};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed};
-use crate::per_example::{Network, ShapeError};
+use crate::per_example::{Layer, Network, ShapeError};
 
 /// Which algorithm to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -516,14 +516,13 @@ impl TrainConfig {
         if let Some(c) = self.data.classes.filter(|c| !(2..=256).contains(c)) {
             return Err(Error::config("data.classes", format!("{c}: labels are bytes, so 2 to 256 classes")));
         }
-        let Some(n) = self.data.normalize else { return Ok(()) };
-        if !(n.std.is_finite() && n.std > 0.0) {
-            return Err(Error::config("data.normalize.std", format!("{} is not a finite number > 0", n.std)));
-        }
-        if !n.mean.is_finite() {
-            return Err(Error::config("data.normalize.mean", format!("{} is not a finite number", n.mean)));
-        }
-        Ok(())
+        // The channel count is the data's, checked when it is loaded; here every value.
+        let Some(n) = &self.data.normalize else { return Ok(()) };
+        let channels = match (&n.mean, &n.std) {
+            (Channels::Each(v), _) | (_, Channels::Each(v)) => v.len(),
+            _ => 1,
+        };
+        n.check(channels)
     }
 
     fn max_steps(&self) -> Result<usize> {
@@ -682,7 +681,12 @@ impl TrainConfig {
             (None, Some(layers)) => ModelSpec { input: shape, classes, layers: layers.clone() },
             _ => return Err(Error::config("model", "give exactly one of model.preset or model.layers")),
         };
-        Network::new(&spec).map_err(|e| {
+        let checked = if spec.layers.iter().all(Layer::supports) {
+            Network::new(&spec).map(|_| ())
+        } else {
+            crate::model::spec_shapes(&spec).map(|_| ())
+        };
+        checked.map_err(|e| {
             let Error::Config { field, message } = shape_error(&e, self.model.layers.is_some()) else {
                 return shape_error(&e, self.model.layers.is_some());
             };
@@ -956,7 +960,8 @@ fn check_layer_kinds(layers: &[toml::Value]) -> Result<()> {
                 format!("model.layers[{i}]"),
                 format!(
                     "layer `{kind}` has trainable parameters but no per-example gradient rule ({why}); \
-                     supported layers: conv2d, linear, relu, tanh, max_pool2d, flatten"
+                     supported layers: {}",
+                    LayerSpec::KINDS.join(", ")
                 ),
             ));
         }
@@ -967,10 +972,9 @@ fn check_layer_kinds(layers: &[toml::Value]) -> Result<()> {
 /// Layers that hold trainable parameters but have no exact per-example rule: a model that uses
 /// one is rejected before training rather than trained with wrong per-example gradients.
 const PARAMETERISED_WITHOUT_RULE: &[(&str, &str)] = &[
-    ("batch_norm", "batch statistics mix examples, so per-example gradients are undefined; use group-free layers"),
-    ("layer_norm", "its affine parameters have no per-example rule here yet"),
-    ("group_norm", "its affine parameters have no per-example rule here yet"),
-    ("embedding", "it has no per-example rule here yet"),
+    ("batch_norm", "batch statistics mix examples, so per-example gradients are undefined; use group_norm"),
+    ("layer_norm", "not in the config's layer list yet: write the model in burn with dpgd::nn::LayerNorm"),
+    ("embedding", "not in the config's layer list yet: write the model in burn with dpgd::nn::Embedding"),
     ("lstm", "recurrent layers have no per-example rule here yet"),
     ("gru", "recurrent layers have no per-example rule here yet"),
     ("conv1d", "it has no per-example rule here yet; use conv2d with a height-1 input"),

@@ -335,7 +335,7 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         s.labels.clear();
         for (j, (i, _)) in batch.iter().enumerate() {
-            data.normalised_into(*i..*i + 1, self.norm, &mut s.x[j * px..(j + 1) * px]);
+            data.normalised_into(*i..*i + 1, &self.norm, &mut s.x[j * px..(j + 1) * px]);
             s.labels.push(data.labels()[*i]);
         }
         s.x[b * px..c * px].fill(0.0);
@@ -424,7 +424,7 @@ pub fn apply_update(
 /// passes). On training data this is confidential: release it only through an accounted
 /// mechanism.
 #[must_use]
-pub fn count_correct<E: PerExample>(net: &E, theta: &[f32], data: Examples<'_>, norm: Normalize) -> usize {
+pub fn count_correct<E: PerExample>(net: &E, theta: &[f32], data: Examples<'_>, norm: &Normalize) -> usize {
     const B: usize = 256;
     let (px, classes) = (net.input_len(), net.classes());
     (0..data.len().div_ceil(B))

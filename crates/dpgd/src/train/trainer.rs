@@ -46,10 +46,10 @@ use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
-use crate::model::BurnModel;
+use crate::model::{BurnModel, ConfigModel};
 use crate::nn::Classifier;
 use crate::noise::Stream;
-use crate::per_example::{BurnEngine, Network, PerExample};
+use crate::per_example::{BurnEngine, Layer, Network, PerExample};
 
 /// Options that are not part of the run's identity.
 #[derive(Debug, Clone, Default)]
@@ -122,7 +122,7 @@ pub trait TrainModel: PerExample {
     ///
     /// # Errors
     /// A file that cannot be written.
-    fn write_model(&self, theta: &[f32], norm: Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()>;
+    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()>;
     /// What identifies the model in the run's state, in place of the config's `model` section
     /// (`None`: the config's section is the model).
     fn identity(&self) -> Option<serde_json::Value>;
@@ -132,7 +132,7 @@ impl TrainModel for Network {
     fn initial_params(&self, seed: u64) -> Result<Vec<f32>> {
         Ok(self.init_params(&mut ChaCha8Rng::seed_from_u64(seed)))
     }
-    fn write_model(&self, theta: &[f32], norm: Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
         BurnModel::from_params(self, theta, &cfg.config().train.device.device()?).save(&folder.model())?;
         write_json(&folder.model_spec(), self.spec())?;
         crate::model::export::save(self, theta, norm, &folder.model_safetensors())
@@ -147,13 +147,28 @@ impl<M: Classifier> TrainModel for BurnEngine<M> {
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.current_params()
     }
-    fn write_model(&self, theta: &[f32], _norm: Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], _norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
         crate::model::save_module(self.model_with(theta)?, &folder.model())
     }
     fn identity(&self) -> Option<serde_json::Value> {
         let params: Vec<_> =
             self.params().iter().map(|p| serde_json::json!({"path": p.path, "shape": p.shape})).collect();
         Some(serde_json::json!({ "burn_module": params }))
+    }
+}
+
+impl TrainModel for ConfigModel {
+    /// The model's initial values, drawn when it was built from the config's `model.init_seed`.
+    fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
+        self.engine.current_params()
+    }
+    fn write_model(&self, theta: &[f32], _norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+        crate::model::save_module(self.engine.model_with(theta)?, &folder.model())?;
+        write_json(&folder.model_spec(), &self.spec)
+    }
+    /// The config's `model` section is the model.
+    fn identity(&self) -> Option<serde_json::Value> {
+        None
     }
 }
 
@@ -271,8 +286,12 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             RunIdentity { config, data: data.fingerprints().to_vec(), examples: train.len(), params: net.num_params() };
         let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
         let theta = net.initial_params(c.model.init_seed)?;
-        let norm = c.data.normalize.unwrap_or_else(|| data.default_normalize());
-        let plan = GradientPlan::new(net, train, norm, aggregation, c.train.chunk);
+        let norm = match &c.data.normalize {
+            Some(n) => n.clone(),
+            None => data.default_normalize(),
+        };
+        norm.check(data.shape()[0])?;
+        let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
         let b_norm = if cfg.is_private_method() {
             c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
         } else {
@@ -356,7 +375,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             self.folder.create()?;
             state::atomic_write(
                 &self.folder.config(),
-                resolved_config(self.cfg, self.norm, self.plan.net().identity())?.as_bytes(),
+                resolved_config(self.cfg, &self.norm, self.plan.net().identity())?.as_bytes(),
             )?;
             self.session = open_session(self.cfg, 0)?;
             return Ok(());
@@ -513,7 +532,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let released = match &self.session {
             Some(s) => {
                 let (net, theta, train, norm, ledger) =
-                    (self.plan.net(), &self.theta, self.train, self.norm, &self.ledger);
+                    (self.plan.net(), &self.theta, self.train, &self.norm, &self.ledger);
                 let pool = &self.pool;
                 s.release(t, self.cfg.noise_seed(), c.privacy.noise, |kind| match kind {
                     ReleaseKind::ActiveCount => ledger.active_count_non_private() as f64,
@@ -535,7 +554,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             || self.stopping.should_stop()
             || (c.train.eval_every > 0 && t.is_multiple_of(c.train.eval_every));
         if eval {
-            let correct = self.pool.install(|| count_correct(self.plan.net(), &self.theta, self.test, self.norm));
+            let correct = self.pool.install(|| count_correct(self.plan.net(), &self.theta, self.test, &self.norm));
             self.last_test = Some(correct as f64 / self.test.len() as f64);
         }
         let row = MetricsRow {
@@ -645,7 +664,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         }
         let c = self.cfg.config();
         let (selected_step, model) = self.stopping.selected(self.step, &self.theta);
-        let correct = self.pool.install(|| count_correct(self.plan.net(), model, self.test, self.norm));
+        let correct = self.pool.install(|| count_correct(self.plan.net(), model, self.test, &self.norm));
         let test_accuracy = correct as f64 / self.test.len() as f64;
         let k = self.cfg.worst_case_steps();
         let test_accuracy_at_k = self.record.metrics.get(k.wrapping_sub(1)).and_then(|r| r.test_accuracy);
@@ -656,7 +675,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             .rev()
             .filter(|r| r.step > k)
             .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
-        self.plan.net().write_model(model, self.norm, &self.folder, self.cfg)?;
+        self.plan.net().write_model(model, &self.norm, &self.folder, self.cfg)?;
         let model = model.to_vec();
         let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
         let result = RunResult {
@@ -788,7 +807,7 @@ fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: u
     )
 }
 
-fn resolved_config(cfg: &ValidConfig, norm: Normalize, model: Option<serde_json::Value>) -> Result<String> {
+fn resolved_config(cfg: &ValidConfig, norm: &Normalize, model: Option<serde_json::Value>) -> Result<String> {
     let text = toml::to_string_pretty(cfg.config()).map_err(|e| Error::Record(format!("config: {e}")))?;
     let mut head = match cfg.sigma() {
         Some(s) => format!("# resolved noise multiplier: sigma = {s}\n"),
@@ -820,6 +839,13 @@ pub fn run(
 ) -> Result<RunSummary> {
     if RunFolder::new(dir).is_finished() {
         return RunSummary::read(dir);
+    }
+    let spec = cfg.model_for(data.shape(), data.classes())?;
+    if !spec.layers.iter().all(Layer::supports) {
+        // A kind the fast engine lacks (group norm, average pooling): the burn engine.
+        let c = cfg.config();
+        let model = ConfigModel::new(&spec, &c.train.device.device()?, c.model.init_seed)?;
+        return Ok(run_with(cfg, model, data, dir, opts, observer)?.summary);
     }
     let mut trainer = Trainer::resume_or_init(cfg, data, dir, opts, observer)?;
     while !trainer.is_done() {

@@ -136,7 +136,16 @@ macro_rules! layers {
                 let _ = (input, at, &alloc);
                 match spec {
                     $( $spec => { let (l, s) = $compile(spec, input, at, alloc)?; Ok((Layer::$variant(l), s)) } )*
+                    #[allow(unreachable_patterns)]
+                    _ => Err(ShapeError { layer: Some(at), reason: format!("{spec:?} is not a layer kind of the fast engine (it trains on the burn engine)") }),
                 }
+            }
+
+            /// Whether the fast engine has this layer kind (a model of such kinds only trains on
+            /// it; any other kind trains on the burn engine).
+            #[must_use]
+            pub fn supports(spec: &LayerSpec) -> bool {
+                matches!(spec, $( $spec )|*)
             }
 
             fn rule(&self) -> &dyn Rule {
