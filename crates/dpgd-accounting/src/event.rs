@@ -226,7 +226,7 @@ impl Accountant for RdpAccountant {
         "rdp"
     }
     fn check(&self, event: &DpEvent) -> Result<()> {
-        self.rdp_of(event).map(|_| ())
+        self.clone().compose(event)
     }
     fn compose(&mut self, event: &DpEvent) -> Result<()> {
         let add = self.rdp_of(event)?;
@@ -289,7 +289,8 @@ impl Accountant for ZcdpAccountant {
         "zcdp"
     }
     fn check(&self, event: &DpEvent) -> Result<()> {
-        Self::rho_of(event).map(|_| ())
+        let mut copy = *self;
+        copy.compose(event)
     }
     fn compose(&mut self, event: &DpEvent) -> Result<()> {
         let rho = add_up(self.rho, Self::rho_of(event)?);

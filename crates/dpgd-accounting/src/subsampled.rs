@@ -29,16 +29,20 @@
 //! so is twice the error bound of the compensated summation (2u + 2n·u²·Σ|tᵢ|/A). For
 //! fractional α the truncated remainder is added as well: past i > α + 1 the factor
 //! (α − i + 1)/i of C(α, i) is negative, so the terms alternate in sign, and their magnitudes
-//! decrease (like i^{−α−2}: the exponentials cancel against erfc's Gaussian tail); the
-//! remainder of an alternating series with decreasing magnitudes is at most its first
-//! omitted term, hence at most the last term summed, which is added. (This is the one
-//! assumption beyond rounding: that the magnitudes keep decreasing once they have started
-//! to, as their asymptotic form does; integer orders need none.)
+//! decrease (like i^{−α−2}: the exponentials cancel against erfc's Gaussian tail, since
+//! φ(x + h)/φ(x) ≤ e^{−hx−h²/2}); the remainder of an alternating series with decreasing
+//! magnitudes is at most its first omitted term, hence at most the last term summed, which is
+//! added. A series cut before its terms alternate and decrease has no such bound: the order
+//! then gets the unsampled Gaussian's α/(2σ²), as do orders above [`MAX_ORDER`].
 //!
 //! [MTZ19]: https://arxiv.org/abs/1908.10530
 
 use crate::error::{AccountingError, Result, positive};
 use crate::numeric::{ROUNDING_MARGIN, add_up, div_up, log_normal_cdf, mul_up};
+
+/// Orders above this get the unsampled Gaussian's RDP α/(2σ²), an upper bound (the series
+/// would need more than this many terms; dp_accounting's largest default order is 1024).
+pub const MAX_ORDER: f64 = 10_000.0;
 
 /// The most series terms summed at a fractional order; a series cut there still has its tail
 /// bound added, so the value is only looser (orders near 1 with tiny ε converge slowest).
@@ -107,8 +111,13 @@ pub fn rdp(q: f64, sigma: f64, alpha: f64) -> Result<f64> {
     if q == 1.0 {
         return Ok(gaussian);
     }
-    let log_a =
-        if alpha.fract() == 0.0 && alpha <= 1e6 { log_a_int(q, sigma, alpha) } else { log_a_frac(q, sigma, alpha)? };
+    if alpha > MAX_ORDER {
+        return Ok(gaussian);
+    }
+    let log_a = if alpha.fract() == 0.0 { log_a_int(q, sigma, alpha) } else { log_a_frac(q, sigma, alpha)? };
+    if log_a.is_nan() {
+        return Ok(gaussian); // no bound computed: the unsampled Gaussian's still holds
+    }
     // RDP is at most the unsampled Gaussian's (joint quasi-convexity of the Rényi divergence).
     Ok(div_up(log_a.max(0.0), alpha - 1.0).min(gaussian))
 }
@@ -119,15 +128,19 @@ struct Terms {
     terms: Vec<(f64, f64, f64)>,
     m: f64,
     sum: f64,
+    /// A term was NaN: no bound (the sum reports +∞).
+    poisoned: bool,
 }
 
 impl Terms {
     fn new() -> Self {
-        Terms { terms: Vec::new(), m: f64::NEG_INFINITY, sum: 0.0 }
+        Terms { terms: Vec::new(), m: f64::NEG_INFINITY, sum: 0.0, poisoned: false }
     }
 
     fn push(&mut self, log_abs: f64, sign: f64, magnitude: f64) {
-        if log_abs > f64::NEG_INFINITY {
+        if log_abs.is_nan() || magnitude.is_nan() {
+            self.poisoned = true;
+        } else if log_abs > f64::NEG_INFINITY {
             self.terms.push((log_abs, sign, magnitude));
             if log_abs > self.m {
                 self.sum *= (self.m - log_abs).exp();
@@ -146,6 +159,9 @@ impl Terms {
     /// tail of at most `tail_bound` (in linear units relative to e^max).
     fn log_sum_up(&self, log_tail: f64) -> f64 {
         let m = self.m;
+        if self.poisoned {
+            return f64::INFINITY;
+        }
         if m == f64::NEG_INFINITY {
             return 0.0;
         }
@@ -216,7 +232,9 @@ fn log_a_frac(q: f64, sigma: f64, alpha: f64) -> Result<f64> {
     let root2s = std::f64::consts::SQRT_2 * sigma;
     let mut terms = Terms::new();
     // ln|C(α, i)| and its sign, updated by the factor (α − i + 1)/i (one rounding each).
-    let (mut lc, mut sign) = (0.0f64, 1.0f64);
+    // `lc_error` bounds lc's accumulated rounding in ulps: the sizes of all terms added so far.
+    let (mut lc, mut sign, mut lc_error) = (0.0f64, 1.0f64, 0.0f64);
+    let mut alternating = false;
     // ln of the last pair's magnitude |s₀ + s₁| (both carry C(α, i)'s sign).
     let mut last = f64::NEG_INFINITY;
     for n in 0..MAX_TERMS {
@@ -224,12 +242,13 @@ fn log_a_frac(q: f64, sigma: f64, alpha: f64) -> Result<f64> {
         if n > 0 {
             let f = (alpha - i + 1.0) / i;
             lc += f.abs().ln();
+            lc_error += lc.abs() + f.abs().ln().abs();
             sign *= f.signum();
         }
         let j = alpha - i;
         let (le0, me0) = log_half_erfc((i - z0) / root2s);
         let (le1, me1) = log_half_erfc((z0 - j) / root2s);
-        let base = (i + 1.0) * lc.abs() + i * lq.abs() + j.abs() * l1q.abs();
+        let base = lc_error + lc.abs() + i * lq.abs() + j.abs() * l1q.abs();
         let s0 = lc + i * lq + j * l1q + (i * i - i) / two_s2 + le0;
         let s1 = lc + j * lq + i * l1q + (j * j - j) / two_s2 + le1;
         terms.push(s0, sign, base + (i * i + i.abs()) / two_s2 + me0);
@@ -238,9 +257,14 @@ fn log_a_frac(q: f64, sigma: f64, alpha: f64) -> Result<f64> {
         // Past i > α + 1 the pairs alternate in sign; once their magnitudes decrease, the
         // remainder of the series is at most the last pair's magnitude (module docs). Stop
         // when that is below 2⁻³⁰ of A − 1, the part ln A is made of.
-        if i > alpha + 1.0 && last < before && last < terms.log_excess() - 30.0 * std::f64::consts::LN_2 {
+        alternating = i > alpha + 1.0 && last < before;
+        if alternating && last < terms.log_excess() - 30.0 * std::f64::consts::LN_2 {
             break;
         }
+    }
+    if !alternating {
+        // Cut before the terms alternate and decrease: no bound on the rest of the series.
+        return Ok(f64::NAN);
     }
     if last.is_nan() || last == f64::INFINITY {
         return Err(AccountingError::InvalidParameter {
@@ -281,6 +305,18 @@ mod tests {
                     (rdp(q, sigma, a).unwrap(), rdp(q, sigma, a + 0.5).unwrap(), rdp(q, sigma, a + 1.0).unwrap());
                 assert!(lo <= mid * (1.0 + 1e-9) && mid <= hi * (1.0 + 1e-9), "q {q} σ {sigma} α {a}: {lo} {mid} {hi}");
             }
+        }
+    }
+
+    #[test]
+    fn orders_without_a_computed_bound_get_the_gaussians_never_less_or_nan() {
+        // Above MAX_ORDER, or where the series cannot be bounded, the unsampled Gaussian's.
+        assert_eq!(rdp(0.01, 2.0, 20_000.5).unwrap(), rdp(1.0, 2.0, 20_000.5).unwrap());
+        assert_eq!(rdp(0.01, 2.0, 1e7).unwrap(), rdp(1.0, 2.0, 1e7).unwrap());
+        // The smallest sample rate: z₀ is infinite; a value, not NaN, and not below 0.
+        for a in [2.0, 2.5, 40.5] {
+            let e = rdp(5e-324, 1.0, a).unwrap();
+            assert!(e >= 0.0 && e <= rdp(1.0, 1.0, a).unwrap(), "α {a}: {e}");
         }
     }
 

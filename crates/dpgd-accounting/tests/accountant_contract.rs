@@ -50,6 +50,8 @@ fn an_unsupported_or_invalid_event_is_refused_whole_and_changes_nothing() {
             DpEvent::Composed { events: vec![gaussian(2.0), nested.clone()] },
             DpEvent::Composed { events: vec![gaussian(2.0), gaussian(-1.0)] },
             gaussian(f64::NAN).repeated(3),
+            // Valid parameters whose composition overflows: check says so too.
+            gaussian(1e-150).repeated(u64::MAX),
         ] {
             assert!(acc.check(&bad).is_err(), "{name}: check accepts {bad:?}");
             assert!(acc.compose(&bad).is_err(), "{name}: compose accepts {bad:?}");

@@ -99,6 +99,8 @@ fn extreme_numbers_are_refused_naming_the_field() {
         ("privacy.clip", 1e-300, "privacy.clip"),
         ("privacy.epsilon", 1e-200, "privacy.epsilon"),
         ("data.normalize.std", 0.0, "data.normalize.std"),
+        // Subnormal as an f32: 1/(255·std) would scale the inputs to infinity.
+        ("data.normalize.std", 1e-40, "data.normalize.std"),
         ("data.normalize.mean", f64::NAN, "data.normalize.mean"),
     ] {
         let mut o = vec![Override::Set(key.into(), toml::Value::Float(value))];
@@ -137,7 +139,8 @@ fn shapes_too_large_for_memory_are_refused_before_allocating() {
     let e = try_train(&huge_chunk, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("train.chunk") && e.contains("GiB"), "{e}");
     let wrapping = base().replace("preset = \"logistic\"", "layers = [{ kind = \"flatten\" }, { kind = \"linear\", out_features = 4611686018427387904 }, { kind = \"linear\", out_features = 10 }]");
-    let e = TrainConfig::from_toml(&wrapping, &[]).unwrap().validate().unwrap_err().to_string();
+    // Explicit layers are checked against the data's shape, when it is known: before training.
+    let e = try_train(&wrapping, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("model.layers[1]") && e.contains("too large"), "{e}");
 }
 

@@ -143,6 +143,11 @@ fn config_layers_with_group_norm_and_average_pooling_train_on_the_burn_engine_an
     let e =
         try_train(&config(data.path(), &bad, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("model.layers[1]") && e.contains("3 groups"), "{e}");
+    // A layer that fits only the data's own shape (three channels in three groups; a window
+    // the size of the image) is checked against the data, not against MNIST's 1 × 28 × 28.
+    let rgb = "layers = [{ kind = \"group_norm\", groups = 3 }, { kind = \"avg_pool2d\", kernel = 8, stride = 1 }, \
+               { kind = \"flatten\" }, { kind = \"linear\", out_features = 2 }]";
+    assert!(try_train(&config(data.path(), rgb, ""), tempfile::tempdir().unwrap().path(), None).is_ok());
     let bad = layers.replace("kernel = 2, stride = 2", "kernel = 9, stride = 1");
     let e =
         try_train(&config(data.path(), &bad, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();

@@ -317,13 +317,13 @@ fn parse_orders(s: &str) -> std::result::Result<Orders, String> {
         "opacus" => opacus_orders(),
         "dp-accounting" => dp_accounting_orders(),
         list => {
-            let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|a| a.is_finite() && *a > 1.0 && *a <= 1e6);
+            let parse = |x: &str| x.trim().parse::<f64>().ok().filter(|a| a.is_finite() && *a > 1.0 && *a <= 1e4);
             let orders: Option<Vec<f64>> = list.split(',').map(parse).collect();
             match orders {
                 Some(o) if !o.is_empty() && o.len() <= 10_000 => o,
                 _ => {
                     return Err(format!(
-                        "`{s}`: use opacus, dp-accounting, or a comma-separated list of up to 10000 orders in (1, 1e6]"
+                        "`{s}`: use opacus, dp-accounting, or a comma-separated list of up to 10000 orders in (1, 10000]"
                     ));
                 }
             }
@@ -559,7 +559,7 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
         "neighbours": "add-or-remove-one", "accountant": "rdp (Mironov, Talwar & Zhang 2019)",
         "conversion": match a.conversion { RdpConversion::Cks => "cks", RdpConversion::Classic => "classic" },
         "sample_rate": a.sample_rate, "steps": steps, "delta": a.delta, "alpha": alpha,
-        "orders_name": a.orders.name, "orders": orders, "rdp": per_step,
+        "orders_name": a.orders.name, "orders": acc.orders(), "rdp": per_step,
     }))
 }
 

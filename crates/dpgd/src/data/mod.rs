@@ -28,6 +28,10 @@ pub struct Normalize {
     pub std: Channels,
 }
 
+/// The smallest standard deviation a normalisation may divide by (1/std must stay far from
+/// f32's overflow for any input).
+pub const MIN_STD: f32 = 1e-30;
+
 /// One value for every channel, or one per channel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -103,8 +107,10 @@ impl Normalize {
                     ),
                 ));
             }
-            if let Some(bad) = values.values().iter().find(|x| !x.is_finite() || (positive && **x <= 0.0)) {
-                let need = if positive { "a finite number > 0" } else { "a finite number" };
+            // A std so small that 1/std overflows an f32 would scale inputs to infinity.
+            let unusable = |x: f32| !x.is_finite() || (positive && x < MIN_STD);
+            if let Some(bad) = values.values().iter().find(|x| unusable(**x)) {
+                let need = if positive { "a finite number of at least 1e-30" } else { "a finite number" };
                 return Err(Error::config(&field, format!("{bad} is not {need}")));
             }
         }

@@ -116,6 +116,7 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
         None => Normalize::MNIST,
     };
     let net = Network::new(&spec).map_err(|e| bad(format!("its architecture does not compile: {e}")))?;
+    normalize.check(spec.input[0]).map_err(|e| bad(format!("its normalisation does not fit its model: {e}")))?;
     let file =
         safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
     let mut theta = vec![0.0f32; net.num_params()];

@@ -507,8 +507,15 @@ impl TrainConfig {
             Method::NonPrivate => None,
             _ => Some(self.privacy_plan(&releases)?),
         };
-        let names_a_model = self.model.preset.is_some() || self.model.layers.is_some();
-        let model = if names_a_model { Some(self.model_spec()?) } else { None };
+        // A preset fits any data large enough (checked here on MNIST's shape); explicit layers
+        // may depend on the data's shape (channels for group_norm, a pooling window the size of
+        // the image), so a shape that does not fit MNIST's is only an error once the data are
+        // loaded and their shape is known (`model_for`).
+        let model = match (&self.model.preset, &self.model.layers) {
+            (None, None) => None,
+            (Some(_), _) => Some(self.model_spec()?),
+            (None, Some(_)) => self.model_spec().ok(),
+        };
         Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model })
     }
 
@@ -799,9 +806,13 @@ impl ValidConfig {
     /// [`Error::Config`] naming `model` if the config names no model (a library run of your
     /// own burn model).
     pub fn model(&self) -> Result<&ModelSpec> {
-        self.model
-            .as_ref()
-            .ok_or_else(|| Error::config("model", "the config names no model: give model.preset or model.layers"))
+        self.model.as_ref().ok_or_else(|| {
+            Error::config(
+                "model",
+                "the config names no model (give model.preset or model.layers), or its model.layers do not fit \
+                     28 × 28 single-channel images and need the data's shape: use model_for",
+            )
+        })
     }
     /// The model for a dataset's examples (`shape`, `classes`): [`model`](Self::model) adapted
     /// to them ([`TrainConfig::model_spec_for`]).
