@@ -17,6 +17,7 @@
 //! | state a guarantee | [`PureDp`], [`Zcdp`], [`GaussianDp`], [`Rdp`], [`ApproxDp`], [`ProbabilisticDp`] | [FZ21, Defs. 2.1–2.3]; [BS16]; [DRS19]; [WRRW23, §4.1] |
 //! | convert it to (ε, δ), or invert | [`ToApproxDp`], [`Conversion`] (`bun-steinke`, `cks`, `gaussian-exact`) | [BS16, Prop. 1.3]; [CKS20, Prop. 12]; [BW18, Thm 8] |
 //! | account for DP-SGD (Poisson sampling) | [`event::RdpAccountant`] on [`event::DpEvent`]s, [`subsampled::rdp`], [`event::calibrate_sgd_sigma`] | [MTZ19, Sec. 3]; [Mir17]; [CKS20, Prop. 12] |
+//! | … tighter, with an error bound | [`event::PldAccountant`], [`pld`] | [KJPH21]; [DGKKM22] |
 //! | calibrate private GD | [`GdPlan`], [`calibrate_sigma`], [`PrivateGd`], [`Neighbours`], [`GaussianRelease`] | [FZ21, Alg. 3, Prop. 5.1]; [ST22]; [KTH23, Thm 4.3] |
 //! | stop before a budget is spent | [`filter`]: [`RenyiFilter`](filter::RenyiFilter), [`ZcdpFilter`](filter::ZcdpFilter), [`DpFilter`](filter::DpFilter) with the rules of [RRUV16], [FZ21], [WRRW23] | [FZ21, Thm 4.3]; [RRUV16, Thm 5.1]; [WRRW23, Thms 1–2] |
 //! | track per-example budgets | [`IndividualFilter`](filter::IndividualFilter), [`FilteredLinearQueries`](mechanism::FilteredLinearQueries) | [FZ21, Alg. 2, Thm 4.5, Cor. 4.7] |
@@ -221,12 +222,16 @@
 //!   NeurIPS 2020.
 //! * [CP34] Clopper & Pearson, *The Use of Confidence or Fiducial Limits Illustrated in the
 //!   Case of the Binomial*, Biometrika 1934.
+//! * [DGKKM22] Doroshenko, Ghazi, Kamath, Kumar & Manurangsi, *Connect the Dots: Tighter
+//!   Discrete Approximations of Privacy Loss Distributions*, PETS 2022.
 //! * [DRS19] Dong, Roth & Su, *Gaussian Differential Privacy*, JRSS-B 2022.
 //! * [FZ21] Feldman & Zrnic, *Individual Privacy Accounting via a Rényi Filter*, NeurIPS 2021.
 //! * [HRMS21] Howard, Ramdas, McAuliffe & Sekhon, *Time-uniform, Nonparametric,
 //!   Nonasymptotic Confidence Sequences*, Annals of Statistics 2021.
 //! * [HSTVVXZ23] Haney, Shoemate, Tian, Vadhan, Vyrros, Xu & Zhang, *Concurrent Composition for
 //!   Interactive Differential Privacy with Adaptive Privacy-Loss Parameters*, CCS 2023.
+//! * [KJPH21] Koskela, Jälkö, Prediger & Honkela, *Tight Differential Privacy for
+//!   Discrete-Valued Mechanisms and for the Subsampled Gaussian Mechanism Using FFT*, AISTATS 2021.
 //! * [KS14] Kasiviswanathan & Smith, *On the 'Semantics' of Differential Privacy: A Bayesian
 //!   Formulation*, J. Privacy and Confidentiality 2014.
 //! * [KTH23] Koskela, Tobaben & Honkela, *Individual Privacy Accounting with Gaussian
@@ -255,6 +260,8 @@
 //! [BS16]: https://arxiv.org/abs/1605.02065
 //! [Mir17]: https://arxiv.org/abs/1702.07476
 //! [MTZ19]: https://arxiv.org/abs/1908.10530
+//! [KJPH21]: https://arxiv.org/abs/2006.07134
+//! [DGKKM22]: https://arxiv.org/abs/2207.04380
 //! [BW18]: https://arxiv.org/abs/1805.06530
 //! [CKS20]: https://arxiv.org/abs/2004.00010
 //! [BBGHS20]: https://arxiv.org/abs/1905.09982
@@ -281,6 +288,7 @@ pub mod mechanism;
 mod neighbours;
 pub mod numeric;
 pub mod odometer;
+pub mod pld;
 pub mod sampling;
 pub mod session;
 pub mod subsampled;

@@ -1,12 +1,12 @@
 //! The RDP of the Poisson-subsampled Gaussian and DP-SGD's ε against held-out values
 //! (`tests/reference/subsampled_refs.py`): mpmath numerical integration of A_α at 50 digits,
 //! independent of the series the library sums, and Opacus 1.6's and dp_accounting 0.6's
-//! accountants end to end.
+//! accountants (RDP and PLD) end to end.
 
 mod reference;
 
 use dpgd_accounting::Conversion;
-use dpgd_accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd_sigma};
+use dpgd_accounting::event::{Accountant, DpEvent, PldAccountant, RdpAccountant, calibrate_sgd_sigma};
 use dpgd_accounting::subsampled::{dp_accounting_orders, opacus_orders, rdp};
 
 const REFS: &str = include_str!("reference/subsampled_refs.txt");
@@ -47,6 +47,30 @@ fn dp_sgd_epsilon_matches_dp_accounting_at_its_orders() {
             "q {q} σ {sigma} T {steps}: ε {eps} against dp_accounting's {want}"
         );
         assert_eq!(alpha, want_alpha, "the order chosen");
+    }
+}
+
+/// The PLD accountant against dp_accounting's at the same grid interval (1e-4): its reported
+/// ε is within 1e-3 of dp_accounting's, its lower bound below it and within 3 %, and the PLD's
+/// ε below RDP's.
+#[test]
+fn the_pld_accountant_brackets_dp_accountings_and_is_tighter_than_rdp() {
+    for r in reference::rows(REFS, "pld") {
+        let (q, sigma, steps, delta, want) = (r[0], r[1], r[2] as u64, r[3], r[4]);
+        let step = DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(steps);
+        let mut pld = PldAccountant::new(1e-4).unwrap();
+        pld.compose(&step).unwrap();
+        let (upper, lower) = pld.epsilon_bounds(delta).unwrap();
+        assert!(
+            ((upper - want) / want).abs() < 1e-3,
+            "q {q} σ {sigma} T {steps}: ε {upper} against dp_accounting's {want}"
+        );
+        assert!(lower <= upper && lower <= want * (1.0 + 1e-9), "q {q}: lower estimate {lower}, upper {upper}, {want}");
+        // The lower bound rounds each step's loss down on a grid of 1e-5: a bias of up to T·1e-5.
+        assert!(upper - lower < 0.03 * upper, "q {q}: discretisation error {} at interval 1e-4", upper - lower);
+        let mut rdp = RdpAccountant::new(opacus_orders(), Conversion::Cks).unwrap();
+        rdp.compose(&step).unwrap();
+        assert!(upper < rdp.epsilon(delta).unwrap(), "q {q}: the PLD is tighter than RDP");
     }
 }
 

@@ -150,7 +150,33 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
         String::from_utf8(dpgd(&["account", "budget", "--sigma", "1.3", "--steps", "3750", "--delta", "1e-5"]).stdout)
             .unwrap();
     assert!(budget.contains("full-batch") && budget.contains("dpgd account sgd"), "{budget}");
-    for (bad, want) in [(vec!["--sample-rate", "0"], "--sample-rate"), (vec!["--orders", "1,2"], "--orders")] {
+    // The PLD accountant: tighter than RDP (dp_accounting's PLD says 0.8336 here), with the
+    // exact ε between its lower bound and its ε.
+    let pld = json(&[&args[..], &["--accountant", "pld", "--json"]].concat());
+    let (eps, lower) = (pld["epsilon"].as_f64().unwrap(), pld["epsilon_lower"].as_f64().unwrap());
+    assert!(lower < eps && eps < 0.8345 && eps > 0.8335 && lower > 0.8, "{pld}");
+    assert!(
+        fails(&[
+            "account",
+            "sgd",
+            "--sample-rate",
+            "0.004",
+            "--epsilon",
+            "1",
+            "--steps",
+            "10",
+            "--delta",
+            "1e-5",
+            "--accountant",
+            "pld"
+        ])
+        .contains("rdp")
+    );
+    for (bad, want) in [
+        (vec!["--sample-rate", "0"], "--sample-rate"),
+        (vec!["--orders", "1,2"], "--orders"),
+        (vec!["--accountant", "pld", "--pld-interval", "1e-9"], "--pld-interval"),
+    ] {
         let mut a = vec!["account", "sgd", "--sample-rate", "0.01", "--sigma", "1", "--steps", "10", "--delta", "1e-5"];
         a.extend(bad);
         let e = fails(&a);

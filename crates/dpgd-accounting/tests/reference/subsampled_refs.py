@@ -4,7 +4,8 @@ Independent of the series the library sums: A_alpha = E_{z~N(0,s^2)}[((1-q) + q 
 by mpmath numerical integration at 50 digits, and eps(alpha) = ln(A_alpha)/(alpha - 1)
 [Mironov, Talwar & Zhang 2019, Sec. 3]. The end-to-end rows are Opacus 1.6's RDPAccountant
 (a separate implementation of the same analysis) for whole DP-SGD runs, and dp_accounting 0.6's
-RdpAccountant at its default orders (the `dp_accounting` rows).
+RdpAccountant at its default orders (the `dp_accounting` rows), and its PLDAccountant at grid
+interval 1e-4 (the `pld` rows: an upper bound of its own, by connecting the dots).
 
 Run with mpmath (and opacus for the `opacus` rows):  python subsampled_refs.py > subsampled_refs.txt
 """
@@ -44,5 +45,14 @@ try:
         acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), steps))
         eps, alpha = acc.get_epsilon_and_optimal_order(delta)
         print(f"dp_accounting {q!r} {s!r} {steps} {delta!r} {float(eps)!r} {float(alpha)!r}")
+except ImportError:
+    pass
+
+try:
+    from dp_accounting.pld import pld_privacy_accountant as plda
+    for q, s, steps, delta in [(240 / 60000, 1.3, 3750, 1e-5), (0.01, 1.0, 1000, 1e-5), (0.05, 2.0, 500, 1e-6)]:
+        acc = plda.PLDAccountant(value_discretization_interval=1e-4)
+        acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), steps)
+        print(f"pld {q!r} {s!r} {steps} {delta!r} {float(acc.get_epsilon(delta))!r}")
 except ImportError:
     pass
