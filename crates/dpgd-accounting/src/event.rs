@@ -311,9 +311,10 @@ impl Accountant for ZcdpAccountant {
 }
 
 /// The privacy loss distribution accountant ([KJPH21]; [`crate::pld`]): each direction of
-/// add-or-remove-one neighbours composed on its own, with losses rounded up (the ε reported,
-/// never understated) and rounded down (a lower estimate: the exact ε lies between, so their
-/// difference bounds the discretisation error).
+/// add-or-remove-one neighbours composed on its own, with the losses' distribution moved up
+/// onto the grid (the ε reported, never understated) and, for comparison, down onto a finer
+/// one (a lower *estimate*: its own floating-point error is not bounded; the gap between the
+/// two shows how much the grid costs).
 ///
 /// [KJPH21]: https://arxiv.org/abs/2006.07134
 #[derive(Debug, Clone, PartialEq)]
@@ -372,7 +373,7 @@ impl PldAccountant {
                 .try_fold(Pld::identity(h, rounding), |acc, e| acc.compose(&self.pld_of(e, dir, rounding)?)),
         }
     }
-    /// The ε at `delta` (never understated) and the lower estimate; the exact ε lies between.
+    /// The ε at `delta` (never understated) and the lower estimate (see the type's docs).
     ///
     /// # Errors
     /// [`AccountingError::InvalidParameter`] naming `delta` if it is not in (0, 1).

@@ -17,7 +17,7 @@
 //! | state a guarantee | [`PureDp`], [`Zcdp`], [`GaussianDp`], [`Rdp`], [`ApproxDp`], [`ProbabilisticDp`] | [FZ21, Defs. 2.1–2.3]; [BS16]; [DRS19]; [WRRW23, §4.1] |
 //! | convert it to (ε, δ), or invert | [`ToApproxDp`], [`Conversion`] (`bun-steinke`, `cks`, `gaussian-exact`) | [BS16, Prop. 1.3]; [CKS20, Prop. 12]; [BW18, Thm 8] |
 //! | account for DP-SGD (Poisson sampling) | [`event::RdpAccountant`] on [`event::DpEvent`]s, [`subsampled::rdp`], [`event::calibrate_sgd_sigma`] | [MTZ19, Sec. 3]; [Mir17]; [CKS20, Prop. 12] |
-//! | … tighter, with an error bound | [`event::PldAccountant`], [`pld`] | [KJPH21]; [DGKKM22] |
+//! | … tighter, by its privacy loss distribution | [`event::PldAccountant`], [`pld`] | [KJPH21]; [DGKKM22] |
 //! | calibrate private GD | [`GdPlan`], [`calibrate_sigma`], [`PrivateGd`], [`Neighbours`], [`GaussianRelease`] | [FZ21, Alg. 3, Prop. 5.1]; [ST22]; [KTH23, Thm 4.3] |
 //! | stop before a budget is spent | [`filter`]: [`RenyiFilter`](filter::RenyiFilter), [`ZcdpFilter`](filter::ZcdpFilter), [`DpFilter`](filter::DpFilter) with the rules of [RRUV16], [FZ21], [WRRW23] | [FZ21, Thm 4.3]; [RRUV16, Thm 5.1]; [WRRW23, Thms 1–2] |
 //! | track per-example budgets | [`IndividualFilter`](filter::IndividualFilter), [`FilteredLinearQueries`](mechanism::FilteredLinearQueries) | [FZ21, Alg. 2, Thm 4.5, Cor. 4.7] |

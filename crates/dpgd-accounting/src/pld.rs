@@ -31,14 +31,16 @@
 //!   function is pointwise at least the exact one's; convolution keeps that order, and δ(ε) is
 //!   the expectation of a function increasing in the loss). The masses' excess over 1 is at
 //!   most their error bounds. An FFT convolution of N entries errs by at most
-//!   10·u·log₂N·‖a‖₂‖b‖₂ per entry; N times that is added to ω(∞) after each convolution (δ
-//!   moves by at most the sum
-//!   of the entries' errors), and negative entries are set to 0.
-//! * **The error bound.** Merging each interval's outcomes into one is a post-processing, so
-//!   that pair is *dominated* by the mechanism's; with its losses rounded down to the grid (the
-//!   *optimistic* PLD, upper tail kept at the top) it gives a lower bound. The exact ε lies
-//!   between the two. Rounding down shifts each step's loss by up to h, so the lower bound
-//!   is computed on a 10 times finer grid ([`crate::event::PldAccountant`]).
+//!   √N·25·u·log₂N·(‖a‖₁‖b‖₂ + ‖a‖₂‖b‖₁) in ℓ₁; that is added to ω(∞) after each convolution
+//!   (δ moves by at most the ℓ₁ error), and negative entries are set to 0. A composed loss
+//!   sits at the rounded grid value of a sum of rounded grid values: the drift is tracked and
+//!   added to ε, as is the rounding of the sums δ(ε) is solved with.
+//! * **The lower estimate.** Merging each interval's outcomes into one is a post-processing,
+//!   so that pair is *dominated* by the mechanism's; with its losses rounded down to the grid
+//!   (the *optimistic* PLD, upper tail kept at the top) its ε is below the exact one up to the
+//!   floating-point error of its own computation, which is not bounded: it is an estimate of
+//!   how tight the reported ε is, not a guarantee. Rounding down shifts each step's loss by up
+//!   to h, so it is computed on a 10 times finer grid ([`crate::event::PldAccountant`]).
 //!
 //! [KJPH21]: https://arxiv.org/abs/2006.07134
 //! [MM18]: https://eprint.iacr.org/2017/1034
@@ -84,13 +86,16 @@ pub struct Pld {
     pmf: Vec<f64>,
     infinity: f64,
     rounding: Rounding,
+    /// A bound on how far below the composed losses' exact sums their grid values may lie
+    /// (each composition places a sum of rounded grid values at a rounded grid value).
+    drift: f64,
 }
 
 impl Pld {
     /// The PLD of a mechanism that reveals nothing (loss 0 with probability 1).
     #[must_use]
     pub fn identity(h: f64, rounding: Rounding) -> Self {
-        Pld { h, lo: 0, pmf: vec![1.0], infinity: 0.0, rounding }
+        Pld { h, lo: 0, pmf: vec![1.0], infinity: 0.0, rounding, drift: 0.0 }
     }
 
     /// The PLD of one step of the Poisson-subsampled Gaussian mechanism with rate `q` ∈ (0, 1]
@@ -120,7 +125,7 @@ impl Pld {
                 expected: "too fine for this mechanism's range of losses: use a coarser grid",
             });
         }
-        let (k_lo, k_hi) = (k_lo as i64, k_hi as i64);
+        let (k_lo, k_hi) = (k_lo as i64, (k_hi as i64).max(k_lo as i64 + 1));
         let at = |k: i64| k as f64 * h;
         let mut pmf = vec![0.0; (k_hi - k_lo + 1) as usize];
         // Below the grid: P-mass of losses ≤ k_lo·h; above it: of losses > k_hi·h.
@@ -140,9 +145,14 @@ impl Pld {
                     let eb = (-at(k + 1)).exp() * grow;
                     let numerator = q_lo - p_hi * eb;
                     let numerator = numerator - f64::EPSILON * (q_lo + p_hi * eb);
-                    // e^{−kh} − e^{−(k+1)h} = e^{−kh}(1 − e^{−h}), without cancellation.
-                    let gap = (-at(k)).exp() * -(-h).exp_m1() * grow;
-                    let a = if numerator > 0.0 { (numerator / gap).min(p_hi) } else { 0.0 };
+                    // e^{−l₁} − e^{−l₂} = e^{−l₁}(1 − e^{−(l₂ − l₁)}), without cancellation; the
+                    // grid points' difference is exact (Sterbenz). Its lower bound (`shrink`)
+                    // keeps a below the exact split.
+                    let width = at(k + 1) - at(k);
+                    let gap = (-at(k)).exp() * -(-width).exp_m1() * (1.0 - 4.0 * f64::EPSILON);
+                    // Where e^{−l} underflows, nothing is moved down: all of p stays at the top.
+                    let normal = eb.is_normal() && gap.is_normal();
+                    let a = if normal && numerator > 0.0 { (numerator / gap * grow).min(p_hi) } else { 0.0 };
                     pmf[(k - k_lo) as usize] += a;
                     pmf[(k - k_lo + 1) as usize] += p_hi - a;
                 }
@@ -159,7 +169,7 @@ impl Pld {
                 (k_lo, 0.0)
             }
         };
-        Ok(Pld { h, lo, pmf, infinity, rounding })
+        Ok(Pld { h, lo, pmf, infinity, rounding, drift: 0.0 })
     }
 
     /// The loss grid's interval h.
@@ -192,7 +202,9 @@ impl Pld {
         // The finite masses convolve (they sum to (1 − ω₁(∞))(1 − ω₂(∞))); the rest is ∞.
         let (pmf, error) = convolve(&self.pmf, &other.pmf);
         let infinity = self.infinity + other.infinity - self.infinity * other.infinity;
-        let mut out = Pld { h: self.h, lo: self.lo + other.lo, pmf, infinity, rounding: self.rounding };
+        // fl(k₁h) + fl(k₂h) and fl((k₁+k₂)h) differ by at most 2u(|k₁h| + |k₂h|).
+        let drift = self.drift + other.drift + 2.0 * f64::EPSILON * (self.max_abs_loss() + other.max_abs_loss());
+        let mut out = Pld { h: self.h, lo: self.lo + other.lo, pmf, infinity, rounding: self.rounding, drift };
         if out.rounding == Rounding::Pessimistic {
             out.infinity += error;
         }
@@ -242,14 +254,18 @@ impl Pld {
         let (mut s1, mut s2) = (0.0f64, 0.0f64);
         let mut above: Option<(f64, f64)> = None;
         let mut eps = f64::NEG_INFINITY;
+        let (u, mut n) = (f64::EPSILON, 0.0f64);
         for (l, m) in self.losses().collect::<Vec<_>>().into_iter().rev() {
             if let Some((la, ma)) = above {
                 s1 += ma;
                 s2 = (s2 + ma) * (l - la).exp();
             }
-            if self.infinity + s1 - s2 > delta {
+            // Rounding of the sums (n terms, chained exponentials): s1 up, s2 down.
+            n += 1.0;
+            let (s1u, s2d) = (s1 * (1.0 + (n + 2.0) * u), s2 * (1.0 - (2.0 * n + 2.0) * u));
+            if self.infinity + s1u - s2d > delta {
                 let upper = above.map_or(f64::INFINITY, |a| a.0);
-                eps = (l + ((self.infinity + s1 - delta) / s2).ln()).clamp(l, upper);
+                eps = (l + ((self.infinity + s1u - delta) / s2d).ln()).clamp(l, upper);
                 break;
             }
             above = Some((l, m));
@@ -258,16 +274,23 @@ impl Pld {
             // δ(ε) ≤ target at the lowest loss l₀ already: below it δ = ω(∞) + S₁ − e^{ε−l₀}S₂
             // with l₀ included.
             if let Some((l0, m0)) = above {
-                let (s1, s2) = (s1 + m0, s2 + m0);
+                let (s1, s2) = ((s1 + m0) * (1.0 + (n + 3.0) * u), (s2 + m0) * (1.0 - (2.0 * n + 4.0) * u));
                 let gap = self.infinity + s1 - delta;
                 eps = if gap > 0.0 { (l0 + (gap / s2).ln()).min(l0) } else { f64::NEG_INFINITY };
             }
         }
         let eps = eps.max(0.0);
         Ok(match self.rounding {
-            Rounding::Pessimistic => with_margin(eps, eps.abs()),
+            // Every loss may lie up to `drift` above its grid value: ε moves up by as much.
+            Rounding::Pessimistic => with_margin(eps + self.drift, eps.abs() + self.drift),
             Rounding::Optimistic => eps,
         })
+    }
+
+    /// The largest |loss| on the grid.
+    fn max_abs_loss(&self) -> f64 {
+        let hi = self.lo + self.pmf.len() as i64 - 1;
+        (self.lo.unsigned_abs().max(hi.unsigned_abs()) as f64) * self.h
     }
 
     /// (loss, mass) of every grid point with mass.
@@ -355,16 +378,35 @@ impl LossLaw {
     /// on its rounding error.
     fn x_of(&self, m: f64) -> (f64, f64) {
         let u = f64::EPSILON;
-        let inner = m.exp() - (1.0 - self.q);
-        if inner <= 0.0 {
-            return (f64::NEG_INFINITY, 0.0);
-        }
-        let log = (inner / self.q).ln();
-        let x = self.sigma * self.sigma * log + 0.5;
-        // inner errs by 2u(e^m + 1) (the exponential, 1 − q, the difference), relative r.
-        let r = 2.0 * u * (m.exp() + 1.0) / inner;
-        let error = 2.0 * (self.sigma * self.sigma * (r + 3.0 * u + u * log.abs()) + u * x.abs());
-        (x, if x.is_finite() { error } else { 0.0 })
+        let (log_q, s2) = (self.q.ln(), self.sigma * self.sigma);
+        // ln(e^m − (1 − q)) in log space (no overflow for large m, no underflow for q = 1), and
+        // a bound on its absolute error.
+        let (ln_inner, err) = if self.q == 1.0 {
+            (m, u * m.abs())
+        } else if m >= 0.0 {
+            // m + ln(1 − (1 − q)e^{−m}); ln_1p near −1 amplifies by y/(1 − y).
+            let y = (1.0 - self.q) * (-m).exp();
+            (m + (-y).ln_1p(), u * (m.abs() + 2.0 + 3.0 * y / (1.0 - y)))
+        } else {
+            let inner = m.exp() - (1.0 - self.q);
+            if inner <= 0.0 {
+                return (f64::NEG_INFINITY, 0.0);
+            }
+            // e^m ≤ 1 here: the difference errs by 2u(e^m + 1), relative to inner.
+            (inner.ln(), u * (1.0 + 2.0 * (m.exp() + 1.0) / inner))
+        };
+        let log = ln_inner - log_q;
+        let x = s2 * log + 0.5;
+        let error = 2.0 * (s2 * (err + 2.0 * u * (log.abs() + log_q.abs())) + u * x.abs());
+        // An infinite end is exact (the loss ±∞); a finite one without a finite bound is useless.
+        let error = if x.is_infinite() {
+            0.0
+        } else if error.is_finite() {
+            error
+        } else {
+            f64::INFINITY
+        };
+        (x, error)
     }
     /// The x-interval of losses (l1, l2] and its ends' errors: the loss is increasing in x
     /// when adding, decreasing when removing.
@@ -451,11 +493,13 @@ fn convolve(a: &[f64], b: &[f64]) -> (Vec<f64>, f64) {
     ifft.process(&mut fa);
     let scale = 1.0 / size as f64;
     let out = fa[..n].iter().map(|c| (c.re * scale).max(0.0)).collect();
-    // Each entry of an FFT convolution errs by at most 10·u·log₂N·‖a‖₂‖b‖₂ (a generous
-    // constant over the O(u log N) bound of the radix-2 FFT).
-    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let per_entry = 10.0 * f64::EPSILON * (size as f64).log2() * norm(a) * norm(b);
-    (out, per_entry * size as f64)
+    // The ℓ₂ error of an FFT convolution is at most 25·u·log₂N·(‖a‖₁‖b‖₂ + ‖a‖₂‖b‖₁) (three
+    // transforms of about 6.7·u·log₂N each), so its ℓ₁ error at most √N times that.
+    let l2 = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let l1 = |v: &[f64]| v.iter().map(|x| x.abs()).sum::<f64>();
+    let n = size as f64;
+    let error = n.sqrt() * 25.0 * f64::EPSILON * n.log2() * (l1(a) * l2(b) + l2(a) * l1(b));
+    (out, error)
 }
 
 #[cfg(test)]
@@ -495,6 +539,26 @@ mod tests {
             // Connecting the dots is exact at grid points, up to the rounding bound added.
             assert!(p.delta(e) - exact(e) < 1e-9, "ε {e}: {} against {}", p.delta(e), exact(e));
             assert!((p.delta(e) - exact(e)).abs() < 1e-3 * exact(e));
+        }
+    }
+
+    /// Review: losses above 709 overflowed e^m and collapsed onto one grid point (ε ≈ 710 for a
+    /// mechanism whose exact ε is about 5,400).
+    #[test]
+    fn very_large_losses_are_not_cut_at_the_exponentials_range() {
+        // q = 1, σ = 0.01: the loss is N(1/(2σ²), 1/σ²) = N(5000, 100²) when adding.
+        let sigma: f64 = 0.01;
+        let p = Pld::subsampled_gaussian(1.0, sigma, 0.1, Direction::Add, Rounding::Pessimistic).unwrap();
+        let eps = p.epsilon(1e-5).unwrap();
+        // The exact δ(ε), its second term in log space (e^ε overflows here).
+        let exact = |e: f64| {
+            let ln_second = e + crate::numeric::log_normal_cdf(-e * sigma - 0.5 / sigma);
+            normal_cdf(-e * sigma + 0.5 / sigma) - ln_second.exp()
+        };
+        assert!(eps > 5000.0 && exact(eps) <= 1e-5 && exact(eps - 10.0) > 1e-5, "ε {eps}: δ {}", exact(eps));
+        for q in [0.5, 1.0] {
+            let r = Pld::subsampled_gaussian(q, sigma, 0.1, Direction::Remove, Rounding::Pessimistic).unwrap();
+            assert!(r.epsilon(1e-5).unwrap().is_finite(), "q {q}");
         }
     }
 

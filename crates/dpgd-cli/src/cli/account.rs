@@ -254,8 +254,8 @@ pub(crate) struct SgdArgs {
     /// Target ε: print the smallest σ that meets it.
     #[arg(long, value_parser = positive)]
     epsilon: Option<f64>,
-    /// Steps T.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), required_unless_present = "epochs", conflicts_with = "epochs")]
+    /// Steps T (at most 10^12).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000), required_unless_present = "epochs", conflicts_with = "epochs")]
     steps: Option<u64>,
     /// Epochs instead of steps: T = ⌈epochs / q⌉.
     #[arg(long, value_parser = positive)]
@@ -263,8 +263,8 @@ pub(crate) struct SgdArgs {
     /// δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
-    /// The accountant: `rdp`, or `pld` (tighter; prints a lower bound beside ε, the exact ε
-    /// lying between).
+    /// The accountant: `rdp`, or `pld` (tighter; prints a lower estimate beside ε, from a
+    /// dominated pair, to show how tight ε is).
     #[arg(long, value_enum, default_value = "rdp")]
     accountant: SgdAccountant,
     /// The PLD accountant's loss grid interval (finer: tighter and slower).
@@ -588,7 +588,7 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
             acc.compose(&step.repeated(steps))?;
             let (epsilon, lower) = acc.epsilon_bounds(a.delta)?;
             json!({
-                "epsilon": epsilon, "epsilon_lower": lower, "error_bound": epsilon - lower,
+                "epsilon": epsilon, "epsilon_lower_estimate": lower,
                 "accountant": "pld (privacy loss distribution; Koskela et al. 2021, Doroshenko et al. 2022)",
                 "pld_interval": a.pld_interval,
             })
