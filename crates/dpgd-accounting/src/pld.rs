@@ -146,13 +146,15 @@ impl Pld {
                     let numerator = q_lo - p_hi * eb;
                     let numerator = numerator - f64::EPSILON * (q_lo + p_hi * eb);
                     // e^{−l₁} − e^{−l₂} = e^{−l₁}(1 − e^{−(l₂ − l₁)}), without cancellation; the
-                    // grid points' difference is exact (Sterbenz). Its lower bound (`shrink`)
-                    // keeps a below the exact split.
+                    // grid points' difference is exact (Sterbenz). An upper bound on it (and a
+                    // lower bound on the numerator, and the quotient rounded down) keeps a below
+                    // the exact split.
                     let width = at(k + 1) - at(k);
-                    let gap = (-at(k)).exp() * -(-width).exp_m1() * (1.0 - 4.0 * f64::EPSILON);
+                    let gap = (-at(k)).exp() * -(-width).exp_m1() * grow;
                     // Where e^{−l} underflows, nothing is moved down: all of p stays at the top.
                     let normal = eb.is_normal() && gap.is_normal();
-                    let a = if normal && numerator > 0.0 { (numerator / gap * grow).min(p_hi) } else { 0.0 };
+                    let shrink = 1.0 - 2.0 * f64::EPSILON;
+                    let a = if normal && numerator > 0.0 { (numerator / gap * shrink).min(p_hi) } else { 0.0 };
                     pmf[(k - k_lo) as usize] += a;
                     pmf[(k - k_lo + 1) as usize] += p_hi - a;
                 }
