@@ -8,6 +8,11 @@ fn dpgd(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_dpgd")).args(args).output().expect("run dpgd")
 }
 
+/// The words of a command line.
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 fn json(args: &[&str]) -> Value {
     let out = dpgd(args);
     assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -128,19 +133,7 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
     let dpa = json(&[&args[..], &["--orders", "dp-accounting", "--json"]].concat());
     assert_eq!(dpa["orders"].as_array().map(Vec::len), Some(156));
     // Calibration: the σ printed meets the target.
-    let c = json(&[
-        "account",
-        "sgd",
-        "--sample-rate",
-        "0.004",
-        "--epsilon",
-        "1",
-        "--steps",
-        "3750",
-        "--delta",
-        "1e-5",
-        "--json",
-    ]);
+    let c = json(&words("account sgd --sample-rate 0.004 --epsilon 1 --steps 3750 --delta 1e-5 --json"));
     let sigma = c["sigma"].as_f64().unwrap();
     assert!(c["epsilon"].as_f64().unwrap() <= 1.0 && sigma < 1.3 && sigma > 1.0, "{c}");
     // For humans: the answer first. The full-batch calculator names its setting.
@@ -155,23 +148,8 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
     let pld = json(&[&args[..], &["--accountant", "pld", "--json"]].concat());
     let (eps, lower) = (pld["epsilon"].as_f64().unwrap(), pld["epsilon_lower_estimate"].as_f64().unwrap());
     assert!(lower < eps && eps < 0.8345 && eps > 0.8335 && lower > 0.8, "{pld}");
-    assert!(
-        fails(&[
-            "account",
-            "sgd",
-            "--sample-rate",
-            "0.004",
-            "--epsilon",
-            "1",
-            "--steps",
-            "10",
-            "--delta",
-            "1e-5",
-            "--accountant",
-            "pld"
-        ])
-        .contains("rdp")
-    );
+    let e = fails(&words("account sgd --sample-rate 0.004 --epsilon 1 --steps 10 --delta 1e-5 --accountant pld"));
+    assert!(e.contains("rdp"), "{e}");
     for (bad, want) in [
         (vec!["--sample-rate", "0"], "--sample-rate"),
         (vec!["--orders", "1,2"], "--orders"),
