@@ -89,7 +89,7 @@ impl Normalize {
     }
 
     /// Checks it against data with `channels` channels: every mean finite, every std finite
-    /// and > 0, and a per-channel list exactly one value per channel.
+    /// and at least [`MIN_STD`], and a per-channel list exactly one value per channel.
     ///
     /// # Errors
     /// [`Error::Config`] naming `data.normalize.mean` or `data.normalize.std` and the fix.
