@@ -203,6 +203,23 @@ impl RdpAccountant {
             }
         }
     }
+    /// The accountant of `count` repetitions of everything composed so far (each order's RDP
+    /// times `count`, rounded up) — e.g. the first t steps of a run from the RDP of one step.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `rdp epsilon` if the product overflows.
+    pub fn repeated(&self, count: u64) -> Result<Self> {
+        let n = u64_up(count);
+        let rdp: Vec<f64> = self.rdp.iter().map(|&r| if r == 0.0 { 0.0 } else { mul_up(r, n) }).collect();
+        if let Some(bad) = rdp.iter().find(|r| !r.is_finite()) {
+            return Err(AccountingError::InvalidParameter {
+                name: "rdp epsilon",
+                value: *bad,
+                expected: "the composition overflowed: the guarantee would be vacuous",
+            });
+        }
+        Ok(Self { orders: self.orders.clone(), rdp, conversion: self.conversion })
+    }
     /// The ε at `delta` and the order that gives it.
     ///
     /// # Errors

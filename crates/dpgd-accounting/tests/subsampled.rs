@@ -99,3 +99,22 @@ fn the_classic_conversion_is_looser_than_cks_and_both_bound_the_same_curve() {
     assert!(cks < classic && classic < 1.5 * cks, "cks {cks}, classic {classic}");
     assert!(RdpAccountant::new(opacus_orders(), Conversion::GaussianExact).is_err());
 }
+
+#[test]
+fn an_accountant_repeated_t_times_is_the_t_fold_composition() {
+    let step = DpEvent::poisson_sampled(0.004, DpEvent::gaussian(1.3));
+    let mut one = RdpAccountant::new(opacus_orders(), Conversion::Cks).unwrap();
+    one.compose(&step).unwrap();
+    for t in [1u64, 7, 3750] {
+        let mut whole = RdpAccountant::new(opacus_orders(), Conversion::Cks).unwrap();
+        whole.compose(&step.clone().repeated(t)).unwrap();
+        let by_repeat = one.repeated(t).unwrap();
+        assert_eq!(by_repeat.rdp(), whole.rdp(), "t = {t}");
+        assert_eq!(by_repeat.epsilon(1e-5).unwrap(), whole.epsilon(1e-5).unwrap());
+    }
+    assert_eq!(one.repeated(0).unwrap().epsilon(1e-5).unwrap(), 0.0);
+    // An overflowing repetition is refused, not infinite.
+    let mut big = RdpAccountant::new(vec![2.0], Conversion::Cks).unwrap();
+    big.compose(&DpEvent::gaussian(1e-150)).unwrap();
+    assert!(big.repeated(u64::MAX).is_err());
+}

@@ -65,6 +65,12 @@ impl Stream {
     pub fn update(step: usize) -> Self {
         Stream(step as u64)
     }
+    /// The stream of step `step`'s Poisson sample (DP-SGD): counting down from 2⁶²,
+    /// below the release streams and far above any update stream.
+    #[must_use]
+    pub fn sample(step: usize) -> Self {
+        Stream((1u64 << 62) - step as u64)
+    }
     /// The stream of a release made after step `step`, for a mechanism whose streams count
     /// down from `base` (far above any step number).
     #[must_use]

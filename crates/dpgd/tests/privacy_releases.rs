@@ -169,7 +169,7 @@ fn the_neighbouring_relation_is_stated_and_replace_one_calibrates_for_sensitivit
     assert!(a.guarantee.contains("2 sqrt(B_norm)/(sigma C)"), "{}", a.guarantee);
     assert!(a.rests_on["sensitivity"].starts_with("2C per step"), "{:?}", a.rests_on);
     // Counts keep sensitivity 1: their charge is 1/(2 s²) per release under both relations.
-    let per = a.session.charged_rho["active-count"] / 3.0;
+    let per = a.session.as_ref().unwrap().charged_rho["active-count"] / 3.0;
     assert!((per - 0.5 / (100.0f64 * 100.0)).abs() < 1e-12, "{per}");
 }
 

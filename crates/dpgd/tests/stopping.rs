@@ -70,9 +70,9 @@ fn the_stopping_rule_is_accounted_and_returns_the_best_released_model() {
     assert_eq!(p.releases.len(), 1);
     assert_eq!(p.releases[0].mechanism.name(), "train-accuracy");
     assert_eq!(p.releases[0].scheduled, 5);
-    let charged = &p.session.charged_rho;
+    let charged = &p.session.as_ref().unwrap().charged_rho;
     assert!((charged["train-accuracy"] - 5.0 / 800.0).abs() < 1e-15);
-    assert!((charged["training"] + 5.0 / 800.0 - p.rho).abs() < 1e-12);
+    assert!((charged["training"] + 5.0 / 800.0 - p.rho.unwrap()).abs() < 1e-12);
     let eps = p.epsilon.unwrap();
     assert!(eps <= 4.0 + 1e-9 && eps > 4.0 - 1e-6, "the budget is used: {eps}");
     // σ pays for the queries: larger than without them.

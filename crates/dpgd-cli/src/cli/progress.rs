@@ -119,11 +119,7 @@ impl Observer for RunProgress {
     fn started(&mut self, info: &StartInfo) {
         self.first_step = info.resumed_after;
         self.started = Instant::now();
-        let what = match info.method {
-            dpgd::train::Method::Plain => "plain private GD",
-            dpgd::train::Method::Filtered => "private GD with individual filtering",
-            dpgd::train::Method::NonPrivate => "NON-PRIVATE GD",
-        };
+        let what = info.method.describe();
         self.bar.set_length(info.max_steps as u64);
         self.bar.set_position(info.resumed_after as u64);
         if self.mode == Mode::Quiet {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::releases::{ReleaseKind, ScheduledRelease};
+use super::sgd::SgdAccounting;
 use crate::accounting::{
     AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, Neighbours, ToApproxDp, positive, probability,
 };
@@ -28,8 +29,25 @@ pub enum Method {
     ///
     /// [FZ21]: https://arxiv.org/abs/2008.11193
     Filtered,
+    /// DP-SGD ([`super::sgd`]): `privacy.worst_case_steps` steps, each on a Poisson sample of
+    /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
+    /// accounted by Rényi DP of the subsampled Gaussian.
+    Sgd,
     /// No clipping and no noise. NOT PRIVATE: for reference only.
     NonPrivate,
+}
+
+impl Method {
+    /// The method in words, for run output.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Method::Plain => "plain private GD",
+            Method::Filtered => "private GD with individual filtering",
+            Method::Sgd => "DP-SGD (Poisson sampling)",
+            Method::NonPrivate => "NON-PRIVATE GD",
+        }
+    }
 }
 
 /// How the per-step number of active examples is released.
@@ -149,8 +167,12 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacyConfig {
-    /// `plain`, `filtered` or `non-private`.
+    /// `plain`, `filtered`, `sgd` or `non-private`.
     pub method: Method,
+    /// DP-SGD's Poisson sampling rate q (each step includes each example with probability q);
+    /// `sgd` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_rate: Option<f64>,
     /// Target ε (calibrates σ); give this or `sigma`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epsilon: Option<f64>,
@@ -161,7 +183,8 @@ pub struct PrivacyConfig {
     pub sigma: Option<f64>,
     /// Clip value C.
     pub clip: f64,
-    /// k, the worst-case number of steps: B_norm = k·C² (plain GD runs exactly k steps).
+    /// k, the worst-case number of steps: B_norm = k·C² (plain GD runs exactly k steps; DP-SGD
+    /// runs exactly k steps, each of which may include any example).
     /// Called `steps` before; the old name is still read (see [`RENAMED`]).
     pub worst_case_steps: usize,
     /// Conversion used to calibrate and report ε.
@@ -431,6 +454,10 @@ impl TrainConfig {
         // Defaults that depend on other fields are written out, so that a run's recorded config
         // says what it did.
         config.stopping.rule = Some(config.stop_rule());
+        let conversion_given = table.get("privacy").and_then(|p| p.get("conversion")).is_some();
+        if config.privacy.method == Method::Sgd && !conversion_given {
+            config.privacy.conversion = Conversion::Cks; // an RDP curve has no exact GDP curve
+        }
         Ok(config)
     }
 
@@ -536,11 +563,11 @@ impl TrainConfig {
         let k = self.privacy.worst_case_steps;
         let m = match (self.privacy.method, self.train.max_steps) {
             (_, Some(0)) => return Err(Error::config("train.max_steps", "must be >= 1")),
-            (Method::Plain, Some(m)) if m != k => {
+            (Method::Plain | Method::Sgd, Some(m)) if m != k => {
                 return Err(Error::config(
                     "train.max_steps",
-                    "plain private GD runs exactly privacy.worst_case_steps steps; remove max_steps or use \
-                     method = \"filtered\"",
+                    "plain private GD and DP-SGD run exactly privacy.worst_case_steps steps; remove max_steps (or \
+                     use method = \"filtered\")",
                 ));
             }
             (Method::Filtered, Some(m)) if m < k => {
@@ -626,6 +653,15 @@ impl TrainConfig {
                 crate::accounting::sampling::DiscreteGaussian::new(r.sigma).map_err(|e| field(f, e))?;
             }
         }
+        if p.method == Method::Sgd {
+            return self.sgd_plan(releases);
+        }
+        if let Some(q) = p.sample_rate {
+            return Err(Error::config(
+                "privacy.sample_rate",
+                format!("{q}: only method = \"sgd\" samples; remove sample_rate or use method = \"sgd\""),
+            ));
+        }
         let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;
         plan = plan.with_neighbours(p.neighbours);
         for r in releases {
@@ -662,7 +698,65 @@ impl TrainConfig {
         crate::accounting::PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)
             .map_err(|e| attribute(e.into(), "privacy.clip"))?;
         let guarantee = plan.guarantee(sigma)?;
-        Ok(PrivacyPlan { sigma, plan, guarantee })
+        Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Gd { guarantee } })
+    }
+
+    /// σ and the accounting of DP-SGD ([`super::sgd`]), after refusing what it does not
+    /// account for.
+    fn sgd_plan(&self, releases: &[ScheduledRelease]) -> Result<PrivacyPlan> {
+        let p = &self.privacy;
+        let Some(q) = p.sample_rate else {
+            return Err(Error::config(
+                "privacy.sample_rate",
+                "method = \"sgd\" needs the Poisson sampling rate, e.g. sample_rate = 0.004 (240 of 60,000 \
+                 examples per step on average)",
+            ));
+        };
+        if !(q > 0.0 && q <= 1.0) {
+            return Err(Error::config("privacy.sample_rate", format!("{q} must be in (0, 1]")));
+        }
+        let refuse = |f: &str, why: &str| Err(Error::config(f, why.to_string()));
+        if p.neighbours != Neighbours::ZeroOut {
+            return refuse(
+                "privacy.neighbours",
+                "DP-SGD is accounted under zero-out neighbours (the add-or-remove-one analysis of Poisson sampling, \
+                 with n public); remove neighbours",
+            );
+        }
+        if p.noise != NoiseSampler::Gaussian {
+            return refuse(
+                "privacy.noise",
+                "the subsampled discrete Gaussian has no accountant here; use noise = \"gaussian\" with method = \"sgd\"",
+            );
+        }
+        if p.conversion == Conversion::GaussianExact {
+            return refuse(
+                "privacy.conversion",
+                "DP-SGD is accounted in Renyi DP, which has no exact GDP curve: use conversion = \"cks\" (the \
+                 default for sgd) or \"bun-steinke\"",
+            );
+        }
+        if !releases.is_empty() {
+            return refuse(
+                "release.active_count",
+                "a DP-SGD run releases only its model: remove the noisy active count (every example stays active)",
+            );
+        }
+        let steps = p.worst_case_steps;
+        let sigma = match (p.epsilon, p.sigma) {
+            (Some(_), Some(_)) => {
+                return refuse("privacy.sigma", "give either privacy.epsilon or privacy.sigma, not both");
+            }
+            (None, None) => return refuse("privacy.epsilon", "give a target privacy.epsilon (or privacy.sigma)"),
+            (None, Some(s)) => positive("sigma", s).map_err(|e| field("privacy.sigma", e))?,
+            (Some(eps), None) => {
+                positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
+                SgdAccounting::calibrate(q, steps, (eps, p.delta), p.conversion)
+                    .map_err(|e| field("privacy.epsilon", e))?
+            }
+        };
+        let sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
+        Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Sgd(sgd) })
     }
 
     /// The model checked before the data are read: for MNIST-shaped examples and
@@ -724,12 +818,20 @@ fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
     Error::config(field, e.reason.clone())
 }
 
-/// What the guarantee rests on: σ, and the plan (training plus releases) it was calibrated for.
+/// What the guarantee rests on: σ, and the method's accounting of the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrivacyPlan {
     sigma: f64,
-    plan: GdPlan,
-    guarantee: GaussianDp,
+    accounting: MethodAccounting,
+}
+
+/// How a private method's run is accounted.
+#[derive(Debug, Clone, PartialEq)]
+enum MethodAccounting {
+    /// Full-batch GD (plain or filtered) and its releases: one Gaussian-DP guarantee.
+    Gd { guarantee: GaussianDp },
+    /// DP-SGD: Rényi DP of the subsampled Gaussian.
+    Sgd(SgdAccounting),
 }
 
 /// A checked configuration: the only thing the trainer accepts. Read-only.
@@ -767,12 +869,26 @@ impl ValidConfig {
     /// non-private runs). Its ε under `privacy.conversion` is the run's ε.
     #[must_use]
     pub fn guarantee(&self) -> Option<GaussianDp> {
-        self.privacy.as_ref().map(|p| p.guarantee)
+        match self.privacy.as_ref()?.accounting {
+            MethodAccounting::Gd { guarantee } => Some(guarantee),
+            MethodAccounting::Sgd(_) => None,
+        }
+    }
+    /// The accounting of a DP-SGD run (None for other methods).
+    #[must_use]
+    pub fn sgd(&self) -> Option<&SgdAccounting> {
+        match &self.privacy.as_ref()?.accounting {
+            MethodAccounting::Sgd(s) => Some(s),
+            MethodAccounting::Gd { .. } => None,
+        }
     }
     /// The ε of the whole run under `privacy.conversion` (None for non-private runs).
     #[must_use]
     pub fn epsilon(&self) -> Option<f64> {
         let p = &self.config.privacy;
+        if let Some(sgd) = self.sgd() {
+            return sgd.epsilon_through(self.max_steps, p.delta).ok().map(|(e, _)| e);
+        }
         let g = self.guarantee()?;
         match p.noise {
             // The discrete Gaussian is accounted through zCDP only.
@@ -842,6 +958,9 @@ impl ValidConfig {
     pub fn epsilon_through(&self, step: usize) -> Option<f64> {
         let p = &self.config.privacy;
         self.privacy.as_ref()?;
+        if let Some(sgd) = self.sgd() {
+            return sgd.epsilon_through(step, p.delta).ok().map(|(e, _)| e);
+        }
         let mut plan = GdPlan::new(step.clamp(1, p.worst_case_steps) as f64).ok()?.with_neighbours(p.neighbours);
         for r in &self.releases {
             if r.count_through(step) > 0 {

@@ -9,6 +9,7 @@ pub mod outputs;
 mod plot;
 pub mod privacy;
 pub mod releases;
+pub mod sgd;
 pub mod state;
 pub mod step;
 pub mod stopping;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{ActiveRelease, Method, ValidConfig};
 use super::releases::{ReleaseKind, ScheduledRelease};
+use super::sgd::SgdAccounting;
 use crate::accounting::filter::ZcdpFilter;
 use crate::accounting::sampling::DiscreteGaussian;
 use crate::accounting::session::{Mechanism, PrivacySession};
@@ -217,8 +218,9 @@ pub struct Accounting {
     pub epsilon_by_conversion: BTreeMap<String, Option<f64>>,
     /// The target ε σ was calibrated for, if given.
     pub target_epsilon: Option<f64>,
-    /// The whole run's zCDP ρ (training plus releases), rounded up.
-    pub rho: f64,
+    /// The whole run's zCDP ρ (training plus releases), rounded up (full-batch GD; None for
+    /// DP-SGD, accounted in Rényi DP).
+    pub rho: Option<f64>,
     /// The whole run's Gaussian-DP μ (the continuous Gaussian only).
     pub mu: Option<f64>,
     /// What the guarantee rests on, with citations, in one paragraph.
@@ -229,10 +231,30 @@ pub struct Accounting {
     pub rests_on: BTreeMap<String, String>,
     /// The training mechanism.
     pub training: TrainingReport,
+    /// DP-SGD's sampling and Rényi accounting (absent for full-batch GD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingReport>,
     /// Every scheduled release.
     pub releases: Vec<ReleaseReport>,
-    /// The session's filter.
-    pub session: SessionReport,
+    /// The session's filter (full-batch GD; None for DP-SGD, which releases only its model).
+    pub session: Option<SessionReport>,
+}
+
+/// DP-SGD's sampling and the Rényi accounting of its steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingReport {
+    /// Poisson sampling rate q.
+    pub rate: f64,
+    /// The divisor of each noisy sum: q·n.
+    pub expected_batch_size: f64,
+    /// Steps T.
+    pub steps: usize,
+    /// The Rényi order at which `epsilon` is attained.
+    pub rdp_order: f64,
+    /// The orders searched.
+    pub orders: String,
+    /// How the sample is drawn.
+    pub how: String,
 }
 
 /// The training mechanism's parameters.
@@ -244,14 +266,14 @@ pub struct TrainingReport {
     pub clip: f64,
     /// Noise std σC (for replace-one the sum's sensitivity is 2C).
     pub noise_std: f64,
-    /// Per-example budget B_norm = k·C².
-    pub b_norm: f64,
+    /// Per-example budget B_norm = k·C² (None for DP-SGD, which clips to C alone).
+    pub b_norm: Option<f64>,
     /// k.
     pub worst_case_steps: usize,
     /// Steps the run may take.
     pub max_steps: usize,
-    /// The training mechanism's ρ.
-    pub rho: f64,
+    /// The training mechanism's ρ (None for DP-SGD).
+    pub rho: Option<f64>,
     /// ε of the first k steps alone (plain private GD with this σ releases only those).
     pub epsilon_of_first_k_steps_alone: Option<f64>,
 }
@@ -328,12 +350,20 @@ pub fn summary(cfg: &ValidConfig) -> String {
     if !why.is_empty() {
         return format!("NOT PRIVATE: {}", why.join("; "));
     }
+    let via = if cfg.sgd().is_some() {
+        format!("Renyi DP of the subsampled Gaussian and {}", p.conversion)
+    } else {
+        p.conversion.to_string()
+    };
+    let neighbours = if cfg.sgd().is_some() {
+        format!("{} (for Poisson sampling, the add-or-remove-one analysis)", p.neighbours)
+    } else {
+        p.neighbours.to_string()
+    };
     format!(
-        "({}, {})-DP via {} under {} neighbours",
+        "({}, {})-DP via {via} under {neighbours} neighbours",
         cfg.epsilon().map_or("?".into(), significant),
         if p.delta < 1e-3 { format!("{:e}", p.delta) } else { p.delta.to_string() },
-        p.conversion,
-        p.neighbours
     )
 }
 
@@ -352,8 +382,9 @@ pub fn report(
     let p = &c.privacy;
     let why = cfg.non_private_reasons();
     let seed = cfg.noise_seed();
-    let accounting = match (cfg.guarantee(), session) {
-        (Some(g), Some(s)) => Some(accounting(cfg, g, s, steps_run)?),
+    let accounting = match (cfg.guarantee(), session, cfg.sgd()) {
+        (Some(g), Some(s), _) => Some(accounting(cfg, g, s, steps_run)?),
+        (None, _, Some(sgd)) => Some(sgd_accounting(cfg, sgd, examples)?),
         _ => None,
     };
     let private = why.is_empty() && accounting.is_some();
@@ -376,7 +407,7 @@ pub fn report(
         accounting,
         ledger: LedgerReport {
             examples,
-            budget_per_example: cfg.is_private_method().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
+            budget_per_example: cfg.guarantee().is_some().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
             unit: "squared norm of the clipped per-example gradient".into(),
         },
         on_nonfinite: p.on_nonfinite,
@@ -511,7 +542,7 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
         epsilon: cfg.epsilon(),
         epsilon_by_conversion: by_conversion,
         target_epsilon: p.epsilon,
-        rho: g.to_zcdp().rho(),
+        rho: Some(g.to_zcdp().rho()),
         mu: gaussian.then_some(g.mu()),
         guarantee: guarantee_text(gaussian, sensitivity, p.conversion),
         rests_on: rests_on(cfg, gaussian, sensitivity),
@@ -519,20 +550,98 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
             sigma: run.sigma(),
             clip: p.clip,
             noise_std: run.sigma() * p.clip,
-            b_norm: run.b_norm(),
+            b_norm: Some(run.b_norm()),
             worst_case_steps: p.worst_case_steps,
             max_steps: cfg.max_steps(),
-            rho: run.zcdp().rho(),
+            rho: Some(run.zcdp().rho()),
             epsilon_of_first_k_steps_alone: first_k,
         },
+        sampling: None,
         releases,
-        session: SessionReport {
+        session: Some(SessionReport {
             accountant: "zCDP filter (Feldman & Zrnic 2021, Remark 4.4) over a concurrent session (Haney et al. 2023)"
                 .into(),
             budget_rho: session.budget(),
             charged_rho: session.charged_by_mechanism(),
             note: "the guarantee is the budget: a data-dependent early stop does not lower it".into(),
+        }),
+    })
+}
+
+/// The accounting of a DP-SGD run ([`super::sgd`]) on `examples` training examples.
+fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Accounting> {
+    let p = &cfg.config().privacy;
+    let steps = cfg.max_steps();
+    let (q, sigma) = (sgd.sample_rate(), sgd.sigma());
+    let (epsilon, order) = sgd.epsilon_through(steps, p.delta)?;
+    let by_conversion = Conversion::ALL
+        .into_iter()
+        .map(|m| {
+            let eps = SgdAccounting::new(q, sigma, steps, m).and_then(|a| a.epsilon_through(steps, p.delta)).ok();
+            (m.name().to_string(), eps.map(|e| e.0))
+        })
+        .collect();
+    let mut rests_on = BTreeMap::new();
+    rests_on.insert(
+        "sensitivity".into(),
+        "C per step in the arithmetic the computer does: each sampled example's clipped row is rounded onto an \
+         integer grid and summed exactly, so a neighbour moves the sum by exactly its own rounded row, of norm at \
+         most C — given that the engine computes an example's gradient from that example and theta alone at its \
+         fixed micro-batch size (tested); under zero-out neighbours, n public"
+            .to_string(),
+    );
+    rests_on.insert(
+        "epsilon".into(),
+        format!(
+            "the Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019: exact at integer orders, \
+             a series with its remainder bounded at fractional ones), times {steps} steps (Mironov 2017, Prop. 1), \
+             through the {} conversion, minimised over the orders; every value rounded up",
+            p.conversion
+        ),
+    );
+    rests_on.insert(
+        "sampling".into(),
+        "each example is included with probability floor(q 2^64)/2^64 <= q, independently, from the run's \
+         ChaCha20 stream; the subsampled Gaussian's Renyi divergence is nondecreasing in the rate, so accounting \
+         at q covers it"
+            .into(),
+    );
+    Ok(Accounting {
+        epsilon: Some(epsilon),
+        epsilon_by_conversion: by_conversion,
+        target_epsilon: p.epsilon,
+        rho: None,
+        mu: None,
+        guarantee: format!(
+            "the run's {steps} steps are DP-SGD (Abadi et al. 2016): each includes every example independently with \
+             probability {q} (Poisson sampling), clips each included gradient to C and adds N(0, sigma^2 C^2) to \
+             their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the null \
+             example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one pair \
+             of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to (epsilon, \
+             delta) by {}: the epsilon Opacus prints for the same q, sigma and steps",
+            p.conversion
+        ),
+        rests_on,
+        training: TrainingReport {
+            sigma,
+            clip: p.clip,
+            noise_std: sigma * p.clip,
+            b_norm: None,
+            worst_case_steps: steps,
+            max_steps: steps,
+            rho: None,
+            epsilon_of_first_k_steps_alone: Some(epsilon),
         },
+        sampling: Some(SamplingReport {
+            rate: q,
+            expected_batch_size: super::sgd::expected_batch(q, examples),
+            steps,
+            rdp_order: order,
+            orders: "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into(),
+            how: "Poisson: each example independently, from the run's CSPRNG on a stream of its own per step".into(),
+        }),
+        releases: Vec::new(),
+        session: None,
     })
 }
 

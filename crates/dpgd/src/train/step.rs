@@ -223,8 +223,25 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         ledger: &mut IndividualFilter,
         step: usize,
     ) -> Result<(ClippedSum, SumStats)> {
+        self.gradient_sum_of(theta, ledger, step, None)
+    }
+
+    /// As [`gradient_sum`](Self::gradient_sum), over the examples `sample` includes (all when
+    /// `None`): a DP-SGD step's Poisson sample. The included examples are split into the fixed
+    /// number of blocks by their own count, so a step's work and memory follow the sample's
+    /// size, not n.
+    ///
+    /// # Errors
+    /// As [`gradient_sum`](Self::gradient_sum); a sample that is not one flag per example.
+    pub fn gradient_sum_of(
+        &self,
+        theta: &[f32],
+        ledger: &mut IndividualFilter,
+        step: usize,
+        sample: Option<&[bool]>,
+    ) -> Result<(ClippedSum, SumStats)> {
         let n = self.data.len();
-        if ledger.len() != n || theta.len() != self.net.num_params() {
+        if ledger.len() != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
             return Err(Error::State(format!(
                 "the ledger has {} entries and θ {} values for {n} examples and {} parameters",
                 ledger.len(),
@@ -245,7 +262,11 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
-        let block = n.div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
+        let mut slots: Vec<(usize, LedgerSlot<'_>)> = match sample {
+            None => ledger.slots_mut(0..n).enumerate().collect(),
+            Some(m) => ledger.slots_mut(0..n).enumerate().filter(|(i, _)| m[*i]).collect(),
+        };
+        let block = slots.len().div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
         let gamma = match self.aggregation {
             Aggregation::Clip { grid, .. } => Some(grid.gamma()),
             Aggregation::UnclippedNonPrivate => None,
@@ -260,11 +281,9 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
             s.grid.clear();
             s.grid.resize(grid_len, 0);
         }
-        let partials: Vec<Partial> = ledger
-            .slots_mut(0..n)
-            .chunks(block)
-            .enumerate()
-            .map(|(bi, mut slots)| {
+        let partials: Vec<Partial> = slots
+            .par_chunks_mut(block)
+            .map(|slots| {
                 let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
                 let mut own = taken.unwrap_or_else(|| {
                     let mut fresh = Scratch::new(&self.net, self.chunk);
@@ -283,9 +302,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 let unclipped = gamma.is_none();
                 let mut active: Vec<(usize, &mut LedgerSlot<'_>)> = slots
                     .iter_mut()
-                    .enumerate()
                     .filter(|(_, slot)| unclipped || slot.remaining() > 0.0)
-                    .map(|(k, slot)| (bi * block + k, slot))
+                    .map(|(i, slot)| (*i, slot))
                     .collect();
                 for batch in active.chunks_mut(self.chunk) {
                     self.micro_batch(theta, batch, s);
@@ -403,7 +421,8 @@ pub fn add_noise(
     })
 }
 
-/// θ ← θ − η (sum + noise) / n, the noise as in [`add_noise`].
+/// θ ← θ − η (sum + noise) / `divisor` (n for full-batch GD, the expected batch size q·n for
+/// DP-SGD), the noise as in [`add_noise`].
 ///
 /// # Errors
 /// As [`add_noise`].
@@ -412,11 +431,11 @@ pub fn apply_update(
     sum: ClippedSum,
     (sampler, noise_std): (NoiseSampler, f64),
     lr: f64,
-    n: usize,
+    divisor: f64,
     rng: &mut rand_chacha::ChaCha20Rng,
 ) -> Result<()> {
     let noisy = add_noise(sum, sampler, noise_std, rng)?;
-    axpy(-lr / n.max(1) as f64, &noisy, theta);
+    axpy(-lr / divisor.max(f64::MIN_POSITIVE), &noisy, theta);
     Ok(())
 }
 

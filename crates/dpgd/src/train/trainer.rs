@@ -40,6 +40,7 @@ use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
 use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
 use super::privacy::{self, PrivacyReport, RunSession};
 use super::releases::ReleaseKind;
+use super::sgd::{expected_batch, poisson_sample};
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
 use super::step::{Aggregation, ClippedSum, GradientPlan, SumStats, apply_update, count_correct};
 use super::stopping::StoppingRule;
@@ -292,7 +293,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
-        let b_norm = if cfg.is_private_method() {
+        // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
+        let b_norm = if cfg.is_private_method() && cfg.sgd().is_none() {
             c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
         } else {
             f64::MAX
@@ -494,13 +496,22 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     pub fn step(&mut self) -> Result<()> {
         let t = self.step + 1;
         let start = Instant::now();
+        let n = self.train.len();
+        // DP-SGD: this step's Poisson sample, and the expected batch size as the divisor.
+        let (sample, divisor) = match self.cfg.sgd() {
+            Some(sgd) => {
+                let mut rng = self.cfg.noise_seed().rng(Stream::sample(t))?;
+                (Some(poisson_sample(n, sgd.sample_rate(), &mut rng)), expected_batch(sgd.sample_rate(), n))
+            }
+            None => (None, n as f64),
+        };
         let (sum, stats): (ClippedSum, SumStats) =
-            self.pool.install(|| self.plan.gradient_sum(&self.theta, &mut self.ledger, t))?;
+            self.pool.install(|| self.plan.gradient_sum_of(&self.theta, &mut self.ledger, t, sample.as_deref()))?;
         let c = self.cfg.config();
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
         let noise = (c.privacy.noise, noise_std);
-        apply_update(&mut self.theta, sum, noise, self.cfg.lr_at(t), self.train.len(), &mut rng)?;
+        apply_update(&mut self.theta, sum, noise, self.cfg.lr_at(t), divisor, &mut rng)?;
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -741,8 +752,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     }
 }
 
+/// The privacy session of a full-batch GD run (DP-SGD releases nothing but its model, and its
+/// guarantee is its accounting's alone).
 fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
-    if cfg.is_private_method() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
+    if cfg.guarantee().is_some() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
 }
 
 /// The model is built for the data's own shape; this refuses an empty split.

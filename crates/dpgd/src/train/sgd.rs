@@ -1,0 +1,166 @@
+//! DP-SGD ([ACGMMTZ16]) as dpgd runs it, and its accounting.
+//!
+//! **The step.** Step t includes every training example independently with probability q
+//! (Poisson sampling, [`poisson_sample`], from the run's CSPRNG on its own stream), clips each
+//! included example's gradient to norm C, sums the clipped rows exactly (on the grid of
+//! [`crate::clip`], as every dpgd sum), adds N(0, σ²C²I) once, and divides by the *expected*
+//! batch size q·n ([`expected_batch`]) — never by the realised one, whose size depends on the
+//! data and is not what the analysis covers. The included examples are processed in
+//! micro-batches of `train.chunk`, so memory does not depend on how many were drawn.
+//!
+//! **Neighbours.** Zero-out: one example replaced by a null example that contributes nothing
+//! (n stays public, so the divisor q·n is a public constant). Under Poisson sampling the null
+//! example changes nothing whether it is drawn or not, so the pair of output distributions is
+//! exactly the add-or-remove-one pair the analysis of [MTZ19] is stated for: the ε printed is
+//! the one Opacus and dp_accounting print for add-or-remove-one neighbours.
+//!
+//! **Accounting** ([`SgdAccounting`]). The T steps are T-fold adaptive composition of the
+//! Poisson-subsampled Gaussian with multiplier σ; its Rényi DP at each order is [MTZ19]'s
+//! (exact at integer orders, a bounded series at fractional ones:
+//! [`crate::accounting::subsampled`]), composed by adding ([Mir17], Prop. 1), converted to
+//! (ε, δ) by CKS ([CKS20], Prop. 12) or the classic conversion, minimised over
+//! [`dp_accounting_orders`]. Every value is rounded up.
+//!
+//! **Sampling as analysed.** An example is included when a uniform 64-bit draw is below
+//! ⌊q·2⁶⁴⌋, so with probability ⌊q·2⁶⁴⌋/2⁶⁴ ≤ q; the subsampled Gaussian's Rényi divergence is
+//! a convex function of the sampling probability that is 0 at 0 (the output is a mixture
+//! linear in q), hence nondecreasing, so accounting at q bounds the rate actually used.
+//!
+//! [ACGMMTZ16]: https://arxiv.org/abs/1607.00133
+//! [MTZ19]: https://arxiv.org/abs/1908.10530
+//! [Mir17]: https://arxiv.org/abs/1702.07476
+//! [CKS20]: https://arxiv.org/abs/2004.00010
+
+use rand::Rng;
+use rand_chacha::ChaCha20Rng;
+
+use crate::accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd_sigma};
+use crate::accounting::subsampled::dp_accounting_orders;
+use crate::accounting::{Conversion, Result};
+
+/// The Rényi DP of a DP-SGD run's steps: one step's RDP at every order, from which the ε of
+/// any prefix of the run follows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SgdAccounting {
+    sample_rate: f64,
+    sigma: f64,
+    steps: usize,
+    one_step: RdpAccountant,
+}
+
+impl SgdAccounting {
+    /// The accounting of `steps` steps of rate `sample_rate` and multiplier `sigma`, converted
+    /// by `conversion` (`cks` or `bun-steinke`).
+    ///
+    /// # Errors
+    /// An invalid rate or σ (named), or `gaussian-exact`, which does not apply to an RDP curve.
+    pub fn new(sample_rate: f64, sigma: f64, steps: usize, conversion: Conversion) -> Result<Self> {
+        let mut one_step = RdpAccountant::new(dp_accounting_orders(), conversion)?;
+        one_step.compose(&step_event(sample_rate, sigma))?;
+        one_step.repeated(steps as u64)?; // the whole run must not overflow
+        Ok(Self { sample_rate, sigma, steps, one_step })
+    }
+
+    /// The smallest σ whose `steps` steps of rate `sample_rate` are (`epsilon`, `delta`)-DP
+    /// ([`calibrate_sgd_sigma`] at [`dp_accounting_orders`]).
+    ///
+    /// # Errors
+    /// As [`calibrate_sgd_sigma`].
+    pub fn calibrate(
+        sample_rate: f64,
+        steps: usize,
+        (epsilon, delta): (f64, f64),
+        conversion: Conversion,
+    ) -> Result<f64> {
+        calibrate_sgd_sigma(sample_rate, steps as u64, (epsilon, delta), &dp_accounting_orders(), conversion)
+    }
+
+    /// The ε at `delta` of the first `step` steps, and the Rényi order that gives it.
+    ///
+    /// # Errors
+    /// An invalid δ.
+    pub fn epsilon_through(&self, step: usize, delta: f64) -> Result<(f64, f64)> {
+        self.one_step.repeated(step.min(self.steps) as u64)?.epsilon_and_order(delta)
+    }
+
+    /// The sampling rate q.
+    #[must_use]
+    pub fn sample_rate(&self) -> f64 {
+        self.sample_rate
+    }
+
+    /// The noise multiplier σ.
+    #[must_use]
+    pub fn sigma(&self) -> f64 {
+        self.sigma
+    }
+
+    /// The whole run's composition as a [`DpEvent`] (for another accountant).
+    #[must_use]
+    pub fn event(&self) -> DpEvent {
+        step_event(self.sample_rate, self.sigma).repeated(self.steps as u64)
+    }
+}
+
+fn step_event(q: f64, sigma: f64) -> DpEvent {
+    DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma))
+}
+
+/// Which of `n` examples step's sample includes: each independently, with probability
+/// ⌊q·2⁶⁴⌋/2⁶⁴ ≤ q (all of them for q ≥ 1), from `rng`.
+#[must_use]
+pub fn poisson_sample(n: usize, q: f64, rng: &mut ChaCha20Rng) -> Vec<bool> {
+    if q >= 1.0 {
+        return vec![true; n];
+    }
+    // q·2⁶⁴ is exact (a power-of-two scaling); `as` truncates toward zero: the floor.
+    let threshold = (q.max(0.0) * 2f64.powi(64)) as u64;
+    (0..n).map(|_| rng.next_u64() < threshold).collect()
+}
+
+/// The divisor of a DP-SGD step's noisy sum: the expected batch size q·n (public under
+/// zero-out neighbours), never the realised one.
+#[must_use]
+pub fn expected_batch(sample_rate: f64, n: usize) -> f64 {
+    sample_rate * n as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::noise::{NoiseSeed, Stream};
+
+    #[test]
+    fn the_sample_includes_each_example_at_the_rate_and_reproduces_per_stream() {
+        let n = 200_000;
+        for q in [0.004, 0.1, 0.5] {
+            let mask = poisson_sample(n, q, &mut NoiseSeed::Fixed(3).rng(Stream::sample(1)).unwrap());
+            let k = mask.iter().filter(|&&b| b).count() as f64;
+            let sd = (n as f64 * q * (1.0 - q)).sqrt();
+            assert!((k - n as f64 * q).abs() < 5.0 * sd, "q {q}: {k} of {n}");
+        }
+        let draw = |s| poisson_sample(1000, 0.3, &mut NoiseSeed::Fixed(3).rng(s).unwrap());
+        assert_eq!(draw(Stream::sample(2)), draw(Stream::sample(2)));
+        assert_ne!(draw(Stream::sample(2)), draw(Stream::sample(3)));
+        assert!(poisson_sample(10, 1.0, &mut NoiseSeed::Os.rng(Stream::sample(1)).unwrap()).iter().all(|&b| b));
+        assert!(poisson_sample(10, 0.0, &mut NoiseSeed::Os.rng(Stream::sample(1)).unwrap()).iter().all(|&b| !b));
+    }
+
+    #[test]
+    fn the_run_epsilon_is_the_t_step_composition_and_grows_with_the_prefix() {
+        // Opacus's MNIST recipe: q = 240/60000, σ = 1.3, 15 epochs.
+        let acc = SgdAccounting::new(0.004, 1.3, 3750, Conversion::Cks).unwrap();
+        let (eps, _) = acc.epsilon_through(3750, 1e-5).unwrap();
+        assert!((0.90..0.93).contains(&eps), "{eps}");
+        let mut rdp = RdpAccountant::new(dp_accounting_orders(), Conversion::Cks).unwrap();
+        rdp.compose(&acc.event()).unwrap();
+        assert_eq!(rdp.epsilon(1e-5).unwrap(), eps);
+        let early = acc.epsilon_through(100, 1e-5).unwrap().0;
+        assert!(early < eps && early > 0.0);
+        assert_eq!(acc.epsilon_through(10_000, 1e-5).unwrap().0, eps, "capped at the run's steps");
+        let sigma = SgdAccounting::calibrate(0.004, 3750, (1.0, 1e-5), Conversion::Cks).unwrap();
+        let at = SgdAccounting::new(0.004, sigma, 3750, Conversion::Cks).unwrap();
+        assert!(at.epsilon_through(3750, 1e-5).unwrap().0 <= 1.0);
+        assert!(SgdAccounting::new(0.004, 1.3, 3750, Conversion::GaussianExact).is_err());
+    }
+}
