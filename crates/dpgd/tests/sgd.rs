@@ -93,6 +93,7 @@ fn an_os_seeded_run_is_private_with_the_rdp_epsilon_of_its_steps() {
     assert!(p.summary.contains("add-or-remove-one"), "{}", p.summary);
     assert_eq!(p.ledger.budget_per_example, None);
     assert!(a.rho.is_none() && a.session.is_none() && a.releases.is_empty());
+    assert!(!dpgd::train::RunFolder::new(dir.path()).budget().exists(), "no per-example budgets to report");
     // A fixed seed is not private, and the file says so.
     let seeded = tempfile::tempdir().unwrap();
     let p = train(&sgd("epsilon = 2.0", "seed = 1"), seeded.path(), None).privacy.unwrap();

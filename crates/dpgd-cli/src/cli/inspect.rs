@@ -30,6 +30,14 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     if !cfg.is_private_method() {
         bail!("{}: method = non-private keeps no privacy ledger", a.run.display());
     }
+    if !cfg.has_budgets() {
+        bail!(
+            "{}: {} has no per-example budgets (every example is clipped to C and the run's epsilon holds \
+             for each alone); inspect reports the ledgers of plain and filtered GD runs",
+            a.run.display(),
+            cfg.method().describe()
+        );
+    }
     // The parameter count the run recorded (its model is resolved for its data's shape).
     let params = match dpgd::train::state::peek_meta(&folder.state()) {
         Some(meta) => meta.identity.params,

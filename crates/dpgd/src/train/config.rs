@@ -874,6 +874,12 @@ impl ValidConfig {
             MethodAccounting::Sgd(_) => None,
         }
     }
+    /// Whether every example has a budget B_norm = k·C² in a ledger that stops it (private
+    /// full-batch GD; DP-SGD clips to C alone and accounts the run as a whole).
+    #[must_use]
+    pub fn has_budgets(&self) -> bool {
+        self.guarantee().is_some()
+    }
     /// The accounting of a DP-SGD run (None for other methods).
     #[must_use]
     pub fn sgd(&self) -> Option<&SgdAccounting> {

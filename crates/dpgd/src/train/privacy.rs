@@ -407,7 +407,7 @@ pub fn report(
         accounting,
         ledger: LedgerReport {
             examples,
-            budget_per_example: cfg.guarantee().is_some().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
+            budget_per_example: cfg.has_budgets().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
             unit: "squared norm of the clipped per-example gradient".into(),
         },
         on_nonfinite: p.on_nonfinite,

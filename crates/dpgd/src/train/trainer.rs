@@ -294,7 +294,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
         // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
-        let b_norm = if cfg.is_private_method() && cfg.sgd().is_none() {
+        let b_norm = if cfg.has_budgets() {
             c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
         } else {
             f64::MAX
@@ -728,8 +728,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         Ok(Trained { summary, params: model, engine: self.plan.into_net() })
     }
 
-    /// The operator's files: `diagnostics.json` (exact values) and, for a private run, the
-    /// per-example budget report.
+    /// The operator's files: `diagnostics.json` (exact values) and, for a run with per-example
+    /// budgets, the budget report.
     fn write_confidential(&self) -> Result<()> {
         let diagnostics = Diagnostics {
             notice: "CONFIDENTIAL to the operator: exact values on the training data; do not publish".into(),
@@ -739,7 +739,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             examples: self.train.len(),
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
-        if self.cfg.is_private_method() {
+        if self.cfg.has_budgets() {
             let b = super::budget::summarise(
                 self.ledger.spent_all(),
                 self.ledger.budget(),
@@ -755,7 +755,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
 /// The privacy session of a full-batch GD run (DP-SGD releases nothing but its model, and its
 /// guarantee is its accounting's alone).
 fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
-    if cfg.guarantee().is_some() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
+    if cfg.has_budgets() { RunSession::open(cfg, released_through).map(Some) } else { Ok(None) }
 }
 
 /// The model is built for the data's own shape; this refuses an empty split.
