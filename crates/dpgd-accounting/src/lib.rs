@@ -280,6 +280,7 @@
 pub mod audit;
 mod calibrate;
 pub mod convert;
+pub mod decimal;
 mod error;
 pub mod event;
 pub mod filter;

@@ -404,6 +404,21 @@ mod tests {
         assert!(o.bound().is_some());
     }
 
+    /// Issue 34: 10,000 rounds of 0.01 have intrinsic time Σε₀² = 1 exactly; summed in floats
+    /// upwards it was 1.0000000000000002, past the case boundary of the Rogers odometer, whose
+    /// bound jumped from 9.19 to 19.56.
+    #[test]
+    fn rogers_odometer_at_the_case_boundary_uses_the_exact_sum() {
+        let r = RogersOdometer::new(60_000, 1e-5, 0.0).unwrap();
+        let tenth_of_tenth: crate::decimal::Decimal = "0.01".parse().unwrap();
+        let exact = DpSums::default().repeated_typed(tenth_of_tenth, crate::decimal::Decimal::ZERO, 10_000).unwrap();
+        assert_eq!(exact.eps2, 1.0);
+        let floats = DpSums::default().repeated(ApproxDp::pure(0.01).unwrap(), 10_000);
+        assert!(floats.eps2 > 1.0);
+        let (b_exact, b_floats) = (r.bound(&exact).unwrap(), r.bound(&floats).unwrap());
+        assert!(b_exact < 10.0 && b_floats > 19.0, "{b_exact} {b_floats}");
+    }
+
     #[test]
     fn new_odometers_beat_rogers_on_the_papers_setting() {
         // 000 Fig. 1b: ε₀ = 0.01 rounds, δ = 1e-6, n = 10⁶ examples.

@@ -272,7 +272,7 @@ proptest! {
 
     #[test]
     fn odometers_bounds(e in any_f64(), d1 in any_f64(), d2 in any_f64(), v in any_f64(), w in any_f64(), n in any::<u64>(), r in any::<u64>()) {
-        let sums = DpSums { eps: v, eps2: v, eps_expm1: w, delta: w, rounds: n };
+        let sums = DpSums { eps: v, eps2: v, eps_expm1: w, delta: w, rounds: n, exact: None };
         let odos: Vec<Box<dyn PrivacyOdometer>> = [
             timed("FilterOdometer::new", || FilterOdometer::new(e, d1, d2)).map(|o| Box::new(o) as Box<dyn PrivacyOdometer>),
             timed("MixtureOdometer::new", || MixtureOdometer::new(e, d1, d2)).map(|o| Box::new(o) as Box<dyn PrivacyOdometer>),

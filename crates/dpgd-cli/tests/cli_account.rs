@@ -212,9 +212,9 @@ fn filter_reports_rounds_for_every_kind() {
         assert_eq!(v["per_round"], 0.01);
         rounds.insert(kind, v["rounds"].as_u64().unwrap());
     }
-    // 100 rounds of the double nearest 0.01 sum to slightly more than 1, so the (rounding-up)
-    // basic filter allows 99.
-    assert_eq!(rounds["basic"], 99);
+    // Typed budgets are exact decimals: 100 rounds of 0.01 are exactly 1 (summed as floats
+    // nearest 0.01, rounding up, they were slightly more, and basic composition allowed 99).
+    assert_eq!(rounds["basic"], 100);
     // Printed FZ and Whitehouse coincide for pure mechanisms: Σε² ≤ (√(2L+2ε) − √(2L))².
     let l = (1e6f64).ln();
     let y = ((2.0 * l + 2.0).sqrt() - (2.0 * l).sqrt()).powi(2);

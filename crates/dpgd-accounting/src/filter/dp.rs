@@ -4,6 +4,7 @@
 //! bisection ([`rounds_allowed`]) rather than by charging one round at a time.
 
 use super::super::convert::{Conversion, bun_steinke_max_rho};
+use super::super::decimal::Decimal;
 use super::super::error::{AccountingError, Result, non_negative, positive, probability, probability_or_zero};
 use super::super::numeric::{add_up, half_up, mul_up, u64_up, with_margin};
 use super::super::{ApproxDp, ProbabilisticDp};
@@ -25,6 +26,21 @@ pub struct DpSums {
     pub delta: f64,
     /// Number of mechanisms.
     pub rounds: u64,
+    /// The exact decimal sums while every mechanism's parameters were typed decimals
+    /// ([`repeated_typed`](Self::repeated_typed)); the float fields are then these, rounded up.
+    /// `None` once a float parameter entered, or in a hand-made value.
+    pub exact: Option<ExactSums>,
+}
+
+/// Exact decimal sums Σεₜ, Σεₜ², Σδₜ of typed parameters ([`crate::decimal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExactSums {
+    /// Σεₜ.
+    pub eps: Decimal,
+    /// Σεₜ².
+    pub eps2: Decimal,
+    /// Σδₜ.
+    pub delta: Decimal,
 }
 
 impl DpSums {
@@ -54,7 +70,39 @@ impl DpSums {
             eps_expm1: add_up(self.eps_expm1, mul_up(r_f, mean)),
             delta: add_up(self.delta, mul_up(r_f, c.delta())),
             rounds: self.rounds.saturating_add(r),
+            exact: None,
         }
+    }
+
+    /// The sums after `r` more mechanisms that are (`eps`, `delta`)-DP for decimals a user
+    /// typed: Σε, Σε² and Σδ are kept exactly while they fit ([`ExactSums`]), and the float
+    /// fields are those exact sums rounded up once — so ten rounds of 0.1 sum to exactly 1,
+    /// where ten floats 0.1 (each above 1/10) summed upwards exceed it. The mean term (an
+    /// exponential) is rounded up from the rounded-up ε. Where an exact sum would not fit, the
+    /// result is [`repeated`](Self::repeated)'s, from the decimals rounded up.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] for a δ of 1 or more.
+    pub fn repeated_typed(self, eps: Decimal, delta: Decimal, r: u64) -> Result<Self> {
+        let c = ApproxDp::new(eps.to_f64_up(), delta.to_f64_up())?;
+        let mut out = self.repeated(c, r);
+        let so_far = match self.exact {
+            Some(x) => Some(x),
+            None if self == DpSums::default() => Some(ExactSums::default()),
+            None => None,
+        };
+        let exact = so_far.and_then(|x| {
+            Some(ExactSums {
+                eps: x.eps.checked_add(eps.checked_mul_u64(r)?)?,
+                eps2: x.eps2.checked_add(eps.checked_mul(eps)?.checked_mul_u64(r)?)?,
+                delta: x.delta.checked_add(delta.checked_mul_u64(r)?)?,
+            })
+        });
+        if let Some(x) = exact {
+            (out.eps, out.eps2, out.delta) = (x.eps.to_f64_up(), x.eps2.to_f64_up(), x.delta.to_f64_up());
+            out.exact = Some(x);
+        }
+        Ok(out)
     }
 
     /// Whether every sum is a number ≥ 0 (possibly +∞). The fields are public, so a hand-made
@@ -135,30 +183,46 @@ impl<F: SumsFilter> PrivacyFilter for DpFilter<F> {
 /// number > 0.
 pub fn rounds_allowed(rule: &(impl SumsFilter + ?Sized), eps0: f64) -> Result<Option<u64>> {
     let c = ApproxDp::pure(positive("per-round epsilon", eps0)?)?;
-    let ok = |r: u64| rule.admits(&DpSums::default().repeated(c, r));
+    Ok(most_rounds(|r| rule.admits(&DpSums::default().repeated(c, r))))
+}
+
+/// As [`rounds_allowed`], for a typed per-round ε₀ summed exactly ([`DpSums::repeated_typed`]).
+///
+/// # Errors
+/// [`AccountingError::InvalidParameter`] naming `per-round epsilon` if `eps0` is 0.
+pub fn rounds_allowed_typed(rule: &(impl SumsFilter + ?Sized), eps0: Decimal) -> Result<Option<u64>> {
+    positive("per-round epsilon", eps0.to_f64_up())?;
+    Ok(most_rounds(|r| DpSums::default().repeated_typed(eps0, Decimal::ZERO, r).is_ok_and(|s| rule.admits(&s))))
+}
+
+/// The largest r with `ok(r)` (monotone), by doubling then bisection; `None` above 2⁵³.
+fn most_rounds(ok: impl Fn(u64) -> bool) -> Option<u64> {
     if !ok(1) {
-        return Ok(Some(0));
+        return Some(0);
     }
     let (mut lo, mut hi) = (1u64, 2u64);
     while ok(hi) {
         lo = hi;
         hi *= 2;
         if hi > 1 << 53 {
-            return Ok(None);
+            return None;
         }
     }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if ok(mid) { lo = mid } else { hi = mid }
     }
-    Ok(Some(lo))
+    Some(lo)
 }
 
 /// Basic composition ([RRUV16, Thm 2.9], after Dwork et al. 2006): CONT while Σεₜ ≤ ε_g and Σδₜ ≤ δ_g.
+/// With a typed target ([`BasicFilter::typed`]) and exact sums ([`DpSums::repeated_typed`]) the
+/// comparison is exact: 1 in rounds of 0.1 allows 10.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BasicFilter {
     epsilon: f64,
     delta: f64,
+    typed: Option<(Decimal, Decimal)>,
 }
 
 impl BasicFilter {
@@ -168,12 +232,25 @@ impl BasicFilter {
     /// [`AccountingError::InvalidParameter`] naming `epsilon` (not a finite number > 0) or
     /// `delta` (not in [0, 1)).
     pub fn new(epsilon: f64, delta: f64) -> Result<Self> {
-        Ok(Self { epsilon: positive("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)? })
+        Ok(Self { epsilon: positive("epsilon", epsilon)?, delta: probability_or_zero("delta", delta)?, typed: None })
+    }
+
+    /// Target (ε_g, δ_g) as typed decimals: exact sums are compared with them exactly, float
+    /// sums with the floats below them.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn typed(epsilon: Decimal, delta: Decimal) -> Result<Self> {
+        let f = Self::new(epsilon.to_f64_down(), delta.to_f64_down())?;
+        Ok(Self { typed: Some((epsilon, delta)), ..f })
     }
 }
 
 impl SumsFilter for BasicFilter {
     fn admits(&self, s: &DpSums) -> bool {
+        if let (Some((e, d)), Some(x)) = (self.typed, s.exact) {
+            return s.is_valid() && x.eps <= e && x.delta <= d;
+        }
         s.is_valid() && s.eps <= self.epsilon && s.delta <= self.delta
     }
     fn target_epsilon(&self) -> Option<f64> {
@@ -404,6 +481,34 @@ mod tests {
         assert_eq!(rounds_allowed(&f, 0.25).unwrap(), Some(4));
         assert_eq!(rounds_allowed(&f, 0.3).unwrap(), Some(3));
         assert_eq!(rounds_allowed(&f, 2.0).unwrap(), Some(0));
+    }
+
+    /// Issue 34: "1 in rounds of 0.1" answered 9 — the float 0.1 is above 1/10, and ten of
+    /// them summed upwards exceed 1. Typed decimals are summed and compared exactly.
+    #[test]
+    fn typed_budgets_are_exact_decimals() {
+        let d = |s: &str| s.parse::<Decimal>().unwrap();
+        assert_eq!(rounds_allowed(&BasicFilter::new(1.0, 1e-5).unwrap(), 0.1).unwrap(), Some(9), "the float path");
+        let exact = BasicFilter::typed(d("1"), d("1e-5")).unwrap();
+        assert_eq!(rounds_allowed_typed(&exact, d("0.1")).unwrap(), Some(10));
+        assert_eq!(rounds_allowed_typed(&BasicFilter::typed(d("0.3"), d("1e-5")).unwrap(), d("0.1")).unwrap(), Some(3));
+        assert_eq!(rounds_allowed_typed(&exact, d("0.3")).unwrap(), Some(3));
+        // One round at a time, too.
+        let mut s = DpSums::default();
+        for _ in 0..10 {
+            s = s.repeated_typed(d("0.1"), Decimal::ZERO, 1).unwrap();
+            assert!(exact.admits(&s));
+        }
+        assert_eq!((s.eps, s.exact.unwrap().eps), (1.0, d("1")));
+        assert!(!exact.admits(&s.repeated_typed(d("1e-30"), Decimal::ZERO, 1).unwrap()), "exact: not even 1e-30 more");
+        // A float enters: no exact sums any more, and the float fields never fell below them.
+        let mixed = s.with(ApproxDp::pure(0.1).unwrap());
+        assert!(mixed.exact.is_none() && mixed.eps >= 1.1);
+        assert!(!exact.admits(&mixed));
+        // Sums too long for 128 bits fall back to the rounded-up floats.
+        let long = d("0.12345678901234567890123456789");
+        let big = DpSums::default().repeated_typed(long, Decimal::ZERO, 3).unwrap();
+        assert!(big.exact.is_none() && big.eps >= 3.0 * 0.123_456_789_012_345_67);
     }
 
     #[test]

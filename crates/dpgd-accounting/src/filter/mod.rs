@@ -23,8 +23,8 @@ mod individual;
 mod renyi;
 
 pub use dp::{
-    ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter,
-    rounds_allowed,
+    ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, ExactSums, FzFilter, RogersFilter, SumsFilter,
+    WhitehouseFilter, rounds_allowed, rounds_allowed_typed,
 };
 pub use individual::{IndividualCharge, IndividualFilter, LedgerSlot};
 pub use renyi::{MultiOrderRdpFilter, RenyiFilter, ZcdpFilter};

@@ -2,14 +2,15 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use dpgd_accounting::decimal::Decimal;
 use dpgd_accounting::filter::{
-    BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed,
+    BasicFilter, DpSums, FzFilter, RogersFilter, SumsFilter, WhitehouseFilter, rounds_allowed, rounds_allowed_typed,
 };
 use dpgd_accounting::odometer::{FilterOdometer, MixtureOdometer, PrivacyOdometer, RogersOdometer, StitchedOdometer};
 use dpgd_accounting::{ApproxDp, Conversion, GaussianDp, GaussianRelease, GdPlan, PrivateGd, PureDp, ToApproxDp, Zcdp};
 use serde_json::{Value, json};
 
-use super::{positive, probability};
+use super::{positive, positive_decimal, probability, probability_decimal};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum AccountCommand {
@@ -90,15 +91,15 @@ pub(crate) struct FilterArgs {
     /// basic, rogers, fz, fz-cks or whitehouse.
     #[arg(long, value_enum)]
     kind: FilterKind,
-    /// Target ε > 0.
-    #[arg(long, value_parser = positive)]
-    epsilon: f64,
+    /// Target ε > 0 (a decimal, kept exactly: 1 in rounds of 0.1 is 10 rounds).
+    #[arg(long, value_parser = positive_decimal)]
+    epsilon: Decimal,
     /// Target δ ∈ (0, 1).
-    #[arg(long, value_parser = probability)]
-    delta: f64,
-    /// ε₀ of each (pure) mechanism.
-    #[arg(long, value_parser = positive)]
-    per_round: f64,
+    #[arg(long, value_parser = probability_decimal)]
+    delta: Decimal,
+    /// ε₀ of each (pure) mechanism (a decimal, kept exactly).
+    #[arg(long, value_parser = positive_decimal)]
+    per_round: Decimal,
     /// Print exactly one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -110,9 +111,10 @@ pub(crate) struct OdometerArgs {
     /// rogers, filter, mixture or stitched.
     #[arg(long, value_enum)]
     kind: OdometerKind,
-    /// ε₀ of each (pure) mechanism.
-    #[arg(long, value_parser = positive)]
-    per_round: f64,
+    /// ε₀ of each (pure) mechanism (a decimal, kept exactly: 10,000 rounds of 0.01 have
+    /// intrinsic time Σε₀² = 1 exactly).
+    #[arg(long, value_parser = positive_decimal)]
+    per_round: Decimal,
     /// Number of rounds N.
     #[arg(long)]
     rounds: u64,
@@ -646,12 +648,18 @@ fn kind_name<T: clap::ValueEnum>(k: T) -> String {
     k.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
 }
 
+/// Rounds of a typed per-round ε₀ a filter allows: summed exactly ([`DpSums::repeated_typed`]),
+/// and compared exactly with the typed target by basic composition; the other rules take the
+/// floats just below the typed target.
 fn filter(a: &FilterArgs) -> Result<Value> {
-    let rule = filter_rule(a.kind, a.epsilon, a.delta)?;
-    let rounds = rounds_allowed(rule.as_ref(), a.per_round)?;
+    let rule: Box<dyn SumsFilter> = match a.kind {
+        FilterKind::Basic => Box::new(BasicFilter::typed(a.epsilon, a.delta)?),
+        kind => filter_rule(kind, a.epsilon.to_f64_down(), a.delta.to_f64_down())?,
+    };
+    let rounds = rounds_allowed_typed(rule.as_ref(), a.per_round)?;
     Ok(json!({
-        "command": "filter", "kind": kind_name(a.kind), "epsilon": a.epsilon, "delta": a.delta,
-        "per_round": a.per_round, "rounds": rounds,
+        "command": "filter", "kind": kind_name(a.kind), "epsilon": a.epsilon.to_f64_nearest(),
+        "delta": a.delta.to_f64_nearest(), "per_round": a.per_round.to_f64_nearest(), "rounds": rounds,
     }))
 }
 
@@ -680,9 +688,9 @@ pub(crate) fn odometer_rule(a: &OdometerArgs) -> Result<Box<dyn PrivacyOdometer>
 
 fn odometer(a: &OdometerArgs) -> Result<Value> {
     let rule = odometer_rule(a)?;
-    let sums = DpSums::default().repeated(ApproxDp::pure(a.per_round)?, a.rounds);
+    let sums = DpSums::default().repeated_typed(a.per_round, Decimal::ZERO, a.rounds)?;
     Ok(json!({
-        "command": "odometer", "kind": kind_name(a.kind), "per_round": a.per_round, "rounds": a.rounds,
+        "command": "odometer", "kind": kind_name(a.kind), "per_round": a.per_round.to_f64_nearest(), "rounds": a.rounds,
         "delta": a.delta, "target_epsilon": a.target_epsilon, "gamma": a.gamma, "v0": a.v0,
         "dataset_size": a.dataset_size, "intrinsic_time": sums.eps2, "bound": rule.bound(&sums),
     }))
@@ -696,11 +704,10 @@ fn odometer_series(a: &OdometerArgs) -> Result<()> {
         anyhow::bail!("--series prints one line per round: --rounds {} is more than {MAX_SERIES_ROUNDS}", a.rounds);
     }
     let rule = odometer_rule(a)?;
-    let c = ApproxDp::pure(a.per_round)?;
     println!("round,bound");
     let mut s = DpSums::default();
     for r in 1..=a.rounds {
-        s = s.with(c);
+        s = s.repeated_typed(a.per_round, Decimal::ZERO, 1)?;
         println!("{r},{}", rule.bound(&s).map_or(String::new(), |b| b.to_string()));
     }
     Ok(())
@@ -777,12 +784,13 @@ fn filter_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
 fn odometer_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
     use clap::ValueEnum;
     use dpgd::plot::Series;
+    let per_round: Decimal = a.per_round.to_string().parse().map_err(|e| anyhow::anyhow!("--per-round: {e}"))?;
     let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
     let mut odo_series = Vec::new();
     for kind in OdometerKind::value_variants() {
         let args = OdometerArgs {
             kind: *kind,
-            per_round: a.per_round,
+            per_round,
             rounds: max_rounds,
             delta: a.delta,
             target_epsilon: Some(a.epsilon),

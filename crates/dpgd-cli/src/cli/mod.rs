@@ -115,6 +115,26 @@ pub(crate) fn probability(s: &str) -> Result<f64, String> {
     parse_with(s, |v| dpgd_accounting::probability("value", v))
 }
 
+use dpgd_accounting::decimal::Decimal;
+
+/// clap value parser: a decimal > 0, kept exactly as typed ([`dpgd_accounting::decimal`]).
+pub(crate) fn positive_decimal(s: &str) -> Result<Decimal, String> {
+    let d: Decimal = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if d == Decimal::ZERO {
+        return Err("must be > 0".into());
+    }
+    Ok(d)
+}
+
+/// clap value parser: a decimal strictly between 0 and 1, kept exactly as typed.
+pub(crate) fn probability_decimal(s: &str) -> Result<Decimal, String> {
+    let d = positive_decimal(s)?;
+    if d >= Decimal::ONE {
+        return Err("must be in (0, 1)".into());
+    }
+    Ok(d)
+}
+
 fn parse_with(s: &str, check: impl Fn(f64) -> dpgd_accounting::Result<f64>) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
     check(v).map_err(|e| match e {
