@@ -23,4 +23,4 @@ for i in $(seq 1 "$RUNS"); do
     --out "$OUT/opacus-$i.csv" > "$OUT/opacus-$i.log"
   echo "$(date +%s.%N) - $start" | bc > "$OUT/opacus-$i.wall"
 done
-python3 experiments/sgd-vs-opacus/report.py "$OUT"
+"$PY" experiments/sgd-vs-opacus/report.py "$OUT"   # the peers venv (matplotlib for the plot)

@@ -6,7 +6,10 @@
 mod reference;
 
 use dpgd_accounting::Conversion;
-use dpgd_accounting::event::{Accountant, DpEvent, PldAccountant, RdpAccountant, calibrate_sgd_sigma};
+use dpgd_accounting::event::{
+    Accountant, DpEvent, PLD_CALIBRATION_TOLERANCE, PldAccountant, RdpAccountant, calibrate_sgd_sigma,
+    calibrate_sgd_sigma_pld,
+};
 use dpgd_accounting::subsampled::{dp_accounting_orders, opacus_orders, rdp};
 
 const REFS: &str = include_str!("reference/subsampled_refs.txt");
@@ -117,4 +120,19 @@ fn an_accountant_repeated_t_times_is_the_t_fold_composition() {
     let mut big = RdpAccountant::new(vec![2.0], Conversion::Cks).unwrap();
     big.compose(&DpEvent::gaussian(1e-150)).unwrap();
     assert!(big.repeated(u64::MAX).is_err());
+}
+
+#[test]
+fn pld_calibration_meets_the_target_near_the_smallest_sigma_and_below_rdps() {
+    let (q, steps, target, delta, interval) = (0.01, 200, 1.5, 1e-5, 1e-3);
+    let eps_at = |sigma: f64| {
+        let mut acc = PldAccountant::new(interval).unwrap();
+        acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(steps)).unwrap();
+        acc.epsilon_bounds(delta).unwrap().0
+    };
+    let sigma = calibrate_sgd_sigma_pld(q, steps, (target, delta), interval).unwrap();
+    assert!(eps_at(sigma) <= target, "{}", eps_at(sigma));
+    assert!(eps_at(sigma * (1.0 - 2.0 * PLD_CALIBRATION_TOLERANCE)) > target, "not near the smallest");
+    let rdp = calibrate_sgd_sigma(q, steps, (target, delta), &dp_accounting_orders(), Conversion::Cks).unwrap();
+    assert!(sigma < rdp, "the tighter accountant needs less noise: {sigma} vs {rdp}");
 }

@@ -540,7 +540,9 @@ fn calibrate_config(path: &std::path::Path) -> Result<Value> {
 }
 
 fn sgd(a: &SgdArgs) -> Result<Value> {
-    use dpgd_accounting::event::{Accountant, DpEvent, PldAccountant, RdpAccountant, calibrate_sgd_sigma};
+    use dpgd_accounting::event::{
+        Accountant, DpEvent, PldAccountant, RdpAccountant, calibrate_sgd_sigma, calibrate_sgd_sigma_pld,
+    };
     let steps = match (a.steps, a.epochs) {
         (Some(t), _) => t,
         (None, Some(e)) => {
@@ -557,10 +559,10 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
     let (orders, conversion) = (&a.orders.orders, a.conversion.conversion());
     let sigma = match (a.sigma, a.epsilon, a.accountant) {
         (Some(s), _, _) => s,
-        (None, Some(_), SgdAccountant::Pld) => anyhow::bail!(
-            "--epsilon calibrates with --accountant rdp only (a PLD per candidate sigma is slow): \
-             calibrate with rdp, then check that sigma with --accountant pld --sigma"
-        ),
+        (None, Some(eps), SgdAccountant::Pld) => {
+            calibrate_sgd_sigma_pld(a.sample_rate, steps, (eps, a.delta), a.pld_interval)
+                .context("calibrating --sigma for --epsilon with the PLD accountant")?
+        }
         (None, Some(eps), SgdAccountant::Rdp) => {
             calibrate_sgd_sigma(a.sample_rate, steps, (eps, a.delta), orders, conversion)
                 .context("calibrating --sigma for --epsilon")?
