@@ -80,8 +80,9 @@ impl Decimal {
         Self::new(self.mantissa.checked_mul(u128::from(r))?, self.exponent)
     }
 
-    /// A float ≥ the value (`+∞` above `f64::MAX`): the value itself when it is a float, the
-    /// float just above it for most decimals, never more than one float above that.
+    /// A float ≥ the value (`+∞` above `f64::MAX`): for a mantissa below 2⁵³ and an exponent
+    /// within ±22, the value itself when it is a float and the float just above it otherwise;
+    /// beyond that, the float nearest or the one above it (never below the value).
     #[must_use]
     pub fn to_f64_up(self) -> f64 {
         self.bounds().1
@@ -185,7 +186,10 @@ impl FromStr for Decimal {
             return bad("expected a non-negative decimal number such as 1, 0.1 or 2.5e-3");
         }
         let digits = format!("{int}{frac}");
-        let significant = digits.trim_start_matches('0');
+        // Trailing zeros move into the exponent: 1.000…0 is 1 however many zeros follow.
+        let trimmed = digits.trim_end_matches('0');
+        let zeros = i32::try_from(digits.len() - trimmed.len()).map_err(|_| ParseDecimalError("too many digits"))?;
+        let significant = trimmed.trim_start_matches('0');
         if significant.len() > 38 {
             return bad("more than 38 significant digits");
         }
@@ -195,7 +199,8 @@ impl FromStr for Decimal {
             significant.parse::<u128>().map_err(|_| ParseDecimalError("not a number"))?
         };
         let frac_len = i32::try_from(frac.len()).map_err(|_| ParseDecimalError("too many digits"))?;
-        Decimal::new(mantissa, exp - frac_len).ok_or(ParseDecimalError("out of range"))
+        let exponent = exp.checked_sub(frac_len).and_then(|e| e.checked_add(zeros));
+        exponent.and_then(|e| Decimal::new(mantissa, e)).ok_or(ParseDecimalError("out of range"))
     }
 }
 
@@ -229,6 +234,7 @@ mod tests {
         assert!(d("0.3") > d("0.29999999999999999999") && d("1e-400") > Decimal::ZERO);
         assert!(d("1e300") > d("99999999999999999999999999999999999999e100"));
         assert_eq!(d("2.5E-3"), d("0.0025"));
+        assert_eq!(d(&format!("1.{}", "0".repeat(60))), d("1"), "trailing zeros are not significant");
     }
 
     #[test]

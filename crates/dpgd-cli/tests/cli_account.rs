@@ -148,8 +148,14 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
     let pld = json(&[&args[..], &["--accountant", "pld", "--json"]].concat());
     let (eps, lower) = (pld["epsilon"].as_f64().unwrap(), pld["epsilon_lower_estimate"].as_f64().unwrap());
     assert!(lower < eps && eps < 0.8345 && eps > 0.8335 && lower > 0.8, "{pld}");
-    let e = fails(&words("account sgd --sample-rate 0.004 --epsilon 1 --steps 10 --delta 1e-5 --accountant pld"));
-    assert!(e.contains("rdp"), "{e}");
+    // Calibration by either accountant meets the target; the tighter PLD needs less noise.
+    let calibrated = |extra: &str| {
+        let v =
+            json(&words(&format!("account sgd --sample-rate 0.01 --epsilon 1 --steps 50 --delta 1e-5 --json {extra}")));
+        (v["sigma"].as_f64().unwrap(), v["epsilon"].as_f64().unwrap())
+    };
+    let ((s_rdp, e_rdp), (s_pld, e_pld)) = (calibrated(""), calibrated("--accountant pld --pld-interval 1e-3"));
+    assert!(e_rdp <= 1.0 && e_pld <= 1.0 && s_pld < s_rdp, "rdp {s_rdp} {e_rdp}, pld {s_pld} {e_pld}");
     for (bad, want) in [
         (vec!["--sample-rate", "0"], "--sample-rate"),
         (vec!["--orders", "1,2"], "--orders"),

@@ -163,6 +163,12 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
     let p = &c.privacy;
     let sigma =
         cfg.sigma().ok_or_else(|| Error::config("privacy.method", "a non-private run has no guarantee to audit"))?;
+    if cfg.b_norm().is_none() {
+        return Err(Error::config(
+            "privacy.method",
+            "the audit replays full-batch GD's ledger; it does not audit DP-SGD (method = \"sgd\")",
+        ));
+    }
     if settings.trials < 100 || settings.trials > 10_000_000 {
         return Err(Error::config("--trials", "give between 100 and 10,000,000 trials"));
     }
@@ -298,9 +304,8 @@ fn trial(
     direction: &[(usize, f64); 2],
     first_stream: u64,
 ) -> Result<(f64, f64)> {
-    let c = cfg.config();
     let (k, steps) = (cfg.worst_case_steps(), cfg.max_steps());
-    let b_norm = c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip;
+    let b_norm = cfg.b_norm().unwrap_or(f64::MAX);
     let mut ledger = IndividualFilter::new(EXAMPLES, b_norm)?;
     let std = fault_noise(settings, noise_std);
     let (mut first_k, mut all) = (0.0, 0.0);
@@ -353,6 +358,15 @@ mod tests {
 
     fn settings(fault: Fault) -> AuditSettings {
         AuditSettings { trials: 10_000, confidence: 0.95, fault }
+    }
+
+    #[test]
+    fn dp_sgd_is_refused_not_audited_as_full_batch_gd() {
+        let text = "[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"sgd\"\nsample_rate = 0.1\nsigma = 1.0\n\
+                    delta = 1e-5\nclip = 1.0\nworst_case_steps = 10\n[train]\nlr = 1.0\nseed = 1\n";
+        let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
+        let e = audit(&cfg, &settings(Fault::None)).unwrap_err().to_string();
+        assert!(e.contains("privacy.method") && e.contains("DP-SGD"), "{e}");
     }
 
     #[test]

@@ -113,6 +113,8 @@ fn what_the_accounting_does_not_cover_is_refused_by_field() {
     refused(&sgd("sigma = 1.0\nconversion = \"gaussian-exact\"", ""), "privacy.conversion");
     refused(&sgd("sigma = 1.0", "max_steps = 9"), "train.max_steps");
     refused(&config("plain", "sigma = 1.0\nworst_case_steps = 3\nsample_rate = 0.1", ""), "privacy.sample_rate");
+    refused(&config("non-private", "worst_case_steps = 3\nsample_rate = 0.1", ""), "privacy.sample_rate");
+    refused(&(sgd("sigma = 1.0", "") + "[release]\nactive_count = \"exact-non-private\"\n"), "release.active_count");
     let counts = sgd("sigma = 1.0", "") + "[release]\nactive_count = \"noisy\"\n";
     refused(&counts, "release.active_count");
     // Unwritten, the conversion of an SGD run is cks (written out in its recorded config).

@@ -46,9 +46,9 @@ pub(crate) struct CompareArgs {
     /// δ of filters and odometers.
     #[arg(long, value_parser = probability, default_value_t = 1e-6)]
     delta: f64,
-    /// ε₀ per round for the odometer comparison.
-    #[arg(long, value_parser = positive, default_value_t = 0.01)]
-    per_round: f64,
+    /// ε₀ per round for the odometer comparison (a decimal, kept exactly).
+    #[arg(long, value_parser = positive_decimal, default_value = "0.01")]
+    per_round: Decimal,
     /// Dataset size for the Rogers et al. odometer.
     #[arg(long, default_value_t = 1_000_000)]
     dataset_size: u64,
@@ -751,14 +751,14 @@ fn compare(a: &CompareArgs) -> Result<Value> {
     )?;
     let odometers = chart(
         "odometers.png",
-        format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round, a.delta),
+        format!("odometer bounds, {}-DP rounds, delta = {}", a.per_round.to_f64_nearest(), a.delta),
         "rounds",
         "bound on privacy loss",
         odo_series,
         SeriesLabelPosition::UpperLeft,
     )?;
     Ok(json!({
-        "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round,
+        "command": "compare", "epsilon": a.epsilon, "delta": a.delta, "per_round": a.per_round.to_f64_nearest(),
         "dataset_size": a.dataset_size, "filters_plot": filters, "odometers_plot": odometers,
     }))
 }
@@ -786,28 +786,29 @@ fn filter_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
 fn odometer_curves(a: &CompareArgs) -> Result<Vec<dpgd::plot::Series>> {
     use clap::ValueEnum;
     use dpgd::plot::Series;
-    let per_round: Decimal = a.per_round.to_string().parse().map_err(|e| anyhow::anyhow!("--per-round: {e}"))?;
-    let max_rounds = (4.0 / (a.per_round * a.per_round)) as u64;
+    let per_round = a.per_round.to_f64_nearest();
+    let max_rounds = (4.0 / (per_round * per_round)) as u64;
     let mut odo_series = Vec::new();
     for kind in OdometerKind::value_variants() {
         let args = OdometerArgs {
             kind: *kind,
-            per_round,
+            per_round: a.per_round,
             rounds: max_rounds,
             delta: a.delta,
             target_epsilon: Some(a.epsilon),
             gamma: None,
-            v0: Some(a.per_round * a.per_round * 10.0),
+            v0: Some(per_round * per_round * 10.0),
             dataset_size: Some(a.dataset_size),
             series: false,
             json: false,
         };
         let rule = odometer_rule(&args)?;
-        let c = ApproxDp::pure(a.per_round)?;
-        let pts = (1..=200u64)
-            .map(|i| i * max_rounds / 200)
-            .filter_map(|r| rule.bound(&DpSums::default().repeated(c, r)).map(|b| (r as f64, b)))
-            .collect();
+        let mut pts = Vec::new();
+        for r in (1..=200u64).map(|i| i * max_rounds / 200) {
+            if let Some(b) = rule.bound(&DpSums::default().repeated_typed(a.per_round, Decimal::ZERO, r)?) {
+                pts.push((r as f64, b));
+            }
+        }
         odo_series.push(Series { label: kind_name(*kind), points: pts });
     }
     Ok(odo_series)

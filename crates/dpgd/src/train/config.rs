@@ -528,6 +528,12 @@ impl TrainConfig {
         }
         // Its backend must be compiled in: found now, not when the finished run is saved.
         self.train.device.device()?;
+        if let (Some(q), false) = (p.sample_rate, p.method == Method::Sgd) {
+            return Err(Error::config(
+                "privacy.sample_rate",
+                format!("{q}: only method = \"sgd\" samples; remove sample_rate or use method = \"sgd\""),
+            ));
+        }
         let max_steps = self.max_steps()?;
         let releases = self.scheduled_releases(max_steps)?;
         let privacy = match p.method {
@@ -656,12 +662,6 @@ impl TrainConfig {
         if p.method == Method::Sgd {
             return self.sgd_plan(releases);
         }
-        if let Some(q) = p.sample_rate {
-            return Err(Error::config(
-                "privacy.sample_rate",
-                format!("{q}: only method = \"sgd\" samples; remove sample_rate or use method = \"sgd\""),
-            ));
-        }
         let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;
         plan = plan.with_neighbours(p.neighbours);
         for r in releases {
@@ -736,7 +736,7 @@ impl TrainConfig {
                  default for sgd) or \"bun-steinke\"",
             );
         }
-        if !releases.is_empty() {
+        if !releases.is_empty() || self.release.active_count != ActiveRelease::None {
             return refuse(
                 "release.active_count",
                 "a DP-SGD run releases only its model: remove the noisy active count (every example stays active)",
@@ -807,6 +807,11 @@ const MNIST_SHAPE: [usize; 3] = [1, 28, 28];
 
 /// Fields that do not change what a run computes (a resumed run may change them).
 const EXECUTION_ONLY: &[(&str, &str)] = &[("train", "threads"), ("train", "device"), ("data", "dir")];
+
+/// The fields a resumed run may change, dotted, for messages.
+pub(crate) fn resumable_fields() -> String {
+    EXECUTION_ONLY.iter().map(|(s, k)| format!("{s}.{k}")).collect::<Vec<_>>().join(", ")
+}
 
 /// A compile error of the architecture, attributed to config fields.
 fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
@@ -879,6 +884,14 @@ impl ValidConfig {
     #[must_use]
     pub fn has_budgets(&self) -> bool {
         self.guarantee().is_some()
+    }
+    /// The per-example budget B_norm = k·C² of a run with budgets ([`has_budgets`](Self::has_budgets);
+    /// the accounting crate's [`PrivateGd::b_norm`](crate::accounting::PrivateGd::b_norm)).
+    #[must_use]
+    pub fn b_norm(&self) -> Option<f64> {
+        let p = &self.config.privacy;
+        let run = crate::accounting::PrivateGd::new(self.sigma()?, p.clip, p.worst_case_steps as f64).ok()?;
+        self.has_budgets().then(|| run.b_norm())
     }
     /// The accounting of a DP-SGD run (None for other methods).
     #[must_use]

@@ -407,7 +407,7 @@ pub fn report(
         accounting,
         ledger: LedgerReport {
             examples,
-            budget_per_example: cfg.has_budgets().then_some(p.worst_case_steps as f64 * p.clip * p.clip),
+            budget_per_example: cfg.b_norm(),
             unit: "squared norm of the clipped per-example gradient".into(),
         },
         on_nonfinite: p.on_nonfinite,
@@ -603,7 +603,8 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
         "sampling".into(),
         "each example is included with probability floor(q 2^64)/2^64 <= q, independently, from the run's \
          ChaCha20 stream; the subsampled Gaussian's Renyi divergence is nondecreasing in the rate, so accounting \
-         at q covers it"
+         at q covers it. The realised batch sizes are not covered (nor the step times that track them): they stay \
+         confidential"
             .into(),
     );
     Ok(Accounting {

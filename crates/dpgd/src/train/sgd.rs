@@ -26,6 +26,11 @@
 //! a convex function of the sampling probability that is 0 at 0 (the output is a mixture
 //! linear in q), hence nondecreasing, so accounting at q bounds the rate actually used.
 //!
+//! **What stays confidential.** The realised batch size is not covered: given |B_t| = k an
+//! example is included with probability k/n, and averaging the subsampled Gaussian over k is
+//! worse than rate q (its divergence is convex in the rate). A step's time and exact count
+//! track |B_t|, so they stay in `confidential/` with every other timing.
+//!
 //! [ACGMMTZ16]: https://arxiv.org/abs/1607.00133
 //! [MTZ19]: https://arxiv.org/abs/1908.10530
 //! [Mir17]: https://arxiv.org/abs/1702.07476

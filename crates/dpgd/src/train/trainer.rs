@@ -294,11 +294,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
         // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
-        let b_norm = if cfg.has_budgets() {
-            c.privacy.worst_case_steps as f64 * c.privacy.clip * c.privacy.clip
-        } else {
-            f64::MAX
-        };
+        let b_norm = cfg.b_norm().unwrap_or(f64::MAX);
         let mut t = Self {
             cfg,
             folder,
@@ -453,8 +449,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if !diffs.is_empty() {
             return Err(bad(format!(
                 "it holds a run made with other settings ({}); a run can only be resumed as it was started \
-                 (only train.threads and train.device may change): undo the change, or start a new run folder with --out",
-                diffs.join(", ")
+                 (only {} may change): undo the change, or start a new run folder with --out",
+                diffs.join(", "),
+                super::config::resumable_fields()
             )));
         }
         if saved.identity.examples != self.identity.examples {
