@@ -17,6 +17,17 @@ const EXAMPLES: usize = 600;
 const MAX_STEPS: usize = 30;
 const BUDGET: f64 = 12.0; // k = 12 steps at C = 1
 
+/// DP-SGD (`privacy.method = "sgd"`): a Poisson sample of rate 0.2 per step, MAX_STEPS steps;
+/// no per-example budget (the ledger is unlimited), no releases but the model.
+fn sgd_config(data: &Path) -> String {
+    format!(
+        "name = \"kill-sgd\"\n[data]\ndir = \"{}\"\ntrain_subset = {EXAMPLES}\n[model]\npreset = \"logistic\"\n\
+         [privacy]\nmethod = \"sgd\"\nsample_rate = 0.2\nsigma = 1.0\ndelta = 1e-5\nclip = 1.0\n\
+         worst_case_steps = {MAX_STEPS}\n[train]\nlr = 1.0\nseed = 7\neval_every = 3\nchunk = 16\n",
+        data.display()
+    )
+}
+
 fn config(data: &Path) -> String {
     format!(
         "name = \"kill\"\n[data]\ndir = \"{}\"\ntrain_subset = {EXAMPLES}\n[model]\npreset = \"logistic\"\n\
@@ -61,12 +72,12 @@ fn rows(run: &Path) -> Vec<MetricsRow> {
 }
 
 /// Every invariant that must hold after a kill at any instant; returns the released rows.
-fn check(run: &Path, before: &[MetricsRow]) -> Vec<MetricsRow> {
+fn check(run: &Path, before: &[MetricsRow], budget: f64) -> Vec<MetricsRow> {
     let folder = RunFolder::new(run);
     let snap: Option<Snapshot> = state::read(&folder.state(), expect()).expect("the state must never be torn");
     let rows = rows(run);
     if let Some(s) = &snap {
-        assert!(s.spent.iter().all(|&x| x <= BUDGET), "an example exceeded its budget");
+        assert!(s.spent.iter().all(|&x| x <= budget), "an example exceeded its budget");
         let last = rows.last().map_or(0, |r| r.step);
         assert!(last == s.meta.step || last + 1 == s.meta.step, "records end at {last}, state at {}", s.meta.step);
     } else {
@@ -98,11 +109,24 @@ impl Lcg {
 
 #[test]
 fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_same_result() {
+    kill_trials(config, BUDGET, 8);
+}
+
+/// DP-SGD's step draws its sample before its update: a killed and resumed run redraws the same
+/// sample (fixed seed) and ends where the uninterrupted one does.
+#[test]
+fn kills_during_dp_sgd_resume_to_the_same_result() {
+    kill_trials(sgd_config, f64::MAX, 4);
+}
+
+/// Runs the config `make(data)` once whole, then `trials` times with SIGKILLs at random
+/// instants and resumes, checking every invariant after each kill and the end result.
+fn kill_trials(make: fn(&Path) -> String, budget: f64, trials: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     dpgd::data::synthetic::Synthetic { train: EXAMPLES, test: 200, side: 28, seed: 3 }.write(&data).unwrap();
     let cfg = tmp.path().join("cfg.toml");
-    std::fs::write(&cfg, config(&data)).unwrap();
+    std::fs::write(&cfg, make(&data)).unwrap();
 
     let reference = tmp.path().join("reference");
     let t0 = Instant::now();
@@ -114,7 +138,7 @@ fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_
 
     let mut rng = Lcg(0x5eed);
     let mut kills = 0;
-    for trial in 0..8 {
+    for trial in 0..trials {
         let run: PathBuf = tmp.path().join(format!("trial-{trial}"));
         let mut seen = Vec::new();
         for attempt in 0.. {
@@ -133,7 +157,7 @@ fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_
             let _ = child.kill(); // SIGKILL: no chance to clean up
             let status = child.wait().unwrap();
             kills += usize::from(!status.success());
-            seen = check(&run, &seen);
+            seen = check(&run, &seen, budget);
         }
         let got: RunResult = read_json(&RunFolder::new(&run).result()).unwrap();
         assert_eq!(got, want_result, "trial {trial}: the resumed run's result differs");
@@ -145,7 +169,7 @@ fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_
             "trial {trial}: state differs"
         );
     }
-    assert!(kills >= 8, "only {kills} kills landed before a run finished: the test did not test much");
+    assert!(kills >= trials, "only {kills} kills landed before a run finished: the test did not test much");
 }
 
 #[test]
