@@ -128,10 +128,15 @@ impl Observer for RunProgress {
         let sigma = info.sigma.map_or(String::new(), |s| format!(", sigma = {s:.4}"));
         // The reasons follow in the warning; here only the verdict.
         let guarantee = if info.guarantee.starts_with("NOT PRIVATE") { "NOT PRIVATE" } else { &info.guarantee };
-        self.say(&format!(
-            "{}: {what} on {} examples, k = {}, up to {} steps{sigma}; {guarantee}",
-            info.name, info.examples, info.worst_case_steps, info.max_steps
-        ));
+        let schedule = match info.sample_rate {
+            Some(q) => format!(
+                "{} steps, each on a Poisson sample of rate {q} (expected batch {})",
+                info.max_steps,
+                q * info.examples as f64
+            ),
+            None => format!("k = {}, up to {} steps", info.worst_case_steps, info.max_steps),
+        };
+        self.say(&format!("{}: {what} on {} examples, {schedule}{sigma}; {guarantee}", info.name, info.examples));
         self.say(&format!("noise: {}", info.noise));
         if info.resumed_after > 0 {
             self.say(&format!("resuming after step {}", info.resumed_after));

@@ -25,6 +25,8 @@ pub struct StartInfo {
     pub resumed_after: usize,
     /// The noise multiplier σ (None for non-private runs).
     pub sigma: Option<f64>,
+    /// DP-SGD's Poisson sampling rate (None for full-batch methods).
+    pub sample_rate: Option<f64>,
     /// One line stating the guarantee with its δ, conversion and neighbouring relation — or
     /// why the run is not private.
     pub guarantee: String,

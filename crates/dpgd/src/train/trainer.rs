@@ -637,6 +637,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             worst_case_steps: self.cfg.worst_case_steps(),
             resumed_after: self.step,
             sigma: self.cfg.sigma(),
+            sample_rate: self.cfg.sgd().map(super::sgd::SgdAccounting::sample_rate),
             guarantee: privacy::summary(self.cfg),
             not_private_because: self.cfg.non_private_reasons(),
             noise: self.cfg.noise_seed().describe(),
