@@ -210,14 +210,7 @@ impl RdpAccountant {
     /// [`AccountingError::InvalidParameter`] naming `rdp epsilon` if the product overflows.
     pub fn repeated(&self, count: u64) -> Result<Self> {
         let n = u64_up(count);
-        let rdp: Vec<f64> = self.rdp.iter().map(|&r| if r == 0.0 { 0.0 } else { mul_up(r, n) }).collect();
-        if let Some(bad) = rdp.iter().find(|r| !r.is_finite()) {
-            return Err(AccountingError::InvalidParameter {
-                name: "rdp epsilon",
-                value: *bad,
-                expected: "the composition overflowed: the guarantee would be vacuous",
-            });
-        }
+        let rdp = finite(self.rdp.iter().map(|&r| if r == 0.0 { 0.0 } else { mul_up(r, n) }).collect())?;
         Ok(Self { orders: self.orders.clone(), rdp, conversion: self.conversion })
     }
     /// The ε at `delta` and the order that gives it.
@@ -241,6 +234,18 @@ impl RdpAccountant {
     }
 }
 
+/// An RDP curve after a composition, refused if any order overflowed (a vacuous guarantee).
+fn finite(rdp: Vec<f64>) -> Result<Vec<f64>> {
+    match rdp.iter().find(|r| !r.is_finite()) {
+        Some(&bad) => Err(AccountingError::InvalidParameter {
+            name: "rdp epsilon",
+            value: bad,
+            expected: "the composition overflowed: the guarantee would be vacuous",
+        }),
+        None => Ok(rdp),
+    }
+}
+
 impl Accountant for RdpAccountant {
     fn name(&self) -> &'static str {
         "rdp"
@@ -250,15 +255,7 @@ impl Accountant for RdpAccountant {
     }
     fn compose(&mut self, event: &DpEvent) -> Result<()> {
         let add = self.rdp_of(event)?;
-        let sum: Vec<f64> = self.rdp.iter().zip(&add).map(|(a, b)| add_up(*a, *b)).collect();
-        if let Some(bad) = sum.iter().find(|r| !r.is_finite()) {
-            return Err(AccountingError::InvalidParameter {
-                name: "rdp epsilon",
-                value: *bad,
-                expected: "the composition overflowed: the guarantee would be vacuous",
-            });
-        }
-        self.rdp = sum;
+        self.rdp = finite(self.rdp.iter().zip(&add).map(|(a, b)| add_up(*a, *b)).collect())?;
         Ok(())
     }
     fn epsilon(&self, delta: f64) -> Result<f64> {

@@ -243,9 +243,10 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         let n = self.data.len();
         if ledger.len() != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
             return Err(Error::State(format!(
-                "the ledger has {} entries and θ {} values for {n} examples and {} parameters",
+                "the ledger has {} entries, θ {} values and the sample {} flags for {n} examples and {} parameters",
                 ledger.len(),
                 theta.len(),
+                sample.map_or(n, <[bool]>::len),
                 self.net.num_params()
             )));
         }
