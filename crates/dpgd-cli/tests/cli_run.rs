@@ -150,6 +150,42 @@ fn ctrl_c_says_how_to_resume() {
     assert!(err.contains(&format!("--resume {}", run.display())), "{err}");
 }
 
+/// Issue "your model": a config model with a kind only the burn engine trains (group norm)
+/// publishes `model.safetensors` too, and `dpgd eval` and `dpgd predict` read it without the
+/// config: the same test accuracy as the run's result.json.
+#[test]
+fn a_burn_engine_run_publishes_a_safetensors_model_that_eval_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("csv");
+    std::fs::create_dir_all(&data).unwrap();
+    for (file, n) in [("train.csv", 120), ("test.csv", 40)] {
+        let rows: String = (0..n)
+            .map(|i| format!("{},{},{},{}\n", i % 2, (i % 2) as f64 * 3.0 - 1.0, (i % 7) as f64, (i % 3) as f64))
+            .collect();
+        std::fs::write(data.join(file), format!("label,a,b,c\n{rows}")).unwrap();
+    }
+    let cfg = tmp.path().join("gn.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"gn\"\n[data]\ndir = \"{}\"\n[model]\nlayers = [{{ kind = \"group_norm\", groups = 1 }}, \
+             {{ kind = \"flatten\" }}, {{ kind = \"linear\", out_features = 2 }}]\n[privacy]\nmethod = \"plain\"\n\
+             epsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 5\n[train]\nlr = 1.0\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let run = tmp.path().join("run");
+    let o = dpgd(&["train", "--quiet", "--config", &cfg.display().to_string(), "--out", &run.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("publishable/result.json")).unwrap()).unwrap();
+    let accuracy = result["test_accuracy"].as_f64().unwrap();
+    let o = dpgd(&["eval", &run.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(&format!("test accuracy {:.2} %", 100.0 * accuracy)), "{accuracy}: {}", text(&o));
+}
+
 /// Issue "your model, your data": `dpgd train` on a folder of CSV files, then `dpgd eval` on it.
 #[test]
 fn train_and_eval_on_csv_features() {

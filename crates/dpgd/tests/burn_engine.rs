@@ -15,7 +15,7 @@ use dpgd::nn::{
     Classifier, Conv2d, Conv2dConfig, Embedding, EmbeddingConfig, GroupNorm, GroupNormConfig, LayerNorm,
     LayerNormConfig, Linear, LinearConfig,
 };
-use dpgd::per_example::{BurnEngine, PerExample};
+use dpgd::per_example::{Backprop, BurnEngine, PerExample};
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 
@@ -81,13 +81,16 @@ fn check<M: Classifier>(model: impl Fn(&Device) -> M, shape: [usize; 3], classes
 }
 
 fn check_on<M: Classifier>(model: M, d: &Device, shape: [usize; 3], classes: usize, x: &[f32], y: &[u8]) {
-    let engine = BurnEngine::new(model, d, shape, classes).unwrap();
+    check_engine(&BurnEngine::new(model, d, shape, classes).unwrap(), d, shape, x, y);
+}
+
+fn check_engine<M: Classifier>(engine: &BurnEngine<M>, d: &Device, shape: [usize; 3], x: &[f32], y: &[u8]) {
     let theta = engine.current_params().unwrap();
     let p = engine.num_params();
     let mut scratch = engine.scratch(y.len());
     let (mut rows, mut losses) = (vec![0.0f32; y.len() * p], vec![0.0f32; y.len()]);
     engine.gradients(&theta, x, y, &mut scratch, &mut rows, &mut losses);
-    let reference = autodiff_rows(&engine, &theta, shape, x, y);
+    let reference = autodiff_rows(engine, &theta, shape, x, y);
     let norm = |r: &[f32]| r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
     for (i, (got, want)) in rows.chunks(p).zip(reference.chunks(p)).enumerate() {
         let (ng, nw) = (norm(got), norm(want));
@@ -318,6 +321,55 @@ fn parameters_outside_dpgd_layers_are_refused_by_path_with_the_fix() {
     let net = WithBurnLinear { conv: conv(), fc: burn::nn::LinearConfig::new(2 * 4 * 4, 3).init(&d) };
     let e = BurnEngine::new(net, &d, [1, 8, 8], 3).unwrap_err().to_string();
     assert!(e.contains("[1, 8, 8]") && e.contains("build the model for that shape"), "{e}");
+}
+
+/// The opt-in fallback (one backward per example) trains what the batched engine refuses —
+/// burn's own `Linear` — and gives the same per-example gradients, losses and parameter order
+/// as the batched engine on the same model built from `dpgd::nn::Linear`; on a model both
+/// accept it matches the autodiff reference like the batched engine.
+#[test]
+fn the_fallback_trains_burns_own_layers_with_the_batched_engines_gradients() {
+    #[derive(Module, Debug)]
+    struct WithDpgdLinear {
+        conv: Conv2d,
+        fc: Linear,
+    }
+    impl Classifier for WithDpgdLinear {
+        fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+            self.fc.forward(self.conv.forward(x).flatten(1, 3))
+        }
+    }
+    let (x, y) = inputs(5, 36, 11);
+    for d in devices() {
+        let conv = Conv2dConfig::new([1, 2], [3, 3]).init(&d);
+        let fc = burn::nn::LinearConfig::new(2 * 4 * 4, 3).init(&d);
+        let twin = WithDpgdLinear { conv: conv.clone(), fc: fc.clone().into() };
+        let fallback = BurnEngine::with_fallback(WithBurnLinear { conv, fc }, &d, [1, 6, 6], 3).unwrap();
+        let batched = BurnEngine::new(twin, &d, [1, 6, 6], 3).unwrap();
+        assert_eq!((fallback.backprop(), batched.backprop()), (Backprop::OneBackwardPerExample, Backprop::Batched));
+        assert_eq!(fallback.params(), batched.params());
+        let theta = batched.current_params().unwrap();
+        assert_eq!(fallback.current_params().unwrap(), theta);
+        let p = theta.len();
+        let run = |e: &dyn Fn(&mut [f32], &mut [f32])| {
+            let (mut rows, mut losses) = (vec![0.0f32; y.len() * p], vec![0.0f32; y.len()]);
+            e(&mut rows, &mut losses);
+            (rows, losses)
+        };
+        let (fb_rows, fb_losses) = run(&|r, l| fallback.gradients(&theta, &x, &y, &mut fallback.scratch(5), r, l));
+        let (b_rows, b_losses) = run(&|r, l| batched.gradients(&theta, &x, &y, &mut batched.scratch(5), r, l));
+        let scale = b_rows.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (i, (a, b)) in fb_rows.iter().zip(&b_rows).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * scale, "{d:?}: value {i}: fallback {a} vs batched {b}");
+        }
+        for (a, b) in fb_losses.iter().zip(&b_losses) {
+            assert!((a - b).abs() <= 1e-4 * b.abs(), "{d:?}: loss {a} vs {b}");
+        }
+        let fallback = BurnEngine::with_fallback(conv_net(&d, 3, 2, 1, 1), &d, [2, 7, 7], 3).unwrap();
+        let (x, y) = inputs(4, 2 * 7 * 7, 12);
+        check_engine(&fallback, &d, [2, 7, 7], &x, &y);
+    }
 }
 
 /// Both engines on the config's Opacus CNN (the burn engine running it as burn modules of

@@ -7,7 +7,6 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dpgd::data::Split;
 use dpgd::model::export::{self, ExportedModel};
-use dpgd::train::step::count_correct;
 use dpgd::train::{RunFolder, TrainConfig};
 
 #[derive(Debug, Args)]
@@ -36,13 +35,6 @@ pub(crate) struct PredictArgs {
 fn model(path: &Path) -> Result<ExportedModel> {
     let file = if path.is_dir() { RunFolder::new(path).model_safetensors() } else { path.to_path_buf() };
     if !file.exists() {
-        if path.is_dir() && RunFolder::new(path).model().exists() {
-            bail!(
-                "{}: this run trained on the burn engine (a layer kind the fast engine lacks) and wrote only \
-                 model.bpk, a burn record: load it into its model (model.json) with burn; its test accuracy is in result.json",
-                path.display()
-            );
-        }
         bail!("{}: no model.safetensors (is the run finished?)", file.display());
     }
     Ok(export::load(&file)?)
@@ -56,14 +48,14 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
         (Some(d), run) => dpgd::train::DataConfig { dir: d, ..run.unwrap_or_default() },
         (None, run) => run.with_context(|| "give --data DIR")?,
     };
-    data_cfg.classes = Some(m.net.classes());
+    data_cfg.classes = Some(m.classes());
     let dir = data_cfg.dir.clone();
     let data = data_cfg.load()?;
     let test = data.test.head(0);
-    if test.pixels() != m.net.input_len() {
-        bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.net.input_len());
+    if test.pixels() != m.input_len() {
+        bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.input_len());
     }
-    let correct = count_correct(&m.net, &m.theta, test, &m.normalize);
+    let correct = m.count_correct(test);
     println!(
         "test accuracy {:.2} % ({correct} of {} test images in {})",
         100.0 * correct as f64 / test.len() as f64,
@@ -105,22 +97,14 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
 
 pub(crate) fn predict(a: PredictArgs) -> Result<()> {
     let m = model(&a.model)?;
-    let data = images(&a.input, m.net.input_len())?;
-    let x = data.head(0);
-    let (classes, px, batch) = (m.net.classes(), m.net.input_len(), 256);
-    let mut ws = m.net.workspace(batch);
-    let mut buf = vec![0.0f32; batch * px];
+    let data = images(&a.input, m.input_len())?;
     let (mut predicted, mut probabilities) = (Vec::new(), Vec::new());
-    for lo in (0..x.len()).step_by(batch) {
-        let hi = (lo + batch).min(x.len());
-        x.normalised_into(lo..hi, &m.normalize, &mut buf[..(hi - lo) * px]);
-        for z in m.net.forward(&m.theta, &mut ws, &buf[..(hi - lo) * px], hi - lo).chunks_exact(classes) {
-            let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let e: Vec<f64> = z.iter().map(|&v| f64::from(v - top).exp()).collect();
-            let s: f64 = e.iter().sum();
-            predicted.push(z.iter().enumerate().fold(0, |b, (i, &v)| if v > z[b] { i } else { b }));
-            probabilities.push(e.iter().map(|v| v / s).collect::<Vec<_>>());
-        }
+    for z in m.logits(data.head(0)).chunks_exact(m.classes()) {
+        let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f64> = z.iter().map(|&v| f64::from(v - top).exp()).collect();
+        let s: f64 = e.iter().sum();
+        predicted.push(z.iter().enumerate().fold(0, |b, (i, &v)| if v > z[b] { i } else { b }));
+        probabilities.push(e.iter().map(|v| v / s).collect::<Vec<_>>());
     }
     if a.json {
         println!("{}", serde_json::json!({ "predicted": predicted, "probabilities": probabilities }));

@@ -294,6 +294,37 @@ pub(crate) fn spec_shapes(spec: &ModelSpec) -> std::result::Result<Vec<Shape>, S
     })
 }
 
+/// The number of trainable parameters [`BurnModel::from_spec`] would create for `spec`, checked
+/// before anything is allocated (`None` past [`crate::per_example::MAX_VALUES`]).
+///
+/// # Errors
+/// [`ShapeError`] naming the first layer that does not fit.
+pub(crate) fn spec_params(spec: &ModelSpec) -> std::result::Result<Option<usize>, ShapeError> {
+    let outputs = spec_shapes(spec)?;
+    let inputs = std::iter::once(Shape::Spatial { c: spec.input[0], h: spec.input[1], w: spec.input[2] })
+        .chain(outputs.iter().copied());
+    let mut total = Some(0usize);
+    for (layer, input) in spec.layers.iter().zip(inputs) {
+        let c = match input {
+            Shape::Spatial { c, .. } => c,
+            Shape::Flat(n) => n,
+        };
+        let (weights, biases) = match *layer {
+            LayerSpec::Conv2d { out_channels, kernel, bias, .. } => (
+                out_channels.checked_mul(c).and_then(|v| v.checked_mul(kernel)?.checked_mul(kernel)),
+                bias.then_some(out_channels),
+            ),
+            LayerSpec::Linear { out_features, bias } => {
+                (input.len().checked_mul(out_features), bias.then_some(out_features))
+            }
+            LayerSpec::GroupNorm { .. } => (Some(c), Some(c)),
+            _ => (Some(0), None),
+        };
+        total = total.and_then(|t| t.checked_add(weights?)?.checked_add(biases.unwrap_or(0)));
+    }
+    Ok(total.filter(|&t| t <= crate::per_example::MAX_VALUES))
+}
+
 /// Writes any burn module as a burnpack record to `path`, atomically (a temporary file renamed
 /// over `path`, so a crash never leaves a half-written model).
 ///

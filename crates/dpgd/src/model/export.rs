@@ -1,39 +1,126 @@
-//! `model.safetensors`: the returned model in a format others read (Hugging Face safetensors,
-//! PyTorch's tensor layout), carrying its own architecture and input normalisation in the
-//! file's metadata, so it loads without the run's config.
+//! `model.safetensors`: the returned model in a format others read (Hugging Face safetensors),
+//! carrying its input normalisation, and where dpgd can rebuild it its architecture, in the
+//! file's metadata, so it loads without the run's config. Two layouts, named by the metadata
+//! key `dpgd.layout`:
 //!
-//! Tensors are named `layers.{i}.weight` (`[out, in, k, k]` for a convolution, `[out, in]` for
-//! a linear layer, as PyTorch's `Conv2d` / `Linear`) and `layers.{i}.bias`, `i` the layer's
-//! index in the architecture; metadata `dpgd.architecture` is the [`ModelSpec`] as JSON and
-//! `dpgd.normalize` the pixel normalisation.
+//! - **`pytorch`** (the fast engine's models; files without the key are this one): tensors
+//!   `layers.{i}.weight` (`[out, in, k, k]` for a convolution, `[out, in]` for a linear layer,
+//!   as PyTorch's `Conv2d` / `Linear`) and `layers.{i}.bias`, `i` the layer's index in the
+//!   architecture; `dpgd.architecture` is the [`ModelSpec`] as JSON.
+//! - **`burn`** (models trained on the burn engine): every trainable parameter under its path in
+//!   the burn module (`conv1.weight`, `layers.0.Conv2d.weight`, …) in burn's own layout (a
+//!   `Linear`'s weight is `[in, out]`) — the names and layout burn-store's `SafetensorsStore`
+//!   reads into the same struct by default, or [`load_params`] without burn-store. A config's
+//!   model also carries `dpgd.architecture`; a model of your own struct does not (dpgd cannot
+//!   rebuild your code), so `dpgd eval` refuses it and you load it into your struct.
+//!
+//! Both carry `dpgd.normalize`, the pixel normalisation the model was trained with.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
 
+use super::ConfigModel;
 use crate::arch::ModelSpec;
-use crate::data::Normalize;
+use crate::data::{Examples, Normalize};
+use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::per_example::Network;
+use crate::per_example::{Network, PerExample, TrainableParam};
+
+/// The model of a file dpgd can rebuild: the fast engine's network, or a config's model with
+/// a layer kind only the burn engine trains (evaluated on the default CPU device).
+#[derive(Debug)]
+pub enum ExportedNet {
+    /// A fast-engine network (layout `pytorch`).
+    Fast(Network),
+    /// A config's model on the burn engine (layout `burn`, with its architecture).
+    Burn(Box<ConfigModel>),
+}
 
 /// A model read back from a `model.safetensors` file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct ExportedModel {
     /// The compiled architecture.
-    pub net: Network,
-    /// Its flat parameters θ.
+    pub net: ExportedNet,
+    /// Its flat parameters θ (in the engine's order).
     pub theta: Vec<f32>,
     /// The input normalisation it was trained with.
     pub normalize: Normalize,
+}
+
+/// Runs `$body` with `$e` bound to the engine of an [`ExportedNet`], whichever it is.
+macro_rules! with_engine {
+    ($net:expr, $e:ident => $body:expr) => {
+        match $net {
+            ExportedNet::Fast($e) => $body,
+            ExportedNet::Burn(m) => {
+                let $e = m.as_ref();
+                $body
+            }
+        }
+    };
+}
+
+impl ExportedModel {
+    /// Number of classes.
+    #[must_use]
+    pub fn classes(&self) -> usize {
+        with_engine!(&self.net, e => e.classes())
+    }
+
+    /// The shape of one input, `[channels, height, width]`.
+    #[must_use]
+    pub fn input_shape(&self) -> [usize; 3] {
+        with_engine!(&self.net, e => e.input_shape())
+    }
+
+    /// Values per input (`c·h·w`).
+    #[must_use]
+    pub fn input_len(&self) -> usize {
+        self.input_shape().iter().product()
+    }
+
+    /// How many of `data` the model classifies correctly.
+    #[must_use]
+    pub fn count_correct(&self, data: Examples<'_>) -> usize {
+        with_engine!(&self.net, e => crate::train::step::count_correct(e, &self.theta, data, &self.normalize))
+    }
+
+    /// The logits (`n × classes`) of `data`, normalised as in training, in batches of 256.
+    #[must_use]
+    pub fn logits(&self, data: Examples<'_>) -> Vec<f32> {
+        with_engine!(&self.net, e => logits_of(e, &self.theta, data, &self.normalize))
+    }
+}
+
+fn logits_of<E: PerExample>(net: &E, theta: &[f32], data: Examples<'_>, norm: &Normalize) -> Vec<f32> {
+    let (px, batch) = (net.input_len(), 256);
+    let mut scratch = net.scratch(batch);
+    let mut buf = vec![0.0f32; batch * px];
+    let mut out = Vec::with_capacity(data.len() * net.classes());
+    for lo in (0..data.len()).step_by(batch) {
+        let hi = (lo + batch).min(data.len());
+        data.normalised_into(lo..hi, norm, &mut buf[..(hi - lo) * px]);
+        out.extend_from_slice(net.logits(theta, &buf[..(hi - lo) * px], hi - lo, &mut scratch));
+    }
+    out
 }
 
 fn bytes_of(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// The named tensors of θ: (name, shape, offset, length).
-fn tensors(net: &Network) -> Vec<(String, Vec<usize>, usize, usize)> {
+/// One tensor of a file: its name, shape, and where its values sit in θ (offset, length).
+struct Slot {
+    name: String,
+    shape: Vec<usize>,
+    offset: usize,
+    len: usize,
+}
+
+/// The named tensors of a fast-engine θ (layout `pytorch`).
+fn fast_slots(net: &Network) -> Vec<Slot> {
     let mut out = Vec::new();
     for (i, layer) in net.layers().iter().enumerate() {
         let Some(p) = layer.params() else { continue };
@@ -44,12 +131,20 @@ fn tensors(net: &Network) -> Vec<(String, Vec<usize>, usize, usize)> {
             crate::per_example::Layer::Linear(l) => vec![l.dout, l.din],
             _ => vec![p.weight_len],
         };
-        out.push((format!("layers.{i}.weight"), shape, p.weight, p.weight_len));
+        out.push(Slot { name: format!("layers.{i}.weight"), shape, offset: p.weight, len: p.weight_len });
         if let Some(b) = p.bias {
-            out.push((format!("layers.{i}.bias"), vec![p.bias_len], b, p.bias_len));
+            out.push(Slot { name: format!("layers.{i}.bias"), shape: vec![p.bias_len], offset: b, len: p.bias_len });
         }
     }
     out
+}
+
+/// The named tensors of a burn-engine θ (layout `burn`): each parameter under its path.
+fn burn_slots(params: &[TrainableParam]) -> Vec<Slot> {
+    params
+        .iter()
+        .map(|p| Slot { name: p.path.clone(), shape: p.shape.clone(), offset: p.offset, len: p.shape.iter().product() })
+        .collect()
 }
 
 /// Writes `theta` of `net` (trained with normalisation `normalize`) to `path`, atomically.
@@ -57,17 +152,52 @@ fn tensors(net: &Network) -> Vec<(String, Vec<usize>, usize, usize)> {
 /// # Errors
 /// If the file cannot be written.
 pub fn save(net: &Network, theta: &[f32], normalize: &Normalize, path: &Path) -> Result<()> {
+    write(path, &fast_slots(net), theta, normalize, "pytorch", Some(net.spec()))
+}
+
+/// Writes θ of a burn-engine model to `path`, atomically, in layout `burn`: each trainable
+/// parameter (`params`, [`crate::per_example::BurnEngine::params`]) under its path in the
+/// module; `architecture` where the model is a config's (so `dpgd eval` can rebuild it).
+///
+/// # Errors
+/// If the file cannot be written.
+pub fn save_burn(
+    params: &[TrainableParam],
+    theta: &[f32],
+    normalize: &Normalize,
+    architecture: Option<&ModelSpec>,
+    path: &Path,
+) -> Result<()> {
+    write(path, &burn_slots(params), theta, normalize, "burn", architecture)
+}
+
+fn write(
+    path: &Path,
+    slots: &[Slot],
+    theta: &[f32],
+    normalize: &Normalize,
+    layout: &str,
+    architecture: Option<&ModelSpec>,
+) -> Result<()> {
     let bad = |e: &dyn std::fmt::Display| Error::Record(format!("{}: {e}", path.display()));
-    let data: Vec<(String, Vec<usize>, Vec<u8>)> =
-        tensors(net).into_iter().map(|(n, s, o, l)| (n, s, bytes_of(&theta[o..o + l]))).collect();
+    let data: Vec<(&str, &[usize], Vec<u8>)> = slots
+        .iter()
+        .map(|s| {
+            let values = theta.get(s.offset..s.offset + s.len).ok_or_else(|| bad(&"θ is shorter than the model"))?;
+            Ok((s.name.as_str(), s.shape.as_slice(), bytes_of(values)))
+        })
+        .collect::<Result<_>>()?;
     let views = data
         .iter()
-        .map(|(n, s, b)| TensorView::new(Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)))
+        .map(|(n, s, b)| TensorView::new(Dtype::F32, s.to_vec(), b).map(|v| (n.to_string(), v)))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| bad(&e))?;
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
-    meta.insert("dpgd.architecture".to_string(), serde_json::to_string(net.spec()).map_err(|e| bad(&e))?);
+    meta.insert("dpgd.layout".to_string(), layout.to_string());
+    if let Some(spec) = architecture {
+        meta.insert("dpgd.architecture".to_string(), serde_json::to_string(spec).map_err(|e| bad(&e))?);
+    }
     meta.insert("dpgd.normalize".to_string(), serde_json::to_string(&normalize).map_err(|e| bad(&e))?);
     let mut bytes = safetensors::serialize(views, Some(meta)).map_err(|e| bad(&e))?;
     canonical_header(&mut bytes).map_err(|e| bad(&e))?;
@@ -93,43 +223,128 @@ fn canonical_header(bytes: &mut [u8]) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Reads a model written by [`save`], checking its architecture and every tensor's name and
-/// shape.
+/// A file's bytes, with its metadata parsed (after the memory check on its size).
+struct File {
+    bytes: Vec<u8>,
+    info: HashMap<String, String>,
+    normalize: Normalize,
+}
+
+impl File {
+    fn read(path: &Path) -> Result<Self> {
+        let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+        let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
+        crate::memory::check(&format!("reading {}", path.display()), Some(len), "this is not a dpgd model file")?;
+        let bytes = std::fs::read(path).map_err(Error::io(path))?;
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+        let info = meta.metadata().clone().unwrap_or_default();
+        let normalize: Normalize = match info.get("dpgd.normalize") {
+            Some(n) => serde_json::from_str(n).map_err(|e| bad(format!("its normalisation does not parse ({e})")))?,
+            None => Normalize::MNIST,
+        };
+        Ok(Self { bytes, info, normalize })
+    }
+
+    fn layout(&self) -> &str {
+        self.info.get("dpgd.layout").map_or("pytorch", String::as_str)
+    }
+
+    /// θ of `len` values from the file's tensors, each checked against its slot's name and shape.
+    fn theta(&self, slots: &[Slot], len: usize, path: &Path) -> Result<Vec<f32>> {
+        let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+        let file = safetensors::SafeTensors::deserialize(&self.bytes)
+            .map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+        let mut theta = vec![0.0f32; len];
+        for s in slots {
+            let t = file.tensor(&s.name).map_err(|_| bad(format!("tensor {} is missing", s.name)))?;
+            if t.dtype() != Dtype::F32 || t.shape() != s.shape.as_slice() {
+                return Err(bad(format!(
+                    "tensor {} is {:?} {:?}, expected F32 {:?}",
+                    s.name,
+                    t.dtype(),
+                    t.shape(),
+                    s.shape
+                )));
+            }
+            let dst =
+                theta.get_mut(s.offset..s.offset + s.len).ok_or_else(|| bad("θ is shorter than the model".into()))?;
+            for (d, c) in dst.iter_mut().zip(t.data().chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Ok(theta)
+    }
+}
+
+/// Reads a model written by [`save`] or, for a config's model, [`save_burn`], checking its
+/// architecture and every tensor's name and shape.
 ///
 /// # Errors
-/// [`Error::Record`] naming the file: not safetensors, no dpgd architecture, a missing or
-/// mis-shaped tensor, or a file larger than the memory limit.
+/// [`Error::Record`] naming the file: not safetensors, no dpgd architecture (a model of your
+/// own burn struct: use [`load_params`]), a missing or mis-shaped tensor, or a file larger
+/// than the memory limit.
 pub fn load(path: &Path) -> Result<ExportedModel> {
     let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
-    let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
-    crate::memory::check(&format!("reading {}", path.display()), Some(len), "this is not a dpgd model file")?;
-    let bytes = std::fs::read(path).map_err(Error::io(path))?;
-    let (_, meta) =
-        safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
-    let info = meta.metadata().clone().unwrap_or_default();
-    let spec: ModelSpec = info
-        .get("dpgd.architecture")
-        .ok_or_else(|| bad("no dpgd.architecture in its metadata: not written by dpgd".into()))
-        .and_then(|a| serde_json::from_str(a).map_err(|e| bad(format!("its architecture does not parse ({e})"))))?;
-    let normalize: Normalize = match info.get("dpgd.normalize") {
-        Some(n) => serde_json::from_str(n).map_err(|e| bad(format!("its normalisation does not parse ({e})")))?,
-        None => Normalize::MNIST,
+    let file = File::read(path)?;
+    let spec: ModelSpec = match file.info.get("dpgd.architecture") {
+        Some(a) => serde_json::from_str(a).map_err(|e| bad(format!("its architecture does not parse ({e})")))?,
+        None if file.layout() == "burn" => {
+            return Err(bad("a model of your own burn struct (no dpgd architecture): load it into your struct with \
+                 dpgd::model::export::load_params(engine.params(), path) and engine.model_with(&theta), or with \
+                 burn-store's SafetensorsStore"
+                .into()));
+        }
+        None => return Err(bad("no dpgd.architecture in its metadata: not written by dpgd".into())),
     };
-    let net = Network::new(&spec).map_err(|e| bad(format!("its architecture does not compile: {e}")))?;
-    normalize.check(spec.input[0]).map_err(|e| bad(format!("its normalisation does not fit its model: {e}")))?;
-    let file =
-        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
-    let mut theta = vec![0.0f32; net.num_params()];
-    for (name, shape, offset, len) in tensors(&net) {
-        let t = file.tensor(&name).map_err(|_| bad(format!("tensor {name} is missing")))?;
-        if t.dtype() != Dtype::F32 || t.shape() != shape.as_slice() {
-            return Err(bad(format!("tensor {name} is {:?} {:?}, expected F32 {shape:?}", t.dtype(), t.shape())));
+    file.normalize.check(spec.input[0]).map_err(|e| bad(format!("its normalisation does not fit its model: {e}")))?;
+    // The file holds every parameter in 4 bytes: a larger architecture is refused before its
+    // parameters are allocated.
+    let fits = |params: Option<usize>| params.is_some_and(|p| p.saturating_mul(4) <= file.bytes.len());
+    let too_large = || bad("its architecture has more parameters than the file holds".into());
+    let (net, theta) = match file.layout() {
+        "pytorch" => {
+            let net = Network::new(&spec).map_err(|e| bad(format!("its architecture does not compile: {e}")))?;
+            if !fits(Some(net.num_params())) {
+                return Err(too_large());
+            }
+            let theta = file.theta(&fast_slots(&net), net.num_params(), path)?;
+            (ExportedNet::Fast(net), theta)
         }
-        for (dst, c) in theta[offset..offset + len].iter_mut().zip(t.data().chunks_exact(4)) {
-            *dst = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        "burn" => {
+            let params = super::spec_params(&spec).map_err(|e| bad(format!("its architecture does not fit: {e}")))?;
+            if !fits(params) {
+                return Err(too_large());
+            }
+            let model = ConfigModel::new(&spec, &DeviceKind::default().device()?, 0)
+                .map_err(|e| bad(format!("its architecture does not build: {e}")))?;
+            let theta = file.theta(&burn_slots(model.engine.params()), model.num_params(), path)?;
+            (ExportedNet::Burn(Box::new(model)), theta)
         }
+        other => return Err(bad(format!("unknown dpgd.layout {other:?} (written by a newer dpgd?)"))),
+    };
+    Ok(ExportedModel { net, theta, normalize: file.normalize })
+}
+
+/// θ for a burn-engine model of your own struct from a `model.safetensors` a run of it wrote
+/// (layout `burn`), with the normalisation it was trained with: every one of `params`
+/// ([`crate::per_example::BurnEngine::params`]) must be in the file under its path, with its
+/// shape. `engine.model_with(&theta)` then gives the trained model.
+///
+/// # Errors
+/// [`Error::Record`] naming the file: not safetensors, not layout `burn`, or a parameter
+/// missing or of another shape (the file is of another model).
+pub fn load_params(params: &[TrainableParam], path: &Path) -> Result<(Vec<f32>, Normalize)> {
+    let file = File::read(path)?;
+    if file.layout() != "burn" {
+        return Err(Error::Record(format!(
+            "{}: a fast-engine model (layout pytorch): read it with dpgd::model::export::load",
+            path.display()
+        )));
     }
-    Ok(ExportedModel { net, theta, normalize })
+    let slots = burn_slots(params);
+    let len = slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
+    Ok((file.theta(&slots, len, path)?, file.normalize))
 }
 
 #[cfg(test)]
@@ -146,7 +361,8 @@ mod tests {
         let norm = Normalize::all(0.5, 0.25);
         save(&net, &theta, &norm, &path).unwrap();
         let m = load(&path).unwrap();
-        assert_eq!((m.net, m.theta, m.normalize), (net, theta, norm));
+        assert_eq!((m.theta, m.normalize), (theta, norm));
+        assert!(matches!(m.net, ExportedNet::Fast(n) if n == net));
         std::fs::write(&path, b"not a model").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("model.safetensors"));
     }
@@ -166,5 +382,74 @@ mod tests {
             assert_eq!(first.get_or_insert_with(|| bytes.clone()), &bytes, "two saves of one model differ");
         }
         assert_eq!(load(&path).unwrap().theta, theta);
+    }
+
+    /// A config's model with a kind only the burn engine trains (group norm) round-trips in
+    /// layout `burn`: under its module paths, rebuilt from its architecture, the same logits.
+    #[test]
+    fn a_burn_engine_config_model_round_trips_and_evaluates() {
+        use crate::arch::LayerSpec;
+        let spec = ModelSpec {
+            input: [1, 6, 6],
+            classes: 3,
+            layers: vec![
+                LayerSpec::Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true },
+                LayerSpec::GroupNorm { groups: 2 },
+                LayerSpec::Relu,
+                LayerSpec::Flatten,
+                LayerSpec::Linear { out_features: 3, bias: true },
+            ],
+        };
+        let device = DeviceKind::default().device().unwrap();
+        let model = ConfigModel::new(&spec, &device, 7).unwrap();
+        let theta: Vec<f32> = (0..model.num_params()).map(|i| (i as f32 * 0.37).sin()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let norm = Normalize::all(0.25, 0.5);
+        save_burn(model.engine.params(), &theta, &norm, Some(&spec), &path).unwrap();
+        let m = load(&path).unwrap();
+        assert_eq!((&m.theta, &m.normalize), (&theta, &norm));
+        assert!(matches!(m.net, ExportedNet::Burn(_)));
+        assert_eq!((m.classes(), m.input_shape()), (3, [1, 6, 6]));
+        let names: Vec<String> = safetensors::SafeTensors::deserialize(&std::fs::read(&path).unwrap())
+            .unwrap()
+            .names()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        assert!(names.iter().any(|n| n.starts_with("layers.1.") && n.ends_with("gamma")), "{names:?}");
+        // the same logits as the engine at θ
+        let split = crate::data::Split {
+            images: (0..2 * 36).map(|i| (i * 7 % 256) as u8).collect(),
+            features: Vec::new(),
+            labels: vec![0, 2],
+            rows: 6,
+            cols: 6,
+            channels: 1,
+        };
+        let x = split.head(0);
+        assert_eq!(m.logits(x), logits_of(&model, &theta, x, &norm));
+        // θ for the engine's own parameters, as a user of their own struct reads it
+        assert_eq!(load_params(model.engine.params(), &path).unwrap(), (theta.clone(), norm.clone()));
+        // without its architecture (a user's struct), `load` says how to load it instead
+        save_burn(model.engine.params(), &theta, &norm, None, &path).unwrap();
+        let err = load(&path).unwrap_err().to_string();
+        assert!(err.contains("load_params") && err.contains("model.safetensors"), "{err}");
+        assert_eq!(load_params(model.engine.params(), &path).unwrap().0, theta);
+    }
+
+    /// An architecture with more parameters than the file holds is refused before anything
+    /// is allocated (a hostile file cannot make `load` allocate terabytes).
+    #[test]
+    fn an_architecture_larger_than_its_file_is_refused() {
+        // 784·2³⁰ weights: about 3 TB if allocated
+        let huge = ModelSpec::mlp_for([1, 28, 28], 10, 1 << 30);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        for layout in ["pytorch", "burn"] {
+            write(&path, &[], &[], &Normalize::MNIST, layout, Some(&huge)).unwrap();
+            let err = load(&path).unwrap_err().to_string();
+            assert!(err.contains("more parameters than the file holds"), "{layout}: {err}");
+        }
     }
 }

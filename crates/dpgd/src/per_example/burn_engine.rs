@@ -55,6 +55,23 @@ pub struct BurnEngine<M: Classifier> {
     sizes: HashMap<ParamId, usize>,
     /// Each trainable parameter's position in `params`, by id.
     index: HashMap<ParamId, usize>,
+    /// How the per-example gradients are computed.
+    backprop: Backprop,
+}
+
+/// How the burn engine computes per-example gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backprop {
+    /// One batched backward per micro-batch, each [`crate::nn`] layer forming its per-example
+    /// gradients from its probe ([`BurnEngine::new`]): every trainable parameter must belong to
+    /// a `dpgd::nn` layer.
+    #[default]
+    Batched,
+    /// One forward and one backward per example through burn's autodiff
+    /// ([`BurnEngine::with_fallback`]): any burn model — burn's own layers, custom operations —
+    /// exactly as autodiff computes it, but with none of a batch's parallelism: expect it to be
+    /// one to two orders of magnitude slower than [`Backprop::Batched`].
+    OneBackwardPerExample,
 }
 
 impl<M: Classifier> std::fmt::Debug for BurnEngine<M> {
@@ -162,6 +179,32 @@ impl<M: Classifier> BurnEngine<M> {
     /// that fails on the data's shape, gives logits of the wrong shape or mixes the examples of
     /// a batch; a model with no trainable parameters.
     pub fn new(model: M, device: &Device, input: [usize; 3], classes: usize) -> Result<Self> {
+        Self::build(model, device, input, classes, Backprop::Batched)
+    }
+
+    /// Like [`new`](Self::new), but for any burn model: each example's gradient is computed by
+    /// its own forward and backward through burn's autodiff ([`Backprop::OneBackwardPerExample`]),
+    /// so trainable parameters need not belong to [`crate::nn`] layers (burn's own `Linear` in
+    /// its attention block, a raw `Param`, a custom operation). Correct for any per-example
+    /// model, and slow: no batch is shared. Use it for models [`new`](Self::new) refuses.
+    ///
+    /// The same checks as [`new`](Self::new) apply except that one: BatchNorm, reparameterized
+    /// parameters and a forward that mixes the examples of a batch are still refused.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), except for parameters outside `dpgd::nn` layers.
+    pub fn with_fallback(model: M, device: &Device, input: [usize; 3], classes: usize) -> Result<Self> {
+        Self::build(model, device, input, classes, Backprop::OneBackwardPerExample)
+    }
+
+    /// How this engine computes per-example gradients.
+    #[must_use]
+    pub fn backprop(&self) -> Backprop {
+        self.backprop
+    }
+
+    fn build(model: M, device: &Device, input: [usize; 3], classes: usize, backprop: Backprop) -> Result<Self> {
+        let batched = backprop == Backprop::Batched;
         let refuse = |m: String| Error::config("model", m);
         let device = if device.is_autodiff() { device.clone() } else { device.clone().autodiff() };
         // `train` applies each parameter's configured gradient requirement on the autodiff device
@@ -214,7 +257,7 @@ impl<M: Classifier> BurnEngine<M> {
                      have {classes} classes, so it must be [{b}, {classes}]"
                 )));
             }
-            if let Err((id, dims)) = rows {
+            if let (true, Err((id, dims))) = (batched, rows) {
                 let path = inv.params.iter().find(|f| f.id == id).map_or("a parameter", |f| f.path.as_str());
                 return Err(refuse(format!(
                     "the layer holding {path} was called on a tensor whose first axis is not the batch: its gradients for \
@@ -234,7 +277,7 @@ impl<M: Classifier> BurnEngine<M> {
             if !trainable || !seen.insert(id) {
                 continue;
             }
-            if !recorded.contains(&id) {
+            if batched && !recorded.contains(&id) {
                 return Err(refuse(uncovered(&path, &types)));
             }
             let p = TrainableParam { path, id, shape, offset };
@@ -257,6 +300,7 @@ impl<M: Classifier> BurnEngine<M> {
             sizes,
             index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
             params,
+            backprop,
         })
     }
 
@@ -324,8 +368,12 @@ impl<M: Classifier> BurnEngine<M> {
     /// The thread's model holding θ (reloaded only when θ changed).
     fn loaded<'s>(&self, theta: &[f32], s: &'s mut BurnScratch<M>) -> &'s M {
         if s.loaded != theta {
-            let model = s.model.clone();
-            s.model = self.load(model, theta);
+            let model = self.load(s.model.clone(), theta);
+            // One backward per example needs the parameters' own gradients.
+            s.model = match self.backprop {
+                Backprop::Batched => model,
+                Backprop::OneBackwardPerExample => model.map(&mut Unfreeze(self)),
+            };
             s.loaded.clear();
             s.loaded.extend_from_slice(theta);
         }
@@ -335,6 +383,34 @@ impl<M: Classifier> BurnEngine<M> {
     fn batch(&self, x: &[f32], b: usize) -> Tensor<4> {
         let [c, h, w] = self.input;
         Tensor::from_data(TensorData::new(x[..b * c * h * w].to_vec(), [b, c, h, w]), &self.device)
+    }
+
+    /// One example's gradient, by its own forward and backward through autodiff, into `row`
+    /// (θ's layout; a parameter the loss does not reach gets zeros); returns its loss. A value
+    /// that cannot be read reads as NaN (non-finite: charged, never summed).
+    fn one_example(&self, model: &M, x: &[f32], label: u8, row: &mut [f32]) -> f32 {
+        /// Copies each trainable parameter's gradient into its place in the row.
+        struct ReadGrads<'a, M: Classifier> {
+            engine: &'a BurnEngine<M>,
+            grads: &'a burn::tensor::Gradients,
+            row: &'a mut [f32],
+        }
+        impl<M: Classifier> ModuleVisitor for ReadGrads<'_, M> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                let Some(p) = self.engine.param(param.id) else { return };
+                if let Some(g) = param.val().grad(self.grads) {
+                    self.row[p.offset..p.offset + p.len()].copy_from_slice(&to_host(g, p.len()));
+                }
+            }
+        }
+        let y = Tensor::<1, Int>::from_data(TensorData::new(vec![i64::from(label)], [1]), &self.device);
+        let logits = model.forward(self.batch(x, 1));
+        let loss = -log_softmax(logits, 1).gather(1, y.reshape([1, 1])).reshape([1]);
+        let value = to_host(loss.clone().without_autodiff(), 1)[0];
+        let grads = loss.sum().backward();
+        row.fill(0.0);
+        model.visit(&mut ReadGrads { engine: self, grads: &grads, row });
+        value
     }
 }
 
@@ -438,7 +514,8 @@ fn uncovered(path: &str, types: &[String]) -> String {
     format!(
         "{path} (in a {owner}) is trainable but no dpgd layer used it in the forward: per-example gradients exist \
          only for dpgd::nn layers (Linear, Conv2d, Embedding, LayerNorm, GroupNorm); {fix}, or freeze the parameter \
-         (set_require_grad(false))"
+         (set_require_grad(false)), or train with BurnEngine::with_fallback (one backward per example: any layer, \
+         much slower)"
     )
 }
 
@@ -473,8 +550,16 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
         // The model copy and θ, then per example: the rows on the device, concatenated and on
         // the host (3P), and the recorded activations with their gradients (twice each).
         let p = self.num_params as u64;
-        let per_example = p.checked_mul(3)?.checked_add((self.values_per_example as u64).checked_mul(2)?)?;
-        per_example.checked_mul(batch as u64)?.checked_add(p.checked_mul(2)?)?.checked_mul(4)
+        let activations = (self.values_per_example as u64).checked_mul(2)?;
+        match self.backprop {
+            Backprop::Batched => {
+                let per_example = p.checked_mul(3)?.checked_add(activations)?;
+                per_example.checked_mul(batch as u64)?.checked_add(p.checked_mul(2)?)?.checked_mul(4)
+            }
+            // One example at a time: its parameters' gradients on the device and on the host,
+            // beside the model copy and θ (activations of burn's own layers are not measured).
+            Backprop::OneBackwardPerExample => p.checked_mul(4)?.checked_add(activations)?.checked_mul(4),
+        }
     }
 
     fn gradients(
@@ -487,6 +572,14 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
         losses: &mut [f32],
     ) {
         let b = labels.len();
+        if self.backprop == Backprop::OneBackwardPerExample {
+            let model = self.loaded(theta, s);
+            for (i, (row, loss)) in grads.chunks_exact_mut(self.num_params).zip(losses.iter_mut()).take(b).enumerate() {
+                let n = self.input_len();
+                *loss = self.one_example(model, &x[i * n..(i + 1) * n], labels[i], row);
+            }
+            return;
+        }
         let x = self.batch(x, b);
         let model = self.loaded(theta, s);
         let y = Tensor::<1, Int>::from_data(

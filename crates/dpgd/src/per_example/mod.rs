@@ -17,7 +17,7 @@ mod loss;
 mod matrix;
 mod network;
 
-pub use burn_engine::{BurnEngine, BurnScratch, TrainableParam};
+pub use burn_engine::{Backprop, BurnEngine, BurnScratch, TrainableParam};
 pub use engine::Workspace;
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};

@@ -148,8 +148,9 @@ impl<M: Classifier> TrainModel for BurnEngine<M> {
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.current_params()
     }
-    fn write_model(&self, theta: &[f32], _norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
-        crate::model::save_module(self.model_with(theta)?, &folder.model())
+    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+        crate::model::save_module(self.model_with(theta)?, &folder.model())?;
+        crate::model::export::save_burn(self.params(), theta, norm, None, &folder.model_safetensors())
     }
     fn identity(&self) -> Option<serde_json::Value> {
         let params: Vec<_> =
@@ -163,9 +164,11 @@ impl TrainModel for ConfigModel {
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.engine.current_params()
     }
-    fn write_model(&self, theta: &[f32], _norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
         crate::model::save_module(self.engine.model_with(theta)?, &folder.model())?;
-        write_json(&folder.model_spec(), &self.spec)
+        write_json(&folder.model_spec(), &self.spec)?;
+        let safetensors = folder.model_safetensors();
+        crate::model::export::save_burn(self.engine.params(), theta, norm, Some(&self.spec), &safetensors)
     }
     /// The config's `model` section is the model.
     fn identity(&self) -> Option<serde_json::Value> {
