@@ -243,7 +243,7 @@ pub struct RunLock {
 }
 
 /// The released and confidential per-step records of a run, kept in memory and written whole
-/// after every step.
+/// about once a second (the rows in between are kept in the training state).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Record {
     /// Released rows, steps 1, 2, … in order.
@@ -265,6 +265,38 @@ impl Record {
         })
     }
 
+    /// The rows after the first `flushed` (those not in the files yet), for the state.
+    #[must_use]
+    pub fn unflushed(&self, flushed: usize) -> super::state::Unflushed {
+        super::state::Unflushed {
+            metrics: self.metrics.get(flushed..).unwrap_or_default().to_vec(),
+            confidential: self.confidential.get(flushed..).unwrap_or_default().to_vec(),
+        }
+    }
+
+    /// Appends the rows a state kept that the files do not have yet (rows the files already
+    /// hold are skipped: the files may have been written after the state).
+    ///
+    /// # Errors
+    /// Rows that do not continue the record (a gap, or steps out of order), described.
+    pub fn append_unflushed(&mut self, rows: super::state::Unflushed) -> std::result::Result<(), String> {
+        if rows.metrics.len() != rows.confidential.len() {
+            return Err("its unflushed released and confidential rows differ in number".into());
+        }
+        for (m, c) in rows.metrics.into_iter().zip(rows.confidential) {
+            let next = self.metrics.len() + 1;
+            if m.step < next {
+                continue;
+            }
+            if m.step != next || c.step != next {
+                return Err(format!("it keeps step {} but the record files end at step {}", m.step, next - 1));
+            }
+            self.metrics.push(m);
+            self.confidential.push(c);
+        }
+        Ok(())
+    }
+
     /// The last released step, if any.
     #[must_use]
     pub fn last_step(&self) -> Option<usize> {
@@ -284,9 +316,10 @@ impl Record {
             let cells = r.cells();
             csv += &(keep.iter().map(|&i| cells[i].as_str()).collect::<Vec<_>>().join(",") + "\n");
         }
+        // metrics.jsonl last: a resume reads it, and the files written before it are never behind it.
         atomic_write(&folder.steps(), jsonl(&self.confidential)?.as_bytes())?;
-        atomic_write(&folder.metrics_jsonl(), jsonl(&self.metrics)?.as_bytes())?;
-        atomic_write(&folder.metrics_csv(), csv.as_bytes())
+        atomic_write(&folder.metrics_csv(), csv.as_bytes())?;
+        atomic_write(&folder.metrics_jsonl(), jsonl(&self.metrics)?.as_bytes())
     }
 }
 
@@ -320,4 +353,35 @@ fn read_rows<T: serde::de::DeserializeOwned>(path: &Path, step: impl Fn(&T) -> u
         rows.push(row);
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::state::Unflushed;
+
+    fn rows(steps: std::ops::RangeInclusive<usize>) -> Unflushed {
+        Unflushed {
+            metrics: steps.clone().map(|step| MetricsRow { step, ..MetricsRow::default() }).collect(),
+            confidential: steps.map(|step| ConfidentialRow { step, ..ConfidentialRow::default() }).collect(),
+        }
+    }
+
+    /// A state's unflushed rows continue the files' record: rows the files already hold (written
+    /// after the state) are skipped, and a gap or a mismatch is refused.
+    #[test]
+    fn unflushed_rows_continue_the_record_and_a_gap_is_refused() {
+        let mut record = Record::default();
+        record.append_unflushed(rows(1..=3)).unwrap();
+        assert_eq!(record.unflushed(1), rows(2..=3));
+        record.append_unflushed(rows(2..=5)).unwrap();
+        assert_eq!(record.metrics.iter().map(|r| r.step).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        assert_eq!(record.confidential.len(), 5);
+        assert_eq!(record.unflushed(5), Unflushed::default());
+        let err = record.clone().append_unflushed(rows(7..=8)).unwrap_err();
+        assert!(err.contains("step 7") && err.contains("end at step 5"), "{err}");
+        let mut uneven = rows(6..=7);
+        uneven.confidential.pop();
+        assert!(record.append_unflushed(uneven).is_err());
+    }
 }

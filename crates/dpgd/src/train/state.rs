@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::outputs::{ConfidentialRow, MetricsRow};
 use super::stopping::StoppingState;
 use crate::data::Fingerprint;
 use crate::error::{Error, Result};
@@ -49,6 +50,25 @@ pub struct Meta {
     /// What computing step `step` cost, so a redone release writes the same confidential row.
     #[serde(default)]
     pub cost: StepCost,
+    /// Released rows not yet in the record files (the files are rewritten about once a second,
+    /// not every step): durable here, so a crash loses none; a resume writes them out.
+    #[serde(default, skip_serializing_if = "Unflushed::is_empty")]
+    pub unflushed: Unflushed,
+}
+
+/// Released and confidential rows written with the state until the record files catch up.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Unflushed {
+    /// Released rows, in step order.
+    pub metrics: Vec<MetricsRow>,
+    /// Their confidential rows.
+    pub confidential: Vec<ConfidentialRow>,
+}
+
+impl Unflushed {
+    fn is_empty(&self) -> bool {
+        self.metrics.is_empty() && self.confidential.is_empty()
+    }
 }
 
 /// What computing one step cost (confidential: exact counts and losses, and time).
@@ -264,7 +284,14 @@ mod tests {
     fn meta(step: usize) -> Meta {
         let identity = RunIdentity { config: serde_json::json!({"a": 1}), data: vec![], examples: 3, params: 2 };
         let best = Some(Best { step: 2, noisy_train_accuracy: 0.75, stale: 1 });
-        Meta { step, identity, budget: 2.0, stopping: StoppingState { best }, cost: StepCost::default() }
+        Meta {
+            step,
+            identity,
+            budget: 2.0,
+            stopping: StoppingState { best },
+            cost: StepCost::default(),
+            unflushed: Unflushed::default(),
+        }
     }
 
     const EXPECT: Expect = Expect { params: 2, examples: 3, max_steps: 10 };

@@ -188,6 +188,11 @@ pub struct Trained<E> {
     pub engine: E,
 }
 
+/// The longest the record files lag behind the released rows (which are durable in the state
+/// meanwhile), in time and in rows.
+const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_UNFLUSHED: usize = 256;
+
 /// A training run in progress.
 pub struct Trainer<'a, E: TrainModel = Network> {
     cfg: &'a ValidConfig,
@@ -205,6 +210,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     stopping: StoppingRule,
     session: Option<RunSession>,
     record: Record,
+    /// Rows of `record` already in its files, and when they were written.
+    flushed: (usize, Instant),
     last_cost: StepCost,
     last_test: Option<f64>,
     stop_at: usize,
@@ -314,6 +321,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
             record: Record::default(),
+            flushed: (0, Instant::now()),
             last_cost: StepCost::default(),
             last_test: None,
             stop_at: usize::MAX,
@@ -394,6 +402,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.last_cost = snap.meta.cost;
         self.record = Record::load(&self.folder)?;
         self.record.confidential.truncate(self.record.metrics.len());
+        self.record.append_unflushed(snap.meta.unflushed).map_err(|message| Error::RunState {
+            path: self.folder.state(),
+            message: format!("{message}: the folder was edited; start the run in a new folder"),
+        })?;
         self.last_test = self.record.metrics.iter().rev().find_map(|r| r.test_accuracy);
         match self.record.last_step() {
             Some(s) if s == self.step => {
@@ -401,10 +413,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                 if let Some(a) = self.record.metrics.last().and_then(|r| r.train_accuracy_noisy) {
                     self.stopping.observe(self.step, a, &self.theta);
                 }
-                self.record.save(&self.folder, &self.columns())
+                self.flush()
             }
             last if last.unwrap_or(0) + 1 == self.step => {
                 self.session = open_session(self.cfg, self.step - 1)?;
+                self.flush()?;
                 let cost = self.last_cost;
                 self.release(cost)
             }
@@ -532,6 +545,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             budget: self.ledger.budget(),
             stopping: stopping.clone(),
             cost,
+            unflushed: self.record.unflushed(self.flushed.0),
         };
         state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all())
     }
@@ -586,8 +600,21 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         self.record.metrics.push(row.clone());
         self.record.confidential.push(crow);
-        self.record.save(&self.folder, &self.columns())?;
+        // Until the files catch up, the row is durable in the next state (or redone, identically,
+        // from this one's on resume). The files are rewritten whole, so not every step: the
+        // writes would grow with the square of the steps.
+        let pending = self.record.metrics.len() - self.flushed.0;
+        if eval || self.is_done() || pending >= MAX_UNFLUSHED || self.flushed.1.elapsed() >= FLUSH_INTERVAL {
+            self.flush()?;
+        }
         self.report(&row, cost);
+        Ok(())
+    }
+
+    /// Writes the record files whole, with every row released so far.
+    fn flush(&mut self) -> Result<()> {
+        self.record.save(&self.folder, &self.columns())?;
+        self.flushed = (self.record.metrics.len(), Instant::now());
         Ok(())
     }
 
