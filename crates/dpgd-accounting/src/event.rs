@@ -203,6 +203,11 @@ impl RdpAccountant {
             }
         }
     }
+    /// The conversion to (ε, δ) it applies.
+    #[must_use]
+    pub fn conversion(&self) -> Conversion {
+        self.conversion
+    }
     /// The accountant of `count` repetitions of everything composed so far (each order's RDP
     /// times `count`, rounded up) — e.g. the first t steps of a run from the RDP of one step.
     ///

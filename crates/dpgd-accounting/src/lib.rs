@@ -284,6 +284,7 @@ pub mod decimal;
 mod error;
 pub mod event;
 pub mod filter;
+pub mod individual_sgd;
 mod measure;
 pub mod mechanism;
 mod neighbours;

@@ -28,6 +28,16 @@ fn sgd_config(data: &Path) -> String {
     )
 }
 
+/// DP-SGD with individual accounting: every example charged every step in a Rényi ledger,
+/// dropped when 12 full steps' worth is spent, up to MAX_STEPS steps.
+fn sgd_filtered_config(data: &Path) -> String {
+    sgd_config(data)
+        .replace("method = \"sgd\"", "method = \"sgd-filtered\"")
+        .replace("worst_case_steps = 30", "worst_case_steps = 12")
+        .replace("clip = 1.0", "clip = 20.0")
+        .replace("[train]\n", &format!("[train]\nmax_steps = {MAX_STEPS}\n"))
+}
+
 fn config(data: &Path) -> String {
     format!(
         "name = \"kill\"\n[data]\ndir = \"{}\"\ntrain_subset = {EXAMPLES}\n[model]\npreset = \"logistic\"\n\
@@ -124,6 +134,23 @@ fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_
 #[test]
 fn kills_during_dp_sgd_resume_to_the_same_result() {
     kill_trials(sgd_config, f64::MAX, 4);
+}
+
+/// DP-SGD with individual accounting charges its Rényi ledger in the step, before the state
+/// is durable: a kill never lets an example's charges pass its budget, and a resume ends where
+/// the uninterrupted run does.
+#[test]
+fn kills_during_dp_sgd_with_individual_accounting_never_overspend_and_resume_to_the_same_result() {
+    let budget = dpgd::accounting::individual_sgd::IndividualSgd::for_steps(
+        0.2,
+        1.0,
+        12,
+        1e-5,
+        dpgd::accounting::Conversion::Cks,
+    )
+    .unwrap()
+    .budget();
+    kill_trials(sgd_filtered_config, budget, 4);
 }
 
 /// Runs the config `make(data)` once whole, then `trials` times with SIGKILLs at random

@@ -55,7 +55,8 @@ fn a_step_sums_the_poisson_sample_and_divides_by_the_expected_batch_size() {
     let aggregation = Aggregation::for_run(&cfg, &net, N).unwrap();
     let plan = GradientPlan::new(net, examples, data.default_normalize(), aggregation, 8);
     let mut ledger = IndividualFilter::new(N, f64::MAX).unwrap();
-    let (sum, stats) = plan.gradient_sum_of(&theta, &mut ledger, 1, Some(&sample)).unwrap();
+    let (sum, stats) =
+        plan.gradient_sum_of(&theta, &mut ledger, 1, dpgd::train::step::Selection::Sample(&sample)).unwrap();
     assert_eq!(stats.computed, drawn);
     assert!((0..N).all(|i| (ledger.spent(i) > 0.0) == sample[i]), "exactly the sampled examples were computed");
     let mut rng = NoiseSeed::Fixed(4).rng(Stream::update(1)).unwrap();
@@ -121,4 +122,94 @@ fn what_the_accounting_does_not_cover_is_refused_by_field() {
     let c = TrainConfig::from_toml(&sgd("sigma = 1.0", ""), &[]).unwrap();
     assert_eq!(c.privacy.conversion, dpgd::accounting::Conversion::Cks);
     assert!(try_train(&sgd("sigma = 1.0", ""), tempfile::tempdir().unwrap().path(), Some(1)).is_ok());
+}
+
+/// DP-SGD with individual accounting without sampling (q = 1) is private GD with individual
+/// filtering: the step's Rényi charge is α·r²/(2σ²), so the Rényi budget of k full steps stops
+/// each example exactly where B_norm = k·C² does. Same models (to rounding), same ledgers in
+/// their own units, the same examples dropped.
+#[test]
+fn sgd_filtered_at_rate_one_is_filtered_gd() {
+    let (gd_dir, sgd_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Clip 30: some gradients stay below it, so some examples outlast k steps.
+    let clip4 = |t: String| t.replace("clip = 1.0", "clip = 30.0");
+    let gd = clip4(config("filtered", "sigma = 2.0\nworst_case_steps = 3", "seed = 9\nmax_steps = 8"))
+        + "[stopping]\nrule = \"max-steps\"\n";
+    let sgd = clip4(config(
+        "sgd-filtered",
+        "sigma = 2.0\nworst_case_steps = 3\nsample_rate = 1.0",
+        "seed = 9\nmax_steps = 8",
+    ));
+    train(&gd, gd_dir.path(), None);
+    let s = train(&sgd, sgd_dir.path(), None);
+    let (a, b) = (snapshot(&gd, gd_dir.path()), snapshot(&sgd, sgd_dir.path()));
+    let scale = a.theta.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = a.theta.iter().zip(&b.theta).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-4 * scale, "the models differ by {worst} (scale {scale})");
+    let order = s.privacy.as_ref().unwrap().accounting.as_ref().unwrap().sampling.as_ref().unwrap();
+    let alpha = f64::from(order.individual.as_ref().unwrap().order);
+    let per_unit = alpha / (2.0 * 2.0 * 2.0 * 900.0); // α/(2σ²C²) per unit of squared norm
+    let b_norm = 3.0 * 900.0;
+    let (mut dropped, mut kept) = (0, 0);
+    for (i, (&g, &r)) in a.spent.iter().zip(&b.spent).enumerate() {
+        assert!((r - g * per_unit).abs() <= 1e-9 * (b_norm * per_unit), "example {i}: {r} vs {g}·α/(2σ²C²)");
+        let (gd_out, sgd_out) = (g >= b_norm * (1.0 - 1e-12), r >= b.meta.budget * (1.0 - 1e-12));
+        assert_eq!(gd_out, sgd_out, "example {i} dropped by one method only");
+        if gd_out { dropped += 1 } else { kept += 1 }
+    }
+    assert!(dropped > 0 && kept > 0, "{dropped} dropped, {kept} kept: the filter was not tested");
+}
+
+/// An OS-seeded run with individual accounting is private with the filter's ε (plain DP-SGD's
+/// at the filter's order), never lets an example exceed its Rényi budget, charges every
+/// example every step (a full pass) and trains some of them past step T.
+#[test]
+fn sgd_filtered_is_private_charges_every_example_and_keeps_small_gradients_training() {
+    let text = config("sgd-filtered", "epsilon = 2.0\nsample_rate = 0.1\nworst_case_steps = 6", "max_steps = 12")
+        .replace("clip = 1.0", "clip = 30.0");
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&text, dir.path(), None);
+    let p = s.privacy.as_ref().unwrap();
+    assert!(p.private, "{:?}", p.not_private_because);
+    let a = p.accounting.as_ref().unwrap();
+    let ind = a.sampling.as_ref().unwrap().individual.as_ref().unwrap();
+    let want = dpgd::accounting::individual_sgd::IndividualSgd::for_steps(
+        0.1,
+        a.training.sigma,
+        6,
+        1e-5,
+        dpgd::accounting::Conversion::Cks,
+    )
+    .unwrap();
+    assert_eq!((ind.order, ind.budget), (want.order(), want.budget()));
+    assert_eq!(p.epsilon, Some(want.epsilon(1e-5).unwrap()));
+    assert!(want.epsilon(1e-5).unwrap() <= 2.0 + 1e-9, "{}", want.epsilon(1e-5).unwrap());
+    assert_eq!(p.ledger.budget_per_example, Some(want.budget()));
+    let snap = snapshot(&text, dir.path());
+    assert_eq!(snap.meta.budget, want.budget());
+    assert!(snap.spent.iter().all(|&x| x <= want.budget()), "an example exceeded its budget");
+    let full_steps = 6.0 * want.charge(1.0);
+    assert!(snap.spent.iter().all(|&x| x > 0.0), "every example is charged, sampled or not");
+    let still = snap.spent.iter().filter(|&&x| x < want.budget()).count();
+    assert!(still > 0, "no example trained past step T: the individual accounting was not tested");
+    assert!(still < N, "no example was dropped");
+    assert!(full_steps >= want.budget() * (1.0 - 1e-9));
+    // Every active example is computed every step: the first step computes all N.
+    let steps = std::fs::read_to_string(dpgd::train::RunFolder::new(dir.path()).steps()).unwrap();
+    let first: serde_json::Value = serde_json::from_str(steps.lines().next().unwrap()).unwrap();
+    assert_eq!(first["active_exact"].as_u64(), Some(N as u64));
+    assert!(dpgd::train::RunFolder::new(dir.path()).budget().exists(), "the confidential budget report");
+    // A resumed run ends where an uninterrupted one does (fixed seed).
+    let seeded =
+        config("sgd-filtered", "sigma = 1.5\nsample_rate = 0.1\nworst_case_steps = 4", "max_steps = 7\nseed = 3");
+    let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    train(&seeded, whole.path(), None);
+    train(&seeded, parts.path(), Some(3));
+    train(&seeded, parts.path(), None);
+    let (x, y) = (snapshot(&seeded, whole.path()), snapshot(&seeded, parts.path()));
+    assert_eq!((x.theta, x.spent), (y.theta, y.spent));
+    // Fewer steps than T is refused, as for filtered GD.
+    let short = config("sgd-filtered", "sigma = 1.5\nsample_rate = 0.1\nworst_case_steps = 4", "max_steps = 3");
+    let err = TrainConfig::from_toml(&short, &[]).and_then(|c| c.validate()).unwrap_err().to_string();
+    assert!(err.contains("train.max_steps"), "{err}");
 }

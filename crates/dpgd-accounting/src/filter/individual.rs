@@ -214,7 +214,14 @@ pub struct LedgerSlot<'a> {
     spent: &'a mut f64,
 }
 
-impl LedgerSlot<'_> {
+impl<'a> LedgerSlot<'a> {
+    /// A slot outside any ledger that may spend up to `budget` into `spent`: a per-step cap
+    /// (e.g. the squared norm a DP-SGD step with individual accounting may add for an example
+    /// whose Rényi charge is already in its own ledger).
+    pub fn with_budget(budget: f64, spent: &'a mut f64) -> Self {
+        LedgerSlot { budget, spent }
+    }
+
     /// What this example may still spend (rounded down).
     #[must_use]
     pub fn remaining(&self) -> f64 {

@@ -30,10 +30,11 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     if !cfg.is_private_method() {
         bail!("{}: method = non-private keeps no privacy ledger", a.run.display());
     }
-    if !cfg.has_budgets() {
+    if cfg.ledger_budget().is_none() {
         bail!(
             "{}: {} has no per-example budgets (every example is clipped to C and the run's epsilon holds \
-             for each alone); inspect reports the ledgers of plain and filtered GD runs",
+             for each alone); inspect reports the ledgers of GD runs and of DP-SGD with individual accounting \
+             (method = \"sgd-filtered\")",
             a.run.display(),
             cfg.method().describe()
         );
@@ -54,8 +55,11 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     let [min, p10, med, p90, max] = report.spent_fraction_quantiles.map(|q| 100.0 * q);
     println!("CONFIDENTIAL — for the data owner; not covered by the run's privacy guarantee, do not publish");
     println!(
-        "{} training examples, budget B_norm = {} each (squared clipped gradient norm), after {} steps:",
-        report.examples, report.budget_per_example, report.steps
+        "{} training examples, budget {} each ({}), after {} steps:",
+        report.examples,
+        report.budget_per_example,
+        cfg.ledger_unit(),
+        report.steps
     );
     println!(
         "  {} out of budget ({:.1} %)",

@@ -33,6 +33,11 @@ pub enum Method {
     /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
     /// accounted by Rényi DP of the subsampled Gaussian.
     Sgd,
+    /// DP-SGD with individual accounting ([`crate::accounting::individual_sgd`]): every step
+    /// charges every example the Rényi DP of the step for its own clipped gradient (so every
+    /// example's gradient is computed every step), and drops it when its budget — what
+    /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
+    SgdFiltered,
     /// No clipping and no noise. NOT PRIVATE: for reference only.
     NonPrivate,
 }
@@ -45,8 +50,16 @@ impl Method {
             Method::Plain => "plain private GD",
             Method::Filtered => "private GD with individual filtering",
             Method::Sgd => "DP-SGD (Poisson sampling)",
+            Method::SgdFiltered => "DP-SGD with individual accounting",
             Method::NonPrivate => "NON-PRIVATE GD",
         }
+    }
+
+    /// Whether each step works on a Poisson sample (DP-SGD, with or without individual
+    /// accounting).
+    #[must_use]
+    pub fn is_sgd(self) -> bool {
+        matches!(self, Method::Sgd | Method::SgdFiltered)
     }
 }
 
@@ -455,7 +468,7 @@ impl TrainConfig {
         // says what it did.
         config.stopping.rule = Some(config.stop_rule());
         let conversion_given = table.get("privacy").and_then(|p| p.get("conversion")).is_some();
-        if config.privacy.method == Method::Sgd && !conversion_given {
+        if config.privacy.method.is_sgd() && !conversion_given {
             config.privacy.conversion = Conversion::Cks; // an RDP curve has no exact GDP curve
         }
         Ok(config)
@@ -528,10 +541,12 @@ impl TrainConfig {
         }
         // Its backend must be compiled in: found now, not when the finished run is saved.
         self.train.device.device()?;
-        if let (Some(q), false) = (p.sample_rate, p.method == Method::Sgd) {
+        if let (Some(q), false) = (p.sample_rate, p.method.is_sgd()) {
             return Err(Error::config(
                 "privacy.sample_rate",
-                format!("{q}: only method = \"sgd\" samples; remove sample_rate or use method = \"sgd\""),
+                format!(
+                    "{q}: only method = \"sgd\" (or \"sgd-filtered\") samples; remove sample_rate or use method = \"sgd\""
+                ),
             ));
         }
         let max_steps = self.max_steps()?;
@@ -576,7 +591,7 @@ impl TrainConfig {
                      use method = \"filtered\")",
                 ));
             }
-            (Method::Filtered, Some(m)) if m < k => {
+            (Method::Filtered | Method::SgdFiltered, Some(m)) if m < k => {
                 return Err(Error::config(
                     "train.max_steps",
                     "must be >= privacy.worst_case_steps, or no example ever uses its whole budget",
@@ -659,7 +674,7 @@ impl TrainConfig {
                 crate::accounting::sampling::DiscreteGaussian::new(r.sigma).map_err(|e| field(f, e))?;
             }
         }
-        if p.method == Method::Sgd {
+        if p.method.is_sgd() {
             return self.sgd_plan(releases);
         }
         let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;
@@ -751,11 +766,14 @@ impl TrainConfig {
             (None, Some(s)) => positive("sigma", s).map_err(|e| field("privacy.sigma", e))?,
             (Some(eps), None) => {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
-                SgdAccounting::calibrate(q, steps, (eps, p.delta), p.conversion)
+                SgdAccounting::calibrate(q, steps, (eps, p.delta), p.conversion, p.method == Method::SgdFiltered)
                     .map_err(|e| field("privacy.epsilon", e))?
             }
         };
-        let sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
+        let mut sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
+        if p.method == Method::SgdFiltered {
+            sgd = sgd.with_individual_accounting(p.delta).map_err(|e| field("privacy.sigma", e))?;
+        }
         Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Sgd(sgd) })
     }
 
@@ -892,6 +910,27 @@ impl ValidConfig {
         let p = &self.config.privacy;
         let run = crate::accounting::PrivateGd::new(self.sigma()?, p.clip, p.worst_case_steps as f64).ok()?;
         self.has_budgets().then(|| run.b_norm())
+    }
+    /// Each example's budget in the ledger that stops it: B_norm for private GD
+    /// ([`b_norm`](Self::b_norm)), the Rényi budget at the filter's order for DP-SGD with
+    /// individual accounting; None where no ledger stops examples (plain DP-SGD, non-private).
+    #[must_use]
+    pub fn ledger_budget(&self) -> Option<f64> {
+        match self.sgd() {
+            Some(sgd) => sgd.individual().map(|i| i.budget()),
+            None => self.b_norm(),
+        }
+    }
+    /// What the ledger's budget and charges measure.
+    #[must_use]
+    pub fn ledger_unit(&self) -> String {
+        match self.sgd() {
+            Some(sgd) => match sgd.individual() {
+                Some(i) => format!("Renyi DP at order {} of each step for the example's clipped gradient", i.order()),
+                None => "none: DP-SGD without individual accounting keeps no per-example ledger".into(),
+            },
+            None => "squared norm of the clipped per-example gradient".into(),
+        }
     }
     /// The accounting of a DP-SGD run (None for other methods).
     #[must_use]

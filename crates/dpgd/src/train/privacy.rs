@@ -255,6 +255,20 @@ pub struct SamplingReport {
     pub orders: String,
     /// How the sample is drawn.
     pub how: String,
+    /// Individual accounting (`method = "sgd-filtered"`): the filter's order and budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub individual: Option<IndividualReport>,
+}
+
+/// The individual Rényi filter of DP-SGD with individual accounting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndividualReport {
+    /// The Rényi order α, fixed before training (from q, σ, T, δ and the conversion).
+    pub order: u32,
+    /// Each example's budget at α: T full steps' Rényi DP, rounded up.
+    pub budget: f64,
+    /// What each example is charged.
+    pub charge: String,
 }
 
 /// The training mechanism's parameters.
@@ -405,11 +419,7 @@ pub fn report(
             floating_point: floating_point_note(p.noise),
         },
         accounting,
-        ledger: LedgerReport {
-            examples,
-            budget_per_example: cfg.b_norm(),
-            unit: "squared norm of the clipped per-example gradient".into(),
-        },
+        ledger: LedgerReport { examples, budget_per_example: cfg.ledger_budget(), unit: cfg.ledger_unit() },
         on_nonfinite: p.on_nonfinite,
         active_count: c.release.active_count,
         steps_run,
@@ -571,13 +581,16 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
 /// The accounting of a DP-SGD run ([`super::sgd`]) on `examples` training examples.
 fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Accounting> {
     let p = &cfg.config().privacy;
-    let steps = cfg.max_steps();
+    let (steps, max_steps) = (cfg.worst_case_steps(), cfg.max_steps());
     let (q, sigma) = (sgd.sample_rate(), sgd.sigma());
-    let (epsilon, order) = sgd.epsilon_through(steps, p.delta)?;
+    let (epsilon, order) = sgd.epsilon_through(max_steps, p.delta)?;
+    let individual = sgd.individual();
     let by_conversion = Conversion::ALL
         .into_iter()
         .map(|m| {
-            let eps = SgdAccounting::new(q, sigma, steps, m).and_then(|a| a.epsilon_through(steps, p.delta)).ok();
+            let acc = SgdAccounting::new(q, sigma, steps, m);
+            let acc = if individual.is_some() { acc.and_then(|a| a.with_individual_accounting(p.delta)) } else { acc };
+            let eps = acc.and_then(|a| a.epsilon_through(max_steps, p.delta)).ok();
             (m.name().to_string(), eps.map(|e| e.0))
         })
         .collect();
@@ -592,12 +605,26 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
     );
     rests_on.insert(
         "epsilon".into(),
-        format!(
-            "the Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019: exact at integer orders, \
-             a series with its remainder bounded at fractional ones), times {steps} steps (Mironov 2017, Prop. 1), \
-             through the {} conversion, minimised over the orders; every value rounded up",
-            p.conversion
-        ),
+        match individual {
+            None => format!(
+                "the Renyi DP of the Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019: exact at integer \
+                 orders, a series with its remainder bounded at fractional ones), times {steps} steps (Mironov 2017, \
+                 Prop. 1), through the {} conversion, minimised over the orders; every value rounded up",
+                p.conversion
+            ),
+            Some(i) => format!(
+                "the individual Renyi filter (Feldman & Zrnic 2021, Alg. 2 and Thm 4.5, on their Renyi filter, Thm 3.1) \
+                 at order {order}, fixed before training as the integer order that minimises plain DP-SGD's epsilon \
+                 for {steps} steps: each example's charges — the Renyi DP at that order of the Poisson-subsampled \
+                 Gaussian with its own clipped norm as sensitivity (Mironov, Talwar & Zhang 2019; individual losses \
+                 as in Yu et al. 2023 and Koskela, Tobaben & Honkela 2023) — never exceed {} ({steps} full steps), so \
+                 every example is ({order}, {})-RDP, converted by {}; every value rounded up",
+                i.budget(),
+                i.budget(),
+                p.conversion,
+                order = i.order()
+            ),
+        },
     );
     rests_on.insert(
         "sampling".into(),
@@ -613,15 +640,30 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
         target_epsilon: p.epsilon,
         rho: None,
         mu: None,
-        guarantee: format!(
-            "the run's {steps} steps are DP-SGD (Abadi et al. 2016): each includes every example independently with \
-             probability {q} (Poisson sampling), clips each included gradient to C and adds N(0, sigma^2 C^2) to \
-             their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the null \
-             example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one pair \
-             of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to (epsilon, \
-             delta) by {}: the epsilon Opacus prints for the same q, sigma and steps",
-            p.conversion
-        ),
+        guarantee: match individual {
+            None => format!(
+                "the run's {steps} steps are DP-SGD (Abadi et al. 2016): each includes every example independently \
+                 with probability {q} (Poisson sampling), clips each included gradient to C and adds N(0, sigma^2 C^2) \
+                 to their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the \
+                 null example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one \
+                 pair of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to \
+                 (epsilon, delta) by {}: the epsilon Opacus prints for the same q, sigma and steps",
+                p.conversion
+            ),
+            Some(i) => format!(
+                "the run's up to {max_steps} steps are DP-SGD (Abadi et al. 2016) with individual accounting: each \
+                 includes every example independently with probability {q} (Poisson sampling) and adds N(0, sigma^2 \
+                 C^2) once to the sum of the included examples' gradients, each clipped to at most C, divided by the \
+                 expected batch size q n. Every step also charges every active example, sampled or not, the Renyi DP \
+                 at order {} of that step for its own clipped norm, and caps or drops it so that its charges never \
+                 exceed what {steps} full steps cost: by the individual Renyi filter (Feldman & Zrnic 2021) every \
+                 example is then as private as in {steps} steps of plain DP-SGD at that order, under zero-out \
+                 neighbours (n public; the add-or-remove-one pair of Mironov, Talwar & Zhang 2019), converted to \
+                 (epsilon, delta) by {}",
+                i.order(),
+                p.conversion
+            ),
+        },
         rests_on,
         training: TrainingReport {
             sigma,
@@ -629,9 +671,9 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
             noise_std: sigma * p.clip,
             b_norm: None,
             worst_case_steps: steps,
-            max_steps: steps,
+            max_steps,
             rho: None,
-            epsilon_of_first_k_steps_alone: Some(epsilon),
+            epsilon_of_first_k_steps_alone: Some(sgd.epsilon_through(steps, p.delta)?.0),
         },
         sampling: Some(SamplingReport {
             rate: q,
@@ -640,6 +682,14 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
             rdp_order: order,
             orders: "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into(),
             how: "Poisson: each example independently, from the run's CSPRNG on a stream of its own per step".into(),
+            individual: individual.map(|i| IndividualReport {
+                order: i.order(),
+                budget: i.budget(),
+                charge: "every step, every active example, sampled or not: the step's Renyi DP at the order for \
+                         sensitivity min(its gradient norm, C); where that does not fit what is left, its gradient \
+                         is clipped to the largest norm whose charge fits, and it is dropped once nothing is left"
+                    .into(),
+            }),
         }),
         releases: Vec::new(),
         session: None,

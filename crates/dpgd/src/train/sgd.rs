@@ -26,6 +26,15 @@
 //! a convex function of the sampling probability that is 0 at 0 (the output is a mixture
 //! linear in q), hence nondecreasing, so accounting at q bounds the rate actually used.
 //!
+//! **Individual accounting** (`method = "sgd-filtered"`, [`SgdAccounting::individual`]). Every
+//! step also charges every active example — sampled or not — the step's Rényi DP at a fixed
+//! order for its own clipped gradient norm, in a per-example ledger whose budget is what T full
+//! steps cost; an example whose charge would not fit is clipped to the largest norm that fits,
+//! then dropped ([`crate::accounting::individual_sgd`], after [FZ21]'s individual Rényi
+//! filter). Each example is then (α, B)-RDP whatever its gradients, so the run's ε is plain
+//! DP-SGD's at that order, while examples with small gradients train past step T. The cost:
+//! every example's gradient every step, a full pass instead of a sample's.
+//!
 //! **What stays confidential.** The realised batch size is not covered: given |B_t| = k an
 //! example is included with probability k/n, and averaging the subsampled Gaussian over k is
 //! worse than rate q (its divergence is convex in the rate). A step's time and exact count
@@ -35,11 +44,13 @@
 //! [MTZ19]: https://arxiv.org/abs/1908.10530
 //! [Mir17]: https://arxiv.org/abs/1702.07476
 //! [CKS20]: https://arxiv.org/abs/2004.00010
+//! [FZ21]: https://arxiv.org/abs/2008.11193
 
 use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd_sigma};
+use crate::accounting::individual_sgd::{self, IndividualSgd};
 use crate::accounting::subsampled::dp_accounting_orders;
 use crate::accounting::{Conversion, Result};
 
@@ -51,6 +62,7 @@ pub struct SgdAccounting {
     sigma: f64,
     steps: usize,
     one_step: RdpAccountant,
+    individual: Option<IndividualSgd>,
 }
 
 impl SgdAccounting {
@@ -63,11 +75,12 @@ impl SgdAccounting {
         let mut one_step = RdpAccountant::new(dp_accounting_orders(), conversion)?;
         one_step.compose(&step_event(sample_rate, sigma))?;
         one_step.repeated(steps as u64)?; // the whole run must not overflow
-        Ok(Self { sample_rate, sigma, steps, one_step })
+        Ok(Self { sample_rate, sigma, steps, one_step, individual: None })
     }
 
     /// The smallest σ whose `steps` steps of rate `sample_rate` are (`epsilon`, `delta`)-DP
-    /// ([`calibrate_sgd_sigma`] at [`dp_accounting_orders`]).
+    /// ([`calibrate_sgd_sigma`] at [`dp_accounting_orders`]; with `individual` accounting at
+    /// the integer orders its filter chooses from, so that the filter's ε meets the target).
     ///
     /// # Errors
     /// As [`calibrate_sgd_sigma`].
@@ -76,16 +89,47 @@ impl SgdAccounting {
         steps: usize,
         (epsilon, delta): (f64, f64),
         conversion: Conversion,
+        individual: bool,
     ) -> Result<f64> {
-        calibrate_sgd_sigma(sample_rate, steps as u64, (epsilon, delta), &dp_accounting_orders(), conversion)
+        let orders: Vec<f64> =
+            if individual { individual_sgd::ORDERS.map(f64::from).collect() } else { dp_accounting_orders() };
+        calibrate_sgd_sigma(sample_rate, steps as u64, (epsilon, delta), &orders, conversion)
     }
 
-    /// The ε at `delta` of the first `step` steps, and the Rényi order that gives it.
+    /// The same run with individual accounting: the filter's order and each example's budget
+    /// for these T steps at `delta` ([`IndividualSgd::for_steps`]).
+    ///
+    /// # Errors
+    /// As [`IndividualSgd::for_steps`].
+    pub fn with_individual_accounting(self, delta: f64) -> Result<Self> {
+        let conversion = self.one_step.conversion();
+        let individual = IndividualSgd::for_steps(self.sample_rate, self.sigma, self.steps as u64, delta, conversion)?;
+        Ok(Self { individual: Some(individual), ..self })
+    }
+
+    /// The individual accounting, if the run has it.
+    #[must_use]
+    pub fn individual(&self) -> Option<&IndividualSgd> {
+        self.individual.as_ref()
+    }
+
+    /// The ε at `delta` of the first `step` steps, and the Rényi order that gives it. With
+    /// individual accounting, at the filter's order: the steps of an example still charged
+    /// are at most min(step, T) full ones, and no example's charges ever exceed T of them.
     ///
     /// # Errors
     /// An invalid δ.
     pub fn epsilon_through(&self, step: usize, delta: f64) -> Result<(f64, f64)> {
-        self.one_step.repeated(step.min(self.steps) as u64)?.epsilon_and_order(delta)
+        let t = step.min(self.steps) as u64;
+        match &self.individual {
+            None => self.one_step.repeated(t)?.epsilon_and_order(delta),
+            Some(ind) => {
+                let order = f64::from(ind.order());
+                let mut one = RdpAccountant::new(vec![order], self.one_step.conversion())?;
+                one.compose(&step_event(self.sample_rate, self.sigma))?;
+                one.repeated(t)?.epsilon_and_order(delta)
+            }
+        }
     }
 
     /// The sampling rate q.
@@ -163,7 +207,7 @@ mod tests {
         let early = acc.epsilon_through(100, 1e-5).unwrap().0;
         assert!(early < eps && early > 0.0);
         assert_eq!(acc.epsilon_through(10_000, 1e-5).unwrap().0, eps, "capped at the run's steps");
-        let sigma = SgdAccounting::calibrate(0.004, 3750, (1.0, 1e-5), Conversion::Cks).unwrap();
+        let sigma = SgdAccounting::calibrate(0.004, 3750, (1.0, 1e-5), Conversion::Cks, false).unwrap();
         let at = SgdAccounting::new(0.004, sigma, 3750, Conversion::Cks).unwrap();
         assert!(at.epsilon_through(3750, 1e-5).unwrap().0 <= 1.0);
         assert!(SgdAccounting::new(0.004, 1.3, 3750, Conversion::GaussianExact).is_err());

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use super::config::{Method, ValidConfig};
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
+use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
 use crate::clip::{BlockStats, NonFinitePolicy, SumGrid, axpy, clip_block};
 use crate::data::{Examples, Normalize};
@@ -223,13 +224,14 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         ledger: &mut IndividualFilter,
         step: usize,
     ) -> Result<(ClippedSum, SumStats)> {
-        self.gradient_sum_of(theta, ledger, step, None)
+        self.gradient_sum_of(theta, ledger, step, Selection::All)
     }
 
-    /// As [`gradient_sum`](Self::gradient_sum), over the examples `sample` includes (all when
-    /// `None`): a DP-SGD step's Poisson sample. The included examples are split into the fixed
-    /// number of blocks by their own count, so a step's work and memory follow the sample's
-    /// size, not n.
+    /// As [`gradient_sum`](Self::gradient_sum), over the examples `selection` sums: all of
+    /// them, or a DP-SGD step's Poisson sample. For [`Selection::Sample`] only the included
+    /// examples are computed, split into the fixed number of blocks by their own count, so a
+    /// step's work and memory follow the sample's size, not n; for
+    /// [`Selection::ChargedSample`] every active example is computed and charged.
     ///
     /// # Errors
     /// As [`gradient_sum`](Self::gradient_sum); a sample that is not one flag per example.
@@ -238,9 +240,10 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         theta: &[f32],
         ledger: &mut IndividualFilter,
         step: usize,
-        sample: Option<&[bool]>,
+        selection: Selection<'_>,
     ) -> Result<(ClippedSum, SumStats)> {
         let n = self.data.len();
+        let sample = selection.sample();
         if ledger.len() != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
             return Err(Error::State(format!(
                 "the ledger has {} entries, θ {} values and the sample {} flags for {n} examples and {} parameters",
@@ -263,9 +266,9 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
-        let mut slots: Vec<(usize, LedgerSlot<'_>)> = match sample {
-            None => ledger.slots_mut(0..n).enumerate().collect(),
-            Some(m) => ledger.slots_mut(0..n).enumerate().filter(|(i, _)| m[*i]).collect(),
+        let mut slots: Vec<(usize, LedgerSlot<'_>)> = match selection {
+            Selection::All | Selection::ChargedSample(..) => ledger.slots_mut(0..n).enumerate().collect(),
+            Selection::Sample(m) => ledger.slots_mut(0..n).enumerate().filter(|(i, _)| m[*i]).collect(),
         };
         let block = slots.len().div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
         let gamma = match self.aggregation {
@@ -307,7 +310,7 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                     .map(|(i, slot)| (*i, slot))
                     .collect();
                 for batch in active.chunks_mut(self.chunk) {
-                    self.micro_batch(theta, batch, s);
+                    self.micro_batch(theta, batch, selection, s);
                     if s.failed.is_some() {
                         break;
                     }
@@ -346,7 +349,13 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
     /// are never read — because its rounding may depend on the batch size (a batch of one is
     /// computed differently): at one size, an example's row depends on nothing but itself and
     /// θ, so a neighbour changes the sum by its own row alone.
-    fn micro_batch(&self, theta: &[f32], batch: &mut [(usize, &mut LedgerSlot<'_>)], s: &mut Scratch<E::Scratch>) {
+    fn micro_batch(
+        &self,
+        theta: &[f32],
+        batch: &mut [(usize, &mut LedgerSlot<'_>)],
+        selection: Selection<'_>,
+        s: &mut Scratch<E::Scratch>,
+    ) {
         let (net, data) = (&self.net, self.data);
         let (px, p, c, b) = (net.input_len(), net.num_params(), self.chunk, batch.len());
         if b == 0 {
@@ -370,10 +379,30 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 }
             }
             Aggregation::Clip { clip, on_nonfinite, grid } => {
-                let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
                 let mut block = BlockStats::default();
                 // Each row is clipped and added right after its backward pass, while in cache.
-                let clipped = clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block);
+                let clipped = if let Selection::ChargedSample(sample, acc) = selection {
+                    // Each example pays its Rényi charge in its own ledger; the clip kernel then
+                    // adds the sampled rows within the squared norm that charge paid for.
+                    let mut caps: Vec<f64> = rows
+                        .chunks_exact(p)
+                        .zip(batch.iter_mut())
+                        .map(|(row, (i, slot))| {
+                            charge_individually(row, slot, clip, acc) * f64::from(u8::from(sample[*i]))
+                        })
+                        .collect();
+                    let mut spent = vec![0.0f64; caps.len()];
+                    let mut slots: Vec<LedgerSlot<'_>> = caps
+                        .iter_mut()
+                        .zip(spent.iter_mut())
+                        .map(|(cap, sp)| LedgerSlot::with_budget(*cap, sp))
+                        .collect();
+                    let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
+                    clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
+                } else {
+                    let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
+                    clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
+                };
                 if let Err(j) = clipped {
                     s.failed = Some(batch[j].0);
                 }
@@ -381,6 +410,51 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
             }
         }
     }
+}
+
+/// Which examples a step computes and sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Selection<'s> {
+    /// Every active example (full-batch GD).
+    All,
+    /// DP-SGD: the examples a Poisson sample includes (one flag per example), clipped to C.
+    Sample(&'s [bool]),
+    /// DP-SGD with individual accounting: every active example is computed and charged the
+    /// step's Rényi DP for its own clipped norm (sampled or not); the sampled ones are summed.
+    ChargedSample(&'s [bool], &'s IndividualSgd),
+}
+
+impl Selection<'_> {
+    fn sample(&self) -> Option<&[bool]> {
+        match *self {
+            Selection::All => None,
+            Selection::Sample(m) | Selection::ChargedSample(m, _) => Some(m),
+        }
+    }
+}
+
+/// Charges one example the Rényi DP of this step for its clipped gradient `row`
+/// ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
+/// ledger `slot`; where that does not fit, all it has left, for the largest ratio whose charge
+/// fits. Returns the
+/// squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
+fn charge_individually(row: &[f32], slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
+    let norm = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+    let ratio = if norm.is_finite() { (norm / clip).min(1.0) } else { 1.0 };
+    let remaining = slot.remaining();
+    // Where the charge does not fit, the example pays all it has left (at least the charge of
+    // the ratio it is capped to) and is dropped from the next step on.
+    let (ratio, cost) = match acc.charge(ratio) {
+        c if c <= remaining => (ratio, c),
+        _ => (acc.largest_ratio_within(remaining), remaining),
+    };
+    slot.grant(cost);
+    if !norm.is_finite() {
+        return 0.0;
+    }
+    // (ratio·C)², lowered by a few ulps so that rounding never lets a row exceed what was paid.
+    let r = ratio * clip;
+    r * r * (1.0 - 4.0 * f64::EPSILON)
 }
 
 /// The released noisy sum, `noise_std` = σC (0: no noise, for non-private runs):

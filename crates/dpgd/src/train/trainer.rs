@@ -40,9 +40,9 @@ use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
 use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
 use super::privacy::{self, PrivacyReport, RunSession};
 use super::releases::ReleaseKind;
-use super::sgd::{expected_batch, poisson_sample};
+use super::sgd::{SgdAccounting, expected_batch, poisson_sample};
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
-use super::step::{Aggregation, ClippedSum, GradientPlan, SumStats, apply_update, count_correct};
+use super::step::{Aggregation, ClippedSum, GradientPlan, Selection, SumStats, apply_update, count_correct};
 use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
@@ -304,7 +304,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
         // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
-        let b_norm = cfg.b_norm().unwrap_or(f64::MAX);
+        let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
         let mut t = Self {
             cfg,
             folder,
@@ -317,7 +317,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             pool,
             step: 0,
             theta,
-            ledger: IndividualFilter::new(train.len(), b_norm)?,
+            ledger: IndividualFilter::new(train.len(), budget)?,
             stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
             record: Record::default(),
@@ -518,8 +518,13 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             }
             None => (None, n as f64),
         };
+        let selection = match (&sample, self.cfg.sgd().and_then(SgdAccounting::individual)) {
+            (None, _) => Selection::All,
+            (Some(m), None) => Selection::Sample(m),
+            (Some(m), Some(individual)) => Selection::ChargedSample(m, individual),
+        };
         let (sum, stats): (ClippedSum, SumStats) =
-            self.pool.install(|| self.plan.gradient_sum_of(&self.theta, &mut self.ledger, t, sample.as_deref()))?;
+            self.pool.install(|| self.plan.gradient_sum_of(&self.theta, &mut self.ledger, t, selection))?;
         let c = self.cfg.config();
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
@@ -767,7 +772,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             examples: self.train.len(),
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
-        if self.cfg.has_budgets() {
+        if self.cfg.ledger_budget().is_some() {
             let b = super::budget::summarise(
                 self.ledger.spent_all(),
                 self.ledger.budget(),
