@@ -23,8 +23,9 @@
 //! and clips the gradient to that norm instead; an example with nothing left is dropped.
 //!
 //! With B = T·ε_α(q, σ) (T steps at full sensitivity: [`IndividualSgd::budget`]) an example
-//! whose gradient is always at least C is charged exactly what plain DP-SGD charges in T
-//! steps, so the run's (ε, δ) is plain DP-SGD's at that order; examples with smaller
+//! whose gradient is always at least C is charged what plain DP-SGD charges in T steps (up to
+//! the ledger's rounding, which can cap its last step a few ulps below C), so the run's (ε, δ)
+//! is plain DP-SGD's at that order; examples with smaller
 //! gradients keep training after step T. α is the integer order that minimises plain DP-SGD's
 //! ε for T steps ([`IndividualSgd::for_steps`]): it depends only on q, σ, T, δ and the
 //! conversion, never on the data.
@@ -36,8 +37,6 @@
 //! [FZ21]: https://arxiv.org/abs/2008.11193
 //! [YKCZL23]: https://arxiv.org/abs/2206.02617
 //! [KTH23]: https://arxiv.org/abs/2209.15596
-
-use serde::{Deserialize, Serialize};
 
 use crate::convert::{Conversion, ToApproxDp};
 use crate::error::{AccountingError, Result, positive, probability};
@@ -68,7 +67,7 @@ const BISECTION_STEPS: u32 = 60;
 /// let r = acc.largest_ratio_within(acc.charge(1.0) / 3.0);
 /// assert!(r < 1.0 && acc.charge(r) <= acc.charge(1.0) / 3.0);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct IndividualSgd {
     sample_rate: f64,
     sigma: f64,
@@ -102,9 +101,13 @@ impl IndividualSgd {
         let mut rdp = RdpAccountant::new(orders.clone(), conversion)?;
         rdp.compose(&DpEvent::poisson_sampled(sample_rate, DpEvent::gaussian(sigma)).repeated(steps))?;
         let (_, alpha) = rdp.epsilon_and_order(delta)?;
-        let at = orders.iter().position(|&a| a == alpha).unwrap_or(0);
+        // `alpha` is one of ORDERS (integers up to 256), the order the accountant returned.
+        let at = orders.iter().position(|&a| a == alpha).ok_or(AccountingError::InvalidParameter {
+            name: "order",
+            value: alpha,
+            expected: "one of the integer orders searched",
+        })?;
         let budget = rdp.rdp()[at];
-        // `alpha` is one of ORDERS (integers up to 256).
         Ok(Self { sample_rate, sigma, order: alpha as u32, budget, conversion })
     }
 
@@ -146,7 +149,8 @@ impl IndividualSgd {
         let gaussian = div_up(mul_up(alpha, mul_up(r, r)), 2.0 * self.sigma * self.sigma * (1.0 - f64::EPSILON));
         // σ/r rounded down (a smaller noise multiplier only overstates the loss); exact at r = 1,
         // where the charge is plain DP-SGD's step.
-        let noise = if r == 1.0 { self.sigma } else { self.sigma / r * (1.0 - f64::EPSILON) };
+        // Never below σ (σ/r ≥ σ for r ≤ 1): so the charge stays monotone up to r = 1.
+        let noise = if r == 1.0 { self.sigma } else { (self.sigma / r * (1.0 - f64::EPSILON)).max(self.sigma) };
         match subsampled::rdp(self.sample_rate, noise, alpha) {
             Ok(e) if e.is_finite() => e.min(gaussian),
             _ => gaussian,
@@ -180,7 +184,16 @@ impl IndividualSgd {
     /// # Errors
     /// An invalid δ.
     pub fn epsilon(&self, delta: f64) -> Result<f64> {
-        Rdp::new(vec![f64::from(self.order)], vec![self.budget])?.epsilon(delta, self.conversion)
+        self.epsilon_by(delta, self.conversion)
+    }
+
+    /// The run's ε at `delta` under another conversion of the same (α, B)-RDP guarantee (the
+    /// ledger bounds nothing at other orders).
+    ///
+    /// # Errors
+    /// An invalid δ, or `gaussian-exact` (not valid for an RDP guarantee).
+    pub fn epsilon_by(&self, delta: f64, conversion: Conversion) -> Result<f64> {
+        Rdp::new(vec![f64::from(self.order)], vec![self.budget])?.epsilon(delta, conversion)
     }
 }
 

@@ -199,6 +199,17 @@ fn sgd_filtered_is_private_charges_every_example_and_keeps_small_gradients_train
     let first: serde_json::Value = serde_json::from_str(steps.lines().next().unwrap()).unwrap();
     assert_eq!(first["active_exact"].as_u64(), Some(N as u64));
     assert!(dpgd::train::RunFolder::new(dir.path()).budget().exists(), "the confidential budget report");
+    // Every step computed every example still active: at least those active at the end.
+    for line in steps.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(row["active_exact"].as_u64().unwrap() as usize >= still, "{row}");
+    }
+    // Every conversion converts the one (α, B) guarantee the ledger enforces.
+    let by = &a.epsilon_by_conversion;
+    assert_eq!(by["cks"], Some(want.epsilon(1e-5).unwrap()));
+    let classic = want.epsilon_by(1e-5, dpgd::accounting::Conversion::BunSteinke).unwrap();
+    assert_eq!(by["bun-steinke"], Some(classic));
+    assert_eq!(by["gaussian-exact"], None);
     // A resumed run ends where an uninterrupted one does (fixed seed).
     let seeded =
         config("sgd-filtered", "sigma = 1.5\nsample_rate = 0.1\nworst_case_steps = 4", "max_steps = 7\nseed = 3");
@@ -212,4 +223,38 @@ fn sgd_filtered_is_private_charges_every_example_and_keeps_small_gradients_train
     let short = config("sgd-filtered", "sigma = 1.5\nsample_rate = 0.1\nworst_case_steps = 4", "max_steps = 3");
     let err = TrainConfig::from_toml(&short, &[]).and_then(|c| c.validate()).unwrap_err().to_string();
     assert!(err.contains("train.max_steps"), "{err}");
+}
+
+/// A step with individual accounting sums exactly the sampled examples (the unsampled ones are
+/// charged and add nothing) — the same sum, to rounding, as plain DP-SGD's step on the same
+/// sample — and charges every example, sampled or not, its step's Rényi DP.
+#[test]
+fn a_charged_sample_sums_the_sample_and_charges_everyone() {
+    use dpgd::accounting::individual_sgd::IndividualSgd;
+    use dpgd::train::step::Selection;
+    let text = sgd("sigma = 1.5", "seed = 4").replace("clip = 1.0", "clip = 30.0");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let net = Network::new(cfg.model().unwrap()).unwrap();
+    let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
+    let sample = poisson_sample(N, 0.1, &mut NoiseSeed::Fixed(4).rng(Stream::sample(1)).unwrap());
+    let aggregation = Aggregation::for_run(&cfg, &net, N).unwrap();
+    let plan = GradientPlan::new(net, data.train.head(N), data.default_normalize(), aggregation, 8);
+    let acc = IndividualSgd::for_steps(0.1, 1.5, 6, 1e-5, dpgd::accounting::Conversion::Cks).unwrap();
+    let mut plain_ledger = IndividualFilter::new(N, f64::MAX).unwrap();
+    let (plain, _) = plan.gradient_sum_of(&theta, &mut plain_ledger, 1, Selection::Sample(&sample)).unwrap();
+    let mut ledger = IndividualFilter::new(N, acc.budget()).unwrap();
+    let (charged, stats) =
+        plan.gradient_sum_of(&theta, &mut ledger, 1, Selection::ChargedSample(&sample, &acc)).unwrap();
+    assert_eq!(stats.computed, N, "every example computed");
+    let (a, b) = (plain.to_f32(), charged.to_f32());
+    let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-5 * scale, "{x} vs {y}");
+    }
+    for (i, &sampled) in sample.iter().enumerate() {
+        let spent = ledger.spent(i);
+        assert!(spent > 0.0 && spent <= acc.charge(1.0), "example {i} (sampled: {sampled}): {spent}");
+    }
 }

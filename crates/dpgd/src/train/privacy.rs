@@ -588,10 +588,15 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
     let by_conversion = Conversion::ALL
         .into_iter()
         .map(|m| {
-            let acc = SgdAccounting::new(q, sigma, steps, m);
-            let acc = if individual.is_some() { acc.and_then(|a| a.with_individual_accounting(p.delta)) } else { acc };
-            let eps = acc.and_then(|a| a.epsilon_through(max_steps, p.delta)).ok();
-            (m.name().to_string(), eps.map(|e| e.0))
+            // With individual accounting, the one (α, B) guarantee the ledger enforces, converted.
+            let eps = match individual {
+                Some(i) => i.epsilon_by(p.delta, m).ok(),
+                None => SgdAccounting::new(q, sigma, steps, m)
+                    .and_then(|a| a.epsilon_through(steps, p.delta))
+                    .ok()
+                    .map(|e| e.0),
+            };
+            (m.name().to_string(), eps)
         })
         .collect();
     let mut rests_on = BTreeMap::new();
@@ -630,8 +635,8 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
         "sampling".into(),
         "each example is included with probability floor(q 2^64)/2^64 <= q, independently, from the run's \
          ChaCha20 stream; the subsampled Gaussian's Renyi divergence is nondecreasing in the rate, so accounting \
-         at q covers it. The realised batch sizes are not covered (nor the step times that track them): they stay \
-         confidential"
+         at q covers it. The realised batch sizes are not covered (nor the step times that track them, or, with \
+         individual accounting, the number of examples still active): they stay confidential"
             .into(),
     );
     Ok(Accounting {
@@ -680,7 +685,11 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
             expected_batch_size: super::sgd::expected_batch(q, examples),
             steps,
             rdp_order: order,
-            orders: "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into(),
+            orders: if individual.is_some() {
+                "the integers 2 to 256 (the filter's order is one of them, chosen before training)".into()
+            } else {
+                "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into()
+            },
             how: "Poisson: each example independently, from the run's CSPRNG on a stream of its own per step".into(),
             individual: individual.map(|i| IndividualReport {
                 order: i.order(),

@@ -383,14 +383,24 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 // Each row is clipped and added right after its backward pass, while in cache.
                 let clipped = if let Selection::ChargedSample(sample, acc) = selection {
                     // Each example pays its Rényi charge in its own ledger; the clip kernel then
-                    // adds the sampled rows within the squared norm that charge paid for.
-                    let mut caps: Vec<f64> = rows
-                        .chunks_exact(p)
+                    // adds the sampled rows within the squared norm that charge paid for. The
+                    // rows of examples not sampled are zeroed once charged: they add nothing,
+                    // and a non-finite one (charged in full) is not the kernel's to skip or
+                    // refuse, as it would not be in plain DP-SGD.
+                    let mut caps: Vec<f64> = s.grads[..b * p]
+                        .chunks_exact_mut(p)
                         .zip(batch.iter_mut())
                         .map(|(row, (i, slot))| {
-                            charge_individually(row, slot, clip, acc) * f64::from(u8::from(sample[*i]))
+                            let cap = charge_individually(row, slot, clip, acc);
+                            if sample[*i] {
+                                cap
+                            } else {
+                                row.fill(0.0);
+                                0.0
+                            }
                         })
                         .collect();
+                    let rows = &s.grads[..b * p];
                     let mut spent = vec![0.0f64; caps.len()];
                     let mut slots: Vec<LedgerSlot<'_>> = caps
                         .iter_mut()
@@ -436,10 +446,9 @@ impl Selection<'_> {
 /// Charges one example the Rényi DP of this step for its clipped gradient `row`
 /// ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
 /// ledger `slot`; where that does not fit, all it has left, for the largest ratio whose charge
-/// fits. Returns the
-/// squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
+/// fits. Returns the squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
 fn charge_individually(row: &[f32], slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
-    let norm = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+    let norm = crate::clip::squared_norm(row).sqrt();
     let ratio = if norm.is_finite() { (norm / clip).min(1.0) } else { 1.0 };
     let remaining = slot.remaining();
     // Where the charge does not fit, the example pays all it has left (at least the charge of
