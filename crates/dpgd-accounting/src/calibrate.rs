@@ -20,6 +20,7 @@
 
 use super::convert::{Conversion, ToApproxDp};
 use super::error::{AccountingError, Result, positive, probability};
+use super::event::DpEvent;
 use super::measure::{ApproxDp, GaussianDp, Zcdp};
 use super::neighbours::Neighbours;
 use super::numeric::{add_up, confirm, div_up, half_up, mul_up, sqrt_up, sub_down, u64_up};
@@ -180,6 +181,11 @@ impl GaussianRelease {
         let one = div_up(self.sensitivity, self.sigma);
         mul_up(u64_up(self.count), mul_up(one, one))
     }
+    /// These releases as an event: `count` Gaussian mechanisms of multiplier σ/Δ.
+    #[must_use]
+    pub fn event(&self) -> DpEvent {
+        DpEvent::gaussian(self.sigma / self.sensitivity).repeated(self.count)
+    }
     /// The zCDP cost of one release, Δ²/(2σ²), rounded up (`None` if it underflows to 0).
     #[must_use]
     pub fn cost_of_one(&self) -> Option<Zcdp> {
@@ -240,6 +246,23 @@ impl GdPlan {
     #[must_use]
     pub fn releases_mu_squared(&self) -> f64 {
         self.releases.iter().fold(0.0, |acc, r| add_up(acc, r.mu_squared()))
+    }
+    /// The plan at noise multiplier `sigma` as an event, for any accountant that takes Gaussian
+    /// events ([`crate::event::GdpAccountant`], [`crate::event::ZcdpAccountant`], RDP, PLD):
+    /// training as ⌈k⌉ Gaussian steps of multiplier σ/s (s the clipped sum's sensitivity in
+    /// units of C: the most an example can be charged under its budget B_norm = k·C², [FZ21]
+    /// Alg. 3), composed with every release. [`guarantee`](Self::guarantee) is this event's μ
+    /// ([DRS19] Cor. 3.3; a test checks they agree).
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    /// [DRS19]: https://arxiv.org/abs/1905.02383
+    #[must_use]
+    pub fn event(&self, sigma: f64) -> DpEvent {
+        let steps = self.steps.ceil() as u64; // a finite number > 0 (validated)
+        let training = DpEvent::gaussian(sigma / self.neighbours.sum_sensitivity()).repeated(steps);
+        let mut events = vec![training];
+        events.extend(self.releases.iter().map(GaussianRelease::event));
+        DpEvent::Composed { events }
     }
     /// The whole plan's Gaussian-DP guarantee at noise multiplier `sigma`, rounded up.
     ///

@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | [`RdpAccountant`] | Gaussian, Poisson-sampled Gaussian, compositions | RDP at chosen orders ([Mir17]; [MTZ19]), then `cks` or the classic conversion |
 //! | [`PldAccountant`] | Gaussian, Poisson-sampled Gaussian, compositions | the privacy loss distribution on a grid, composed by FFT ([KJPH21]; [`crate::pld`]), with an error bound |
+//! | [`GdpAccountant`] | Gaussian, compositions (no subsampling) | μ-GDP ([DRS19]): full-batch private GD's accountant |
 //! | [`ZcdpAccountant`] | Gaussian, compositions (no subsampling: zCDP does not capture its amplification) | ρ-zCDP ([BS16]) |
 //!
 //! ```
@@ -30,13 +31,14 @@
 //! [MTZ19]: https://arxiv.org/abs/1908.10530
 //! [BS16]: https://arxiv.org/abs/1605.02065
 //! [KJPH21]: https://arxiv.org/abs/2006.07134
+//! [DRS19]: https://arxiv.org/abs/1905.02383
 
 use serde::{Deserialize, Serialize};
 
 use crate::convert::{Conversion, ToApproxDp};
 use crate::error::{AccountingError, Result, positive, probability};
-use crate::measure::{Rdp, Zcdp};
-use crate::numeric::{add_up, div_up, mul_up, u64_up};
+use crate::measure::{GaussianDp, Rdp, Zcdp};
+use crate::numeric::{add_up, div_up, mul_up, sqrt_up, u64_up};
 use crate::pld::{Direction, Pld, Rounding};
 use crate::subsampled;
 
@@ -265,6 +267,76 @@ impl Accountant for RdpAccountant {
     }
     fn epsilon(&self, delta: f64) -> Result<f64> {
         Ok(self.epsilon_and_order(delta)?.0)
+    }
+}
+
+/// μ-Gaussian DP ([DRS19]): the Gaussian mechanism with multiplier σ is (1/σ)-GDP, and
+/// compositions add μ² ([DRS19, Cor. 3.3]; also when each μ is chosen as the run goes:
+/// [ST22]). Converted by the exact GDP curve ([DRS19, Cor. 2.13]) or through its zCDP (ρ =
+/// μ²/2) by `cks` / `bun-steinke`. It refuses Poisson sampling, for which GDP has only a
+/// central-limit approximation, not a bound. This is the accountant of full-batch private GD:
+/// [`crate::GdPlan::event`] is such a run as an event.
+///
+/// [DRS19]: https://arxiv.org/abs/1905.02383
+/// [ST22]: https://arxiv.org/abs/2210.17520
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GdpAccountant {
+    mu_squared: f64,
+    conversion: Conversion,
+}
+
+impl GdpAccountant {
+    /// An accountant with nothing composed, converting by `conversion`.
+    #[must_use]
+    pub fn new(conversion: Conversion) -> Self {
+        Self { mu_squared: 0.0, conversion }
+    }
+    /// The μ composed so far, rounded up.
+    #[must_use]
+    pub fn mu(&self) -> f64 {
+        sqrt_up(self.mu_squared)
+    }
+    fn mu_squared_of(event: &DpEvent) -> Result<f64> {
+        match event {
+            DpEvent::Gaussian { noise_multiplier } => {
+                let s = positive("sigma", *noise_multiplier)?;
+                // 1/σ² rounded up: σ·σ is within half an ulp, so one ulp lower bounds it below.
+                Ok(div_up(1.0, (s * s * (1.0 - f64::EPSILON)).max(f64::MIN_POSITIVE)))
+            }
+            DpEvent::PoissonSampled { .. } => Err(AccountingError::UnsupportedEvent {
+                accountant: "gdp",
+                event: event.kind(),
+                why: "Gaussian DP has only a central-limit approximation for Poisson sampling, not a bound; use the \
+                      rdp or pld accountant",
+            }),
+            DpEvent::SelfComposed { event, count } => Ok(mul_up(Self::mu_squared_of(event)?, u64_up(*count))),
+            DpEvent::Composed { events } => events.iter().try_fold(0.0, |s, e| Ok(add_up(s, Self::mu_squared_of(e)?))),
+        }
+    }
+}
+
+impl Accountant for GdpAccountant {
+    fn name(&self) -> &'static str {
+        "gdp"
+    }
+    fn check(&self, event: &DpEvent) -> Result<()> {
+        let mut copy = *self;
+        copy.compose(event)
+    }
+    fn compose(&mut self, event: &DpEvent) -> Result<()> {
+        let mu_squared = add_up(self.mu_squared, Self::mu_squared_of(event)?);
+        // μ and ρ = μ²/2 must stay finite for every conversion to answer.
+        GaussianDp::new(sqrt_up(mu_squared))?;
+        Zcdp::new(mu_squared)?;
+        self.mu_squared = mu_squared;
+        Ok(())
+    }
+    fn epsilon(&self, delta: f64) -> Result<f64> {
+        probability("delta", delta)?;
+        if self.mu_squared == 0.0 {
+            return Ok(0.0);
+        }
+        GaussianDp::new(self.mu())?.epsilon(delta, self.conversion)
     }
 }
 

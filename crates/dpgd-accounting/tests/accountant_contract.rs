@@ -4,7 +4,7 @@
 //! rounding (1e-8 relative: a PLD adds each convolution's error bound);
 //! ε only grows with more events and shrinks with δ.
 
-use dpgd_accounting::event::{Accountant, DpEvent, PldAccountant, RdpAccountant, ZcdpAccountant};
+use dpgd_accounting::event::{Accountant, DpEvent, GdpAccountant, PldAccountant, RdpAccountant, ZcdpAccountant};
 use dpgd_accounting::subsampled::{dp_accounting_orders, opacus_orders};
 use dpgd_accounting::{AccountingError, Conversion};
 
@@ -23,6 +23,8 @@ fn accountants() -> Vec<(String, Make)> {
             Box::new(|| Box::new(RdpAccountant::new(dp_accounting_orders(), Conversion::BunSteinke).unwrap())),
         ),
         ("zcdp".into(), Box::new(|| Box::new(ZcdpAccountant::new()))),
+        ("gdp (exact curve)".into(), Box::new(|| Box::new(GdpAccountant::new(Conversion::GaussianExact)))),
+        ("gdp (cks)".into(), Box::new(|| Box::new(GdpAccountant::new(Conversion::Cks)))),
         ("pld (interval 1e-3)".into(), Box::new(|| Box::new(PldAccountant::new(1e-3).unwrap()))),
     ]
 }
@@ -89,5 +91,33 @@ fn parts_composed_and_repeated_events_agree_and_epsilon_is_monotone() {
             assert!(((other - last) / last).abs() < 1e-8, "{name}: {other} against {last}");
         }
         assert!(parts.epsilon(1e-3).unwrap() < parts.epsilon(1e-7).unwrap(), "{name}: larger δ, smaller ε");
+    }
+}
+
+/// Full-batch private GD's accounting as events: the GDP accountant over a plan's event (k
+/// Gaussian steps of multiplier σ/s, and every release) gives the plan's own μ, to rounding;
+/// the zCDP and RDP accountants over the same event give no smaller ε than the exact curve.
+#[test]
+fn private_gd_as_events_matches_its_guarantee() {
+    use dpgd_accounting::{GaussianRelease, GdPlan, Neighbours};
+    let plans = [
+        GdPlan::new(100.0).unwrap(),
+        GdPlan::new(400.0).unwrap().with_neighbours(Neighbours::ReplaceOne),
+        GdPlan::new(60.0).unwrap().with_release(GaussianRelease::new(200.0, 1.0, 30).unwrap()),
+    ];
+    for (i, plan) in plans.iter().enumerate() {
+        let sigma = 8.0 + i as f64;
+        let event = plan.event(sigma);
+        let mut gdp = GdpAccountant::new(Conversion::GaussianExact);
+        gdp.compose(&event).unwrap();
+        let want = plan.guarantee(sigma).unwrap().mu();
+        assert!((gdp.mu() - want).abs() <= 1e-12 * want, "plan {i}: events give mu {} vs {want}", gdp.mu());
+        let exact = gdp.epsilon(1e-5).unwrap();
+        let mut zcdp = ZcdpAccountant::new();
+        zcdp.compose(&event).unwrap();
+        assert!(zcdp.epsilon(1e-5).unwrap() >= exact * (1.0 - 1e-12), "plan {i}");
+        let mut rdp = RdpAccountant::new(dp_accounting_orders(), Conversion::Cks).unwrap();
+        rdp.compose(&event).unwrap();
+        assert!(rdp.epsilon(1e-5).unwrap() >= exact * (1.0 - 1e-12), "plan {i}");
     }
 }

@@ -258,3 +258,28 @@ fn a_charged_sample_sums_the_sample_and_charges_everyone() {
         assert!(spent > 0.0 && spent <= acc.charge(1.0), "example {i} (sampled: {sampled}): {spent}");
     }
 }
+
+/// `privacy.json` carries the run's composition as an event that another accountant checks:
+/// for private GD the Gaussian-DP accountant gives the report's μ, for DP-SGD the RDP
+/// accountant gives its ε; DP-SGD with individual accounting, a filter at one order, has none.
+#[test]
+fn privacy_json_carries_the_runs_event_for_other_accountants() {
+    use dpgd::accounting::event::{Accountant, GdpAccountant, RdpAccountant};
+    use dpgd::accounting::subsampled::dp_accounting_orders;
+    let dir = tempfile::tempdir().unwrap();
+    let gd = train(&config("plain", "sigma = 3.0\nworst_case_steps = 4", "seed = 1"), dir.path(), None);
+    let a = gd.privacy.unwrap().accounting.unwrap();
+    let mut gdp = GdpAccountant::new(dpgd::accounting::Conversion::GaussianExact);
+    gdp.compose(a.event.as_ref().expect("a GD run's event")).unwrap();
+    let mu = a.mu.unwrap();
+    assert!((gdp.mu() - mu).abs() <= 1e-12 * mu, "{} vs {mu}", gdp.mu());
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&sgd("sigma = 1.5", "seed = 1"), dir.path(), None).privacy.unwrap();
+    let mut rdp = RdpAccountant::new(dp_accounting_orders(), dpgd::accounting::Conversion::Cks).unwrap();
+    rdp.compose(s.accounting.as_ref().unwrap().event.as_ref().expect("an SGD run's event")).unwrap();
+    assert_eq!(Some(rdp.epsilon(1e-5).unwrap()), s.accounting.unwrap().epsilon);
+    let dir = tempfile::tempdir().unwrap();
+    let filtered = config("sgd-filtered", "sigma = 1.5\nsample_rate = 0.1\nworst_case_steps = 3", "seed = 1");
+    let f = train(&filtered, dir.path(), None).privacy.unwrap();
+    assert!(f.accounting.unwrap().event.is_none());
+}

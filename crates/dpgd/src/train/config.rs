@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::releases::{ReleaseKind, ScheduledRelease};
 use super::sgd::SgdAccounting;
+use crate::accounting::event::DpEvent;
 use crate::accounting::{
     AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, Neighbours, ToApproxDp, positive, probability,
 };
@@ -713,7 +714,7 @@ impl TrainConfig {
         crate::accounting::PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)
             .map_err(|e| attribute(e.into(), "privacy.clip"))?;
         let guarantee = plan.guarantee(sigma)?;
-        Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Gd { guarantee } })
+        Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Gd { guarantee, event: plan.event(sigma) } })
     }
 
     /// σ and the accounting of DP-SGD ([`super::sgd`]), after refusing what it does not
@@ -851,8 +852,9 @@ pub struct PrivacyPlan {
 /// How a private method's run is accounted.
 #[derive(Debug, Clone, PartialEq)]
 enum MethodAccounting {
-    /// Full-batch GD (plain or filtered) and its releases: one Gaussian-DP guarantee.
-    Gd { guarantee: GaussianDp },
+    /// Full-batch GD (plain or filtered) and its releases: one Gaussian-DP guarantee, the μ
+    /// of the run's event.
+    Gd { guarantee: GaussianDp, event: DpEvent },
     /// DP-SGD: Rényi DP of the subsampled Gaussian.
     Sgd(SgdAccounting),
 }
@@ -893,7 +895,7 @@ impl ValidConfig {
     #[must_use]
     pub fn guarantee(&self) -> Option<GaussianDp> {
         match self.privacy.as_ref()?.accounting {
-            MethodAccounting::Gd { guarantee } => Some(guarantee),
+            MethodAccounting::Gd { guarantee, .. } => Some(guarantee),
             MethodAccounting::Sgd(_) => None,
         }
     }
@@ -930,6 +932,18 @@ impl ValidConfig {
                 None => "none: DP-SGD without individual accounting keeps no per-example ledger".into(),
             },
             None => "squared norm of the clipped per-example gradient".into(),
+        }
+    }
+    /// The run's privacy-relevant composition as data — training and every release — for any
+    /// accountant that takes it (full-batch GD, plain DP-SGD); None for non-private runs and
+    /// for DP-SGD with individual accounting, whose guarantee is its filter's at one order,
+    /// not a fixed composition's.
+    #[must_use]
+    pub fn event(&self) -> Option<DpEvent> {
+        match &self.privacy.as_ref()?.accounting {
+            MethodAccounting::Gd { event, .. } => Some(event.clone()),
+            MethodAccounting::Sgd(s) if s.individual().is_none() => Some(s.event()),
+            MethodAccounting::Sgd(_) => None,
         }
     }
     /// The accounting of a DP-SGD run (None for other methods).

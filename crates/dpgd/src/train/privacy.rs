@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{ActiveRelease, Method, ValidConfig};
 use super::releases::{ReleaseKind, ScheduledRelease};
 use super::sgd::SgdAccounting;
+use crate::accounting::event::DpEvent;
 use crate::accounting::filter::ZcdpFilter;
 use crate::accounting::sampling::DiscreteGaussian;
 use crate::accounting::session::{Mechanism, PrivacySession};
@@ -234,6 +235,12 @@ pub struct Accounting {
     /// DP-SGD's sampling and Rényi accounting (absent for full-batch GD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingReport>,
+    /// The run's composition as data (dp_accounting's `DpEvent` form: Gaussian mechanisms,
+    /// Poisson sampling, repetitions, compositions), for any other accountant to check the
+    /// guarantee with; absent where the guarantee is not a fixed composition's (individual
+    /// accounting of DP-SGD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<DpEvent>,
     /// Every scheduled release.
     pub releases: Vec<ReleaseReport>,
     /// The session's filter (full-batch GD; None for DP-SGD, which releases only its model).
@@ -549,6 +556,7 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
         .collect();
     let sensitivity = p.neighbours.sum_sensitivity();
     Ok(Accounting {
+        event: cfg.event(),
         epsilon: cfg.epsilon(),
         epsilon_by_conversion: by_conversion,
         target_epsilon: p.epsilon,
@@ -640,6 +648,7 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
             .into(),
     );
     Ok(Accounting {
+        event: cfg.event(),
         epsilon: Some(epsilon),
         epsilon_by_conversion: by_conversion,
         target_epsilon: p.epsilon,
