@@ -699,7 +699,7 @@ impl TrainConfig {
                 s
             }
             (Some(eps), None) => {
-                let target = ApproxDp::new(eps, p.delta).map_err(|e| field("privacy.epsilon", e))?;
+                let target = ApproxDp::new(typed_down(eps), p.delta).map_err(|e| field("privacy.epsilon", e))?;
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
                 plan.calibrate(target, p.conversion).map_err(|e| match e {
                     AccountingError::BudgetExceeded { .. } => Error::config(
@@ -767,7 +767,8 @@ impl TrainConfig {
             (None, Some(s)) => positive("sigma", s).map_err(|e| field("privacy.sigma", e))?,
             (Some(eps), None) => {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
-                SgdAccounting::calibrate(q, steps, (eps, p.delta), p.conversion, p.method == Method::SgdFiltered)
+                let target = (typed_down(eps), p.delta);
+                SgdAccounting::calibrate(q, steps, target, p.conversion, p.method == Method::SgdFiltered)
                     .map_err(|e| field("privacy.epsilon", e))?
             }
         };
@@ -840,6 +841,15 @@ fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
         (_, false) => "model.preset".to_string(),
     };
     Error::config(field, e.reason.clone())
+}
+
+/// The largest f64 not above the decimal a config gave as `x`: the ε a user types is a decimal
+/// (TOML's `0.1` means 1/10, and the nearest f64 lies above it), and the shortest decimal that
+/// reads back as `x` — Rust's `Display` — is the one typed (up to 17 significant digits).
+/// Calibrating to it makes the run's ε at most the typed value exactly, not only at most its
+/// nearest float. A value that is not such a decimal is kept.
+fn typed_down(x: f64) -> f64 {
+    x.to_string().parse::<crate::accounting::decimal::Decimal>().map_or(x, |d| d.to_f64_down().min(x))
 }
 
 /// What the guarantee rests on: σ, and the method's accounting of the run.
@@ -1248,5 +1258,25 @@ fn differences_into(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, 
         }
         _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::typed_down;
+    use crate::accounting::decimal::Decimal;
+
+    /// Issue 34: a typed ε of 0.1 is calibrated to at most 1/10 exactly. TOML gives the f64
+    /// nearest 0.1, which lies above 1/10; the target is the float just below it.
+    #[test]
+    fn typed_budgets_are_read_down_to_the_decimal() {
+        let tenth: Decimal = "0.1".parse().unwrap();
+        assert!(0.1f64 > tenth.to_f64_down(), "the float TOML gives for 0.1 is above 1/10");
+        assert_eq!(typed_down(0.1), tenth.to_f64_down());
+        assert_eq!(typed_down(0.3), "0.3".parse::<Decimal>().unwrap().to_f64_down());
+        for exact in [1.0, 0.5, 2.0, 0.25] {
+            assert_eq!(typed_down(exact), exact, "a decimal a float holds exactly is kept");
+        }
+        assert!(typed_down(1e300) <= 1e300 && typed_down(1e300) > 0.0);
     }
 }
