@@ -123,18 +123,6 @@ impl IndividualSgd {
         self.budget
     }
 
-    /// The sampling rate q.
-    #[must_use]
-    pub fn sample_rate(&self) -> f64 {
-        self.sample_rate
-    }
-
-    /// The noise multiplier σ.
-    #[must_use]
-    pub fn sigma(&self) -> f64 {
-        self.sigma
-    }
-
     /// The step's Rényi DP at order α for an example whose clipped gradient has norm `ratio`·C
     /// (`ratio` in [0, 1]; larger values count as 1, NaN as 1), rounded up: ε_α(q, σ/ratio), and
     /// never more than the unsampled Gaussian's α·ratio²/(2σ²).

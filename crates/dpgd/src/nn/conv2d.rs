@@ -16,7 +16,7 @@ use burn::tensor::module::{conv2d, unfold4d};
 use burn::tensor::ops::{ConvOptions, PadMode, UnfoldOptions};
 use burn::tensor::{Device, Gradients, Tensor};
 
-use super::tape::{Recorded, attach, per_example};
+use super::tape::{Recorded, attach, is_open as tape_is_open, per_example};
 
 /// The configuration of a [`Conv2d`] layer: burn's `Conv2dConfig`, same fields and defaults.
 #[derive(Config, Debug)]
@@ -118,8 +118,13 @@ impl Conv2d {
     pub fn forward(&self, input: Tensor<4>) -> Tensor<4> {
         let [_, _, h, w] = input.dims();
         let pad = padding_pairs(&self.padding, h, w, self.kernel_size, self.stride);
-        let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
-        let out = conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options);
+        let frozen = !input.is_tracked() && !self.weight.val().is_tracked();
+        let out = if tape_is_open() && frozen && self.groups <= 1 {
+            self.forward_unfolded(input.clone(), pad)
+        } else {
+            let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
+            conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options)
+        };
         attach(out, |probe| ConvCall {
             weight: self.weight.id,
             bias: self.bias.as_ref().map(|b| b.id),
@@ -131,6 +136,36 @@ impl Conv2d {
             groups: self.groups.max(1),
             probe,
         })
+    }
+}
+
+impl Conv2d {
+    /// The convolution as one product of the weights with the im2col columns of the padded
+    /// input (`[c_out, c_in·kh·kw] · [c_in·kh·kw, L]` per example), for the first layer of a
+    /// recorded private step: its input is data (no gradient flows into it) and the parameters
+    /// are frozen, so nothing is differentiated through it, and on few input channels one GEMM
+    /// beats flex's direct kernel (`experiments/speed`: the Opacus CNN's first layer).
+    fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Tensor<4> {
+        let [b, c_in, h, w] = input.dims();
+        let [c_out, ..] = self.weight.dims();
+        let [kh, kw] = self.kernel_size;
+        let out_len =
+            |n: usize, (lo, hi): (usize, usize), k: usize, s: usize, d: usize| (n + lo + hi - d * (k - 1) - 1) / s + 1;
+        let ho = out_len(h, pad[0], kh, self.stride[0], self.dilation[0]);
+        let wo = out_len(w, pad[1], kw, self.stride[1], self.dilation[1]);
+        // On the inner backend: nothing here is tracked, and burn's autodiff has no unfold of
+        // its own (its generic one permutes through strided copies).
+        let autodiff = input.is_autodiff();
+        let x = input.without_autodiff().pad(pad, PadMode::Constant(0.0));
+        let cols = unfold4d(x, self.kernel_size, UnfoldOptions::new(self.stride, [0, 0], self.dilation));
+        let k = c_in * kh * kw;
+        let weight = self.weight.val().without_autodiff().reshape([1, c_out, k]).expand([b, c_out, k]);
+        let mut out = weight.matmul(cols);
+        if let Some(bias) = &self.bias {
+            out = out + bias.val().without_autodiff().reshape([1, c_out, 1]);
+        }
+        let out = out.reshape([b, c_out, ho, wo]);
+        if autodiff { out.autodiff() } else { out }
     }
 }
 

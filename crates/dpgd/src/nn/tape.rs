@@ -65,14 +65,18 @@ pub fn record<T>(forward: impl FnOnce() -> T) -> (T, Tape) {
     (out, Tape { records })
 }
 
+/// Whether a tape is open on this thread (a private step's recorded forward).
+pub(crate) fn is_open() -> bool {
+    FRAMES.with(|f| !f.borrow().is_empty())
+}
+
 /// `out` with a probe added and `make(probe)` recorded, if a tape is open and `out` is on an
 /// autodiff device; `out` unchanged otherwise (then the layer is exactly burn's).
 pub(crate) fn attach<const D: usize, R: Recorded + 'static>(
     out: Tensor<D>,
     make: impl FnOnce(Tensor<D>) -> R,
 ) -> Tensor<D> {
-    let open = FRAMES.with(|f| !f.borrow().is_empty());
-    if !open || !out.is_autodiff() {
+    if !is_open() || !out.is_autodiff() {
         return out;
     }
     // `zeros_like` keeps the autodiff device and its checkpointing strategy; a fresh tensor is a
