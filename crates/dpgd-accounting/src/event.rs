@@ -281,7 +281,9 @@ impl Accountant for RdpAccountant {
 /// [ST22]: https://arxiv.org/abs/2210.17520
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GdpAccountant {
-    mu_squared: f64,
+    /// For Gaussian mechanisms μ² = 2ρ, and both add under composition: the zCDP accountant
+    /// keeps the sum (one rule per event, in one place); only the conversion differs.
+    zcdp: ZcdpAccountant,
     conversion: Conversion,
 }
 
@@ -289,29 +291,12 @@ impl GdpAccountant {
     /// An accountant with nothing composed, converting by `conversion`.
     #[must_use]
     pub fn new(conversion: Conversion) -> Self {
-        Self { mu_squared: 0.0, conversion }
+        Self { zcdp: ZcdpAccountant::new(), conversion }
     }
-    /// The μ composed so far, rounded up.
+    /// The μ composed so far, √(2ρ) rounded up (doubling is exact).
     #[must_use]
     pub fn mu(&self) -> f64 {
-        sqrt_up(self.mu_squared)
-    }
-    fn mu_squared_of(event: &DpEvent) -> Result<f64> {
-        match event {
-            DpEvent::Gaussian { noise_multiplier } => {
-                let s = positive("sigma", *noise_multiplier)?;
-                // 1/σ² rounded up: σ·σ is within half an ulp, so one ulp lower bounds it below.
-                Ok(div_up(1.0, (s * s * (1.0 - f64::EPSILON)).max(f64::MIN_POSITIVE)))
-            }
-            DpEvent::PoissonSampled { .. } => Err(AccountingError::UnsupportedEvent {
-                accountant: "gdp",
-                event: event.kind(),
-                why: "Gaussian DP has only a central-limit approximation for Poisson sampling, not a bound; use the \
-                      rdp or pld accountant",
-            }),
-            DpEvent::SelfComposed { event, count } => Ok(mul_up(Self::mu_squared_of(event)?, u64_up(*count))),
-            DpEvent::Composed { events } => events.iter().try_fold(0.0, |s, e| Ok(add_up(s, Self::mu_squared_of(e)?))),
-        }
+        sqrt_up(2.0 * self.zcdp.rho())
     }
 }
 
@@ -324,16 +309,24 @@ impl Accountant for GdpAccountant {
         copy.compose(event)
     }
     fn compose(&mut self, event: &DpEvent) -> Result<()> {
-        let mu_squared = add_up(self.mu_squared, Self::mu_squared_of(event)?);
-        // μ and ρ = μ²/2 must stay finite for every conversion to answer.
-        GaussianDp::new(sqrt_up(mu_squared))?;
-        Zcdp::new(mu_squared)?;
-        self.mu_squared = mu_squared;
+        let mut zcdp = self.zcdp;
+        zcdp.compose(event).map_err(|e| match e {
+            AccountingError::UnsupportedEvent { event, .. } => AccountingError::UnsupportedEvent {
+                accountant: "gdp",
+                event,
+                why: "Gaussian DP has only a central-limit approximation for Poisson sampling, not a bound; use \
+                      the rdp or pld accountant",
+            },
+            other => other,
+        })?;
+        // μ must stay finite too, for the exact curve to answer.
+        GaussianDp::new(sqrt_up(2.0 * zcdp.rho()))?;
+        self.zcdp = zcdp;
         Ok(())
     }
     fn epsilon(&self, delta: f64) -> Result<f64> {
         probability("delta", delta)?;
-        if self.mu_squared == 0.0 {
+        if self.zcdp.rho() == 0.0 {
             return Ok(0.0);
         }
         GaussianDp::new(self.mu())?.epsilon(delta, self.conversion)
