@@ -175,7 +175,7 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
     let k = cfg.worst_case_steps();
     let scores = run_worlds(cfg, settings, sigma * p.clip)?;
     let each = 1.0 - (1.0 - settings.confidence) / 2.0;
-    let options = AuditOptions { confidence: each, delta: p.delta, selection_fraction: 0.1 };
+    let options = AuditOptions { confidence: each, delta: cfg.delta(), selection_fraction: 0.1 };
     let mut bounds = Vec::new();
     for (i, name) in ["first-k", "all-steps"].into_iter().enumerate() {
         let bound = audit_scores(&scores[0][i], &scores[1][i], &options)?;
@@ -188,8 +188,8 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
         .map_or(0, |(i, _)| i);
     let run = PrivateGd::new(sigma, p.clip, k as f64)?.with_neighbours(p.neighbours)?;
     let training_epsilon = match p.noise {
-        NoiseSampler::Gaussian => run.epsilon(p.delta, p.conversion)?,
-        NoiseSampler::DiscreteGaussian => run.zcdp().epsilon(p.delta, p.conversion)?,
+        NoiseSampler::Gaussian => run.epsilon(cfg.delta(), p.conversion)?,
+        NoiseSampler::DiscreteGaussian => run.zcdp().epsilon(cfg.delta(), p.conversion)?,
     };
     let claimed = cfg.epsilon().unwrap_or(f64::INFINITY);
     let b = bounds[best].bound;

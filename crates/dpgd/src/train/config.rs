@@ -699,7 +699,8 @@ impl TrainConfig {
                 s
             }
             (Some(eps), None) => {
-                let target = ApproxDp::new(typed_down(eps), p.delta).map_err(|e| field("privacy.epsilon", e))?;
+                let target =
+                    ApproxDp::new(typed_down(eps), typed_down(p.delta)).map_err(|e| field("privacy.epsilon", e))?;
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
                 plan.calibrate(target, p.conversion).map_err(|e| match e {
                     AccountingError::BudgetExceeded { .. } => Error::config(
@@ -767,14 +768,14 @@ impl TrainConfig {
             (None, Some(s)) => positive("sigma", s).map_err(|e| field("privacy.sigma", e))?,
             (Some(eps), None) => {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
-                let target = (typed_down(eps), p.delta);
+                let target = (typed_down(eps), typed_down(p.delta));
                 SgdAccounting::calibrate(q, steps, target, p.conversion, p.method == Method::SgdFiltered)
                     .map_err(|e| field("privacy.epsilon", e))?
             }
         };
         let mut sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
         if p.method == Method::SgdFiltered {
-            sgd = sgd.with_individual_accounting(p.delta).map_err(|e| field("privacy.sigma", e))?;
+            sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
         }
         Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Sgd(sgd) })
     }
@@ -843,7 +844,7 @@ fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
     Error::config(field, e.reason.clone())
 }
 
-/// The largest f64 not above the decimal a config gave as `x`: the ε a user types is a decimal
+/// The largest f64 not above the decimal a config gave as `x`: the ε or δ a user types is a decimal
 /// (TOML's `0.1` means 1/10, and the nearest f64 lies above it), and the shortest decimal that
 /// reads back as `x` — Rust's `Display` — is the one typed (up to 17 significant digits).
 /// Calibrating to it makes the run's ε at most the typed value exactly, not only at most its
@@ -969,14 +970,21 @@ impl ValidConfig {
     pub fn epsilon(&self) -> Option<f64> {
         let p = &self.config.privacy;
         if let Some(sgd) = self.sgd() {
-            return sgd.epsilon_through(self.max_steps, p.delta).ok().map(|(e, _)| e);
+            return sgd.epsilon_through(self.max_steps, self.delta()).ok().map(|(e, _)| e);
         }
         let g = self.guarantee()?;
         match p.noise {
             // The discrete Gaussian is accounted through zCDP only.
-            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(p.delta, p.conversion).ok(),
-            NoiseSampler::Gaussian => g.epsilon(p.delta, p.conversion).ok(),
+            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(self.delta(), p.conversion).ok(),
+            NoiseSampler::Gaussian => g.epsilon(self.delta(), p.conversion).ok(),
         }
+    }
+    /// The δ every ε of the run is computed at: the largest float not above the decimal the
+    /// config gave (TOML's `1e-5` is a float a little above 10⁻⁵; at a larger δ an ε would be
+    /// understated).
+    #[must_use]
+    pub fn delta(&self) -> f64 {
+        typed_down(self.config.privacy.delta)
     }
     /// k = B_norm/C², the worst-case number of steps.
     #[must_use]
@@ -1041,7 +1049,7 @@ impl ValidConfig {
         let p = &self.config.privacy;
         self.privacy.as_ref()?;
         if let Some(sgd) = self.sgd() {
-            return sgd.epsilon_through(step, p.delta).ok().map(|(e, _)| e);
+            return sgd.epsilon_through(step, self.delta()).ok().map(|(e, _)| e);
         }
         let mut plan = GdPlan::new(step.clamp(1, p.worst_case_steps) as f64).ok()?.with_neighbours(p.neighbours);
         for r in &self.releases {
@@ -1051,8 +1059,8 @@ impl ValidConfig {
         }
         let g = plan.guarantee(self.sigma()?).ok()?;
         match p.noise {
-            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(p.delta, p.conversion).ok(),
-            NoiseSampler::Gaussian => g.epsilon(p.delta, p.conversion).ok(),
+            NoiseSampler::DiscreteGaussian => g.to_zcdp().epsilon(self.delta(), p.conversion).ok(),
+            NoiseSampler::Gaussian => g.epsilon(self.delta(), p.conversion).ok(),
         }
     }
     /// Why this run's outputs are not private (empty when they are): a non-private method, a
@@ -1267,7 +1275,8 @@ mod tests {
     use crate::accounting::decimal::Decimal;
 
     /// Issue 34: a typed ε of 0.1 is calibrated to at most 1/10 exactly. TOML gives the f64
-    /// nearest 0.1, which lies above 1/10; the target is the float just below it.
+    /// nearest 0.1, which lies above 1/10; the target is the float just below it. The same for
+    /// δ = 1e-5, whose nearest float is above 10⁻⁵.
     #[test]
     fn typed_budgets_are_read_down_to_the_decimal() {
         let tenth: Decimal = "0.1".parse().unwrap();
@@ -1278,5 +1287,8 @@ mod tests {
             assert_eq!(typed_down(exact), exact, "a decimal a float holds exactly is kept");
         }
         assert!(typed_down(1e300) <= 1e300 && typed_down(1e300) > 0.0);
+        let delta: Decimal = "0.00001".parse().unwrap();
+        assert!(1e-5 > delta.to_f64_down(), "the float TOML gives for 1e-5 is above 10⁻⁵");
+        assert_eq!(typed_down(1e-5), delta.to_f64_down());
     }
 }

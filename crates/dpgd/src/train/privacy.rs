@@ -532,14 +532,14 @@ fn accounting(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run:
     let gaussian = p.noise == NoiseSampler::Gaussian;
     let mut by_conversion = BTreeMap::new();
     for m in Conversion::ALL {
-        let eps = if gaussian { g.epsilon(p.delta, m).ok() } else { g.to_zcdp().epsilon(p.delta, m).ok() };
+        let eps = if gaussian { g.epsilon(cfg.delta(), m).ok() } else { g.to_zcdp().epsilon(cfg.delta(), m).ok() };
         by_conversion.insert(m.name().to_string(), eps);
     }
     let run = private_gd(cfg)?;
     let first_k = if gaussian {
-        run.gaussian_dp().epsilon(p.delta, p.conversion).ok()
+        run.gaussian_dp().epsilon(cfg.delta(), p.conversion).ok()
     } else {
-        run.zcdp().epsilon(p.delta, p.conversion).ok()
+        run.zcdp().epsilon(cfg.delta(), p.conversion).ok()
     };
     let releases = cfg
         .releases()
@@ -591,16 +591,16 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
     let p = &cfg.config().privacy;
     let (steps, max_steps) = (cfg.worst_case_steps(), cfg.max_steps());
     let (q, sigma) = (sgd.sample_rate(), sgd.sigma());
-    let (epsilon, order) = sgd.epsilon_through(max_steps, p.delta)?;
+    let (epsilon, order) = sgd.epsilon_through(max_steps, cfg.delta())?;
     let individual = sgd.individual();
     let by_conversion = Conversion::ALL
         .into_iter()
         .map(|m| {
             // With individual accounting, the one (α, B) guarantee the ledger enforces, converted.
             let eps = match individual {
-                Some(i) => i.epsilon_by(p.delta, m).ok(),
+                Some(i) => i.epsilon_by(cfg.delta(), m).ok(),
                 None => SgdAccounting::new(q, sigma, steps, m)
-                    .and_then(|a| a.epsilon_through(steps, p.delta))
+                    .and_then(|a| a.epsilon_through(steps, cfg.delta()))
                     .ok()
                     .map(|e| e.0),
             };
@@ -687,7 +687,7 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
             worst_case_steps: steps,
             max_steps,
             rho: None,
-            epsilon_of_first_k_steps_alone: Some(sgd.epsilon_through(steps, p.delta)?.0),
+            epsilon_of_first_k_steps_alone: Some(sgd.epsilon_through(steps, cfg.delta())?.0),
         },
         sampling: Some(SamplingReport {
             rate: q,
