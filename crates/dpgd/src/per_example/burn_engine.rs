@@ -69,8 +69,8 @@ pub enum Backprop {
     Batched,
     /// One forward and one backward per example through burn's autodiff
     /// ([`BurnEngine::with_fallback`]): any burn model — burn's own layers, custom operations —
-    /// exactly as autodiff computes it, but with none of a batch's parallelism: expect it to be
-    /// one to two orders of magnitude slower than [`Backprop::Batched`].
+    /// exactly as autodiff computes it, but with none of a batch's parallelism, so much slower
+    /// than [`Backprop::Batched`] (not benchmarked yet).
     OneBackwardPerExample,
 }
 
