@@ -318,7 +318,12 @@ pub(crate) fn spec_params(spec: &ModelSpec) -> std::result::Result<Option<usize>
                 (input.len().checked_mul(out_features), bias.then_some(out_features))
             }
             LayerSpec::GroupNorm { .. } => (Some(c), Some(c)),
-            _ => (Some(0), None),
+            // Every kind named: a new kind with parameters must say how many here.
+            LayerSpec::Relu
+            | LayerSpec::Tanh
+            | LayerSpec::MaxPool2d { .. }
+            | LayerSpec::AvgPool2d { .. }
+            | LayerSpec::Flatten => (Some(0), None),
         };
         total = total.and_then(|t| t.checked_add(weights?)?.checked_add(biases.unwrap_or(0)));
     }

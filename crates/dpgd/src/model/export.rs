@@ -9,8 +9,8 @@
 //!   architecture; `dpgd.architecture` is the [`ModelSpec`] as JSON.
 //! - **`burn`** (models trained on the burn engine): every trainable parameter under its path in
 //!   the burn module (`conv1.weight`, `layers.0.Conv2d.weight`, …) in burn's own layout (a
-//!   `Linear`'s weight is `[in, out]`) — the names and layout burn-store's `SafetensorsStore`
-//!   reads into the same struct by default, or [`load_params`] without burn-store. A config's
+//!   `Linear`'s weight is `[in, out]`), read back by [`load_params`] (the names and layout
+//!   burn-store's `SafetensorsStore` uses by default, from its source; untested here). A config's
 //!   model also carries `dpgd.architecture`; a model of your own struct does not (dpgd cannot
 //!   rebuild your code), so `dpgd eval` refuses it and you load it into your struct.
 //!
@@ -291,8 +291,7 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
         Some(a) => serde_json::from_str(a).map_err(|e| bad(format!("its architecture does not parse ({e})")))?,
         None if file.layout() == "burn" => {
             return Err(bad("a model of your own burn struct (no dpgd architecture): load it into your struct with \
-                 dpgd::model::export::load_params(engine.params(), path) and engine.model_with(&theta), or with \
-                 burn-store's SafetensorsStore"
+                 dpgd::model::export::load_params(engine.params(), path) and engine.model_with(&theta)"
                 .into()));
         }
         None => return Err(bad("no dpgd.architecture in its metadata: not written by dpgd".into())),

@@ -144,7 +144,7 @@ impl Conv2d {
     /// input (`[c_out, c_in·kh·kw] · [c_in·kh·kw, L]` per example), for the first layer of a
     /// recorded private step: its input is data (no gradient flows into it) and the parameters
     /// are frozen, so nothing is differentiated through it, and on few input channels one GEMM
-    /// beats flex's direct kernel (`experiments/speed`: the Opacus CNN's first layer).
+    /// beats flex's direct kernel (the Opacus CNN's full step: 17.2 s to 14.2 s, README).
     fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Tensor<4> {
         let [b, c_in, h, w] = input.dims();
         let [c_out, ..] = self.weight.dims();

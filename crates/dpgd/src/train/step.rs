@@ -382,33 +382,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 let mut block = BlockStats::default();
                 // Each row is clipped and added right after its backward pass, while in cache.
                 let clipped = if let Selection::ChargedSample(sample, acc) = selection {
-                    // Each example pays its Rényi charge in its own ledger; the clip kernel then
-                    // adds the sampled rows within the squared norm that charge paid for. The
-                    // rows of examples not sampled are zeroed once charged: they add nothing,
-                    // and a non-finite one (charged in full) is not the kernel's to skip or
-                    // refuse, as it would not be in plain DP-SGD.
-                    let mut caps: Vec<f64> = s.grads[..b * p]
-                        .chunks_exact_mut(p)
-                        .zip(batch.iter_mut())
-                        .map(|(row, (i, slot))| {
-                            let cap = charge_individually(row, slot, clip, acc);
-                            if sample[*i] {
-                                cap
-                            } else {
-                                row.fill(0.0);
-                                0.0
-                            }
-                        })
-                        .collect();
-                    let rows = &s.grads[..b * p];
-                    let mut spent = vec![0.0f64; caps.len()];
-                    let mut slots: Vec<LedgerSlot<'_>> = caps
-                        .iter_mut()
-                        .zip(spent.iter_mut())
-                        .map(|(cap, sp)| LedgerSlot::with_budget(*cap, sp))
-                        .collect();
-                    let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
-                    clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
+                    let rule = (clip, on_nonfinite, grid);
+                    charged_sample(&mut s.grads[..b * p], p, batch, (sample, acc), rule, &mut s.grid, &mut block)
                 } else {
                     let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
                     clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
@@ -441,6 +416,38 @@ impl Selection<'_> {
             Selection::Sample(m) | Selection::ChargedSample(m, _) => Some(m),
         }
     }
+}
+
+/// One micro-batch of DP-SGD with individual accounting: every example of `batch` pays its
+/// Rényi charge in its own ledger ([`charge_individually`]); the sampled rows are moved to the
+/// front of `grads` and the clip kernel adds them within the squared norm that charge paid for.
+/// The others add nothing, so the kernel never sees them: a non-finite one (charged in full) is
+/// not the kernel's to skip or refuse, as it would not be in plain DP-SGD. On a non-finite row
+/// under `on_nonfinite = "error"`, the position in `batch` of the example.
+fn charged_sample(
+    grads: &mut [f32],
+    p: usize,
+    batch: &mut [(usize, &mut LedgerSlot<'_>)],
+    (sample, acc): (&[bool], &IndividualSgd),
+    (clip, policy, grid): (f64, NonFinitePolicy, SumGrid),
+    sum: &mut [i64],
+    block: &mut BlockStats,
+) -> std::result::Result<(), usize> {
+    // Invariant: the sampled rows among the first j are at positions 0..kept.len() ≤ j.
+    let (mut kept, mut caps) = (Vec::new(), Vec::new());
+    for (j, (i, slot)) in batch.iter_mut().enumerate() {
+        let cap = charge_individually(&grads[j * p..(j + 1) * p], slot, clip, acc);
+        if sample[*i] {
+            grads.copy_within(j * p..(j + 1) * p, kept.len() * p);
+            kept.push(j);
+            caps.push(cap);
+        }
+    }
+    let mut spent = vec![0.0f64; caps.len()];
+    let mut slots: Vec<LedgerSlot<'_>> =
+        caps.iter().zip(spent.iter_mut()).map(|(&cap, sp)| LedgerSlot::with_budget(cap, sp)).collect();
+    let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
+    clip_block(&grads[..kept.len() * p], p, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
 }
 
 /// Charges one example the Rényi DP of this step for its clipped gradient `row`
