@@ -213,3 +213,48 @@ fn train_and_eval_on_csv_features() {
     let o = dpgd(&["eval", &run]);
     assert!(o.status.success() && text(&o).contains("test accuracy"), "{}", text(&o));
 }
+
+/// A run on scattering features (`[data.features]`): trains, writes its features to the cache
+/// (`DPGD_CACHE`), and `eval` and `predict` on its run folder transform the images the same way;
+/// the bare model file cannot (it does not carry the transform) and says what to pass instead.
+#[test]
+fn a_run_on_scattering_features_trains_evaluates_and_predicts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: 300, test: 60, side: 28, seed: 3 }.write(&data).unwrap();
+    let cfg = tmp.path().join("cfg.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"scatter\"\n[data]\ndir = \"{}\"\n[data.features]\nkind = \"scattering\"\n[model]\n\
+             preset = \"logistic\"\n[privacy]\nmethod = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\n\
+             worst_case_steps = 8\n[train]\nlr = 4.0\nchunk = 4\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    let run = tmp.path().join("run");
+    let with_cache = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_dpgd")).env("DPGD_CACHE", &cache).args(args).output().expect("run dpgd")
+    };
+    let o = with_cache(&["train", "--config", &cfg.display().to_string(), "--out", &run.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_dir(cache.join("features")).unwrap().count(), 1, "one cached file");
+    let spec: dpgd::arch::ModelSpec = dpgd::train::read_json(&dpgd::train::RunFolder::new(&run).model_spec()).unwrap();
+    assert_eq!(spec.input, [81, 7, 7], "the model reads the features");
+    let o = with_cache(&["eval", &run.display().to_string()]);
+    let accuracy = text(&o);
+    assert!(o.status.success() && accuracy.contains("test accuracy"), "{accuracy}");
+    let images = data.join("t10k-images-idx3-ubyte.gz").display().to_string();
+    let o = with_cache(&["predict", &run.display().to_string(), "--input", &images]);
+    assert!(o.status.success(), "{}", text(&o));
+    let predicted: Vec<usize> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    let labels = dpgd::data::Dataset::load(&data, Some(10)).unwrap().test.labels;
+    let correct = predicted.iter().zip(&labels).filter(|(p, y)| **p == usize::from(**y)).count();
+    // predict's classes agree with eval's accuracy: the same transform on the same images.
+    assert!(accuracy.contains(&format!("({correct} of 60 test images")), "{accuracy}: predict got {correct}");
+    let o =
+        with_cache(&["predict", &run.join("publishable/model.safetensors").display().to_string(), "--input", &images]);
+    assert!(!o.status.success() && text(&o).contains("needs its run folder"), "{}", text(&o));
+}

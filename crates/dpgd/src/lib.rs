@@ -68,6 +68,7 @@ pub mod clip;
 pub mod data;
 pub mod device;
 pub mod error;
+pub mod files;
 pub mod memory;
 pub mod model;
 pub mod nn;

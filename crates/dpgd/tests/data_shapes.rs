@@ -243,3 +243,26 @@ fn csv_features_train_and_bad_cells_are_refused_by_file_and_line() {
     let e = dpgd::data::Dataset::load_with_label(data.path(), None, "species").unwrap_err().to_string();
     assert!(e.contains("train.csv") && e.contains("line 8"), "{e}");
 }
+
+/// Scattering features of 16 × 16 images (81 channels of 4 × 4) train a linear model, read from
+/// the cache on a second load, and the run's model reads the features' shape.
+#[test]
+fn scattering_features_of_small_images_train_a_linear_model() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (300, 60), [16, 16, 1], 3);
+    // Not normalised per example (groups = 0): these classes differ only in brightness, which
+    // each example's own normalisation would remove.
+    let features = "[data.features]\nkind = \"scattering\"\nj = 2\nangles = 8\ngroups = 0";
+    let run = tempfile::tempdir().unwrap();
+    let s = try_train(&config(data.path(), "preset = \"logistic\"", features), run.path(), None).unwrap();
+    assert!(s.result.unwrap().test_accuracy > 0.6);
+    let spec: dpgd::arch::ModelSpec =
+        dpgd::train::read_json(&dpgd::train::RunFolder::new(run.path()).model_spec()).unwrap();
+    assert_eq!(spec.input, [81, 4, 4]);
+    // A group count that does not divide 81 is refused naming the field.
+    let bad = features.replace("groups = 0", "groups = 10");
+    let e = try_train(&config(data.path(), "preset = \"logistic\"", &bad), tempfile::tempdir().unwrap().path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("data.features.groups"), "{e}");
+}

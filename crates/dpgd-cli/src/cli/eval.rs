@@ -20,7 +20,8 @@ pub(crate) struct EvalArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PredictArgs {
-    /// A run folder or a model.safetensors file.
+    /// A run folder or a model.safetensors file (a model trained on `[data.features]`: its run
+    /// folder, whose config says how to transform the images).
     model: PathBuf,
     /// Images: an IDX file (gzip or raw, `n × rows × cols` bytes) or a CSV file with one image per
     /// line (rows·cols pixel values 0–255).
@@ -72,7 +73,8 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
         let s = dpgd::data::read_images(path)?;
         if s.pixels() != pixels {
             bail!(
-                "{}: images of shape {:?} (channels, height, width); the model expects {pixels} values",
+                "{}: images of shape {:?} (channels, height, width); the model expects {pixels} values (a model \
+                 trained on [data.features] needs its run folder, not its model file, to transform images)",
                 path.display(),
                 s.shape()
             );
@@ -97,7 +99,26 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
 
 pub(crate) fn predict(a: PredictArgs) -> Result<()> {
     let m = model(&a.model)?;
-    let data = images(&a.input, m.input_len())?;
+    // A model trained on features ([data.features] in its run's config) classifies the features
+    // of the images: the transform is read from the run folder's config.
+    let features = TrainConfig::from_file(&RunFolder::new(&a.model).config(), &[]).ok().and_then(|c| c.data.features);
+    let data = match &features {
+        Some(f) => {
+            let raw = dpgd::data::read_images(&a.input)?;
+            let out = f.apply(&raw)?;
+            if out.pixels() != m.input_len() {
+                bail!(
+                    "{}: images of shape {:?} give {} feature values; the model expects {}",
+                    a.input.display(),
+                    raw.shape(),
+                    out.pixels(),
+                    m.input_len()
+                );
+            }
+            out
+        }
+        None => images(&a.input, m.input_len())?,
+    };
     let (mut predicted, mut probabilities) = (Vec::new(), Vec::new());
     for z in m.logits(data.head(0)).chunks_exact(m.classes()) {
         let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);

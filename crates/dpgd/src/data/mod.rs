@@ -2,8 +2,10 @@
 //! normalisation, and the dataset fetch step.
 
 pub mod csv;
+pub mod features;
 pub mod fetch;
 pub mod idx;
+pub mod scattering;
 pub mod synthetic;
 
 use std::path::{Path, PathBuf};
@@ -268,6 +270,8 @@ pub struct Dataset {
     pub dir: PathBuf,
     fingerprints: Vec<Fingerprint>,
     classes: usize,
+    /// The transform the splits hold the features of ([`features::Features::transform`]).
+    features: Option<features::Features>,
 }
 
 /// The standard file stems of an MNIST-format dataset.
@@ -363,7 +367,7 @@ impl Dataset {
                 ),
             });
         }
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None })
     }
 
     /// A dataset held in memory (for library users whose data are not IDX files): the same
@@ -427,7 +431,7 @@ impl Dataset {
             fingerprint("test-images (in memory)", &[test.images.as_slice(), &f32_bytes(&test.features)].concat()),
             fingerprint("test-labels (in memory)", &test.labels),
         ];
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None })
     }
 
     /// The shape of one example, `[channels, height, width]`.
@@ -445,10 +449,20 @@ impl Dataset {
     /// The normalisation to use when the config gives none, chosen from the *test* split only
     /// ([`public_normalize`]): nothing about the training data may choose it, since it is
     /// published (config, model file, θ) and two neighbouring training sets must give the same.
+    /// Data transformed into normalised features ([`features`]) are not normalised again.
     #[must_use]
     pub fn default_normalize(&self) -> Normalize {
+        if self.features.is_some() {
+            return Normalize::all(0.0, 1.0);
+        }
         let test_images = self.fingerprints.iter().find(|f| f.file.starts_with(FILES[2])).map(|f| f.sha256.as_str());
         public_normalize(&self.test, test_images)
+    }
+
+    /// The feature transform the splits hold the output of, if any.
+    #[must_use]
+    pub fn features(&self) -> Option<&features::Features> {
+        self.features.as_ref()
     }
 
     /// The SHA-256 fingerprints of the four files, training images first.

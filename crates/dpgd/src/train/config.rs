@@ -14,6 +14,7 @@ use crate::accounting::{
 };
 use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
+use crate::data::features::Features;
 use crate::data::{Channels, Dataset, Normalize};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -141,6 +142,10 @@ pub struct DataConfig {
     /// For CSV data (`train.csv`, `test.csv` in `dir`): the label column; absent: `label`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_column: Option<String>,
+    /// A fixed, data-independent transform of every example before training (scattering
+    /// features); absent: the examples as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Features>,
 }
 
 impl Default for DataConfig {
@@ -151,13 +156,18 @@ impl Default for DataConfig {
 
 impl DataConfig {
     /// Reads the dataset this section names: IDX files or CSV in `dir`, with its class count
-    /// and label column.
+    /// and label column, transformed into its features if the section names a transform (from
+    /// the cache when it holds them, [`crate::data::features`]).
     ///
     /// # Errors
-    /// As [`Dataset::load_with_label`].
+    /// As [`Dataset::load_with_label`] and [`Features::transform`].
     pub fn load(&self) -> Result<Dataset> {
         let label = self.label_column.as_deref().unwrap_or(crate::data::csv::DEFAULT_LABEL_COLUMN);
-        Dataset::load_with_label(&self.dir, self.classes, label)
+        let data = Dataset::load_with_label(&self.dir, self.classes, label)?;
+        match &self.features {
+            Some(f) => f.transform(data, crate::data::features::default_cache_dir().as_deref()),
+            None => Ok(data),
+        }
     }
 }
 
@@ -332,6 +342,7 @@ fn default_data() -> DataConfig {
         normalize: None,
         classes: None,
         label_column: None,
+        features: None,
     }
 }
 

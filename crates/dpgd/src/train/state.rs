@@ -9,8 +9,7 @@
 //! other: [`read`] checks the checksum, every length against what the resuming run needs, and
 //! every value's range, and names the file in every error.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -244,36 +243,7 @@ fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// Writes `bytes` to `path` so that a crash leaves either the old or the new content: to a
-/// temporary file, fsync'd, renamed over the old one, and the directory fsync'd.
-///
-/// # Errors
-/// If any of those fails.
-pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
-    let tmp = tmp_path(path);
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(Error::io(&tmp))?;
-        f.write_all(bytes).map_err(Error::io(&tmp))?;
-        f.sync_all().map_err(Error::io(&tmp))?;
-    }
-    std::fs::rename(&tmp, path).map_err(Error::io(path))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        d.sync_all().map_err(Error::io(dir))?;
-    }
-    Ok(())
-}
-
-/// A temporary name beside `path`, unique to this process and call: two writers of one file
-/// never share a temporary file.
-fn tmp_path(path: &Path) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut name = path.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
-    name.push(format!(".{}.{k}.tmp", std::process::id()));
-    path.with_file_name(name)
-}
+pub use crate::files::atomic_write;
 
 #[cfg(test)]
 mod tests {
