@@ -11,7 +11,7 @@ use dpgd::noise::{NoiseSeed, Stream};
 use dpgd::per_example::Network;
 use dpgd::train::TrainConfig;
 use dpgd::train::sgd::{SgdAccounting, expected_batch, poisson_sample};
-use dpgd::train::step::{Aggregation, GradientPlan, apply_update};
+use dpgd::train::step::{Aggregation, GradientPlan, UpdateRule, apply_update};
 use rand::SeedableRng;
 
 const N: usize = 600;
@@ -61,7 +61,8 @@ fn a_step_sums_the_poisson_sample_and_divides_by_the_expected_batch_size() {
     assert!((0..N).all(|i| (ledger.spent(i) > 0.0) == sample[i]), "exactly the sampled examples were computed");
     let mut rng = NoiseSeed::Fixed(4).rng(Stream::update(1)).unwrap();
     let noise = (cfg.config().privacy.noise, 1.5);
-    apply_update(&mut theta, sum, noise, 0.5, expected_batch(0.1, N), &mut rng).unwrap();
+    apply_update(&mut theta, &mut Vec::new(), sum, noise, UpdateRule::plain(0.5, expected_batch(0.1, N)), &mut rng)
+        .unwrap();
     assert_eq!(snapshot(&text, dir.path()).theta, theta);
 }
 

@@ -180,3 +180,28 @@ fn bad_dataset_files_name_the_file_and_the_problem() {
     let e = Dataset::load(dir.path(), Some(5)).unwrap_err().to_string();
     assert!(e.contains("label") && e.contains("mislabelled"), "{e}");
 }
+
+/// `train.momentum`: heavy-ball steps change the model, the buffer is part of the durable state
+/// (a resumed run ends bit for bit where an uninterrupted one does), and a value outside [0, 1)
+/// is refused naming the field.
+#[test]
+fn momentum_resumes_exactly_and_is_validated() {
+    let text = config("filtered", "max_steps = 34\nmomentum = 0.9");
+    let whole = tempfile::tempdir().unwrap();
+    train(&text, whole.path(), None);
+    let parts = tempfile::tempdir().unwrap();
+    assert_eq!(train(&text, parts.path(), Some(31)).steps, 31);
+    assert_eq!(train(&text, parts.path(), None).steps, 34);
+    let (a, b) = (snapshot(&text, whole.path()), snapshot(&text, parts.path()));
+    assert_eq!((a.theta.len(), a.velocity.len()), (b.theta.len(), b.theta.len()), "the buffer is saved");
+    assert_eq!((a.theta, a.velocity, a.spent), (b.theta, b.velocity, b.spent), "resumed run differs");
+    let plain = tempfile::tempdir().unwrap();
+    let no_momentum = config("filtered", "max_steps = 34");
+    train(&no_momentum, plain.path(), None);
+    let c = snapshot(&no_momentum, plain.path());
+    assert!(c.velocity.is_empty() && c.theta != snapshot(&text, whole.path()).theta);
+    for bad in ["momentum = 1.0", "momentum = -0.1", "momentum = nan"] {
+        let e = try_train(&config("filtered", bad), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
+        assert!(e.contains("train.momentum"), "{bad}: {e}");
+    }
+}

@@ -15,7 +15,7 @@ use dpgd::model::BurnModel;
 use dpgd::noise::Stream;
 use dpgd::noise::{NoiseSampler, NoiseSeed};
 use dpgd::per_example::{BurnEngine, Network, PerExample};
-use dpgd::train::step::{Aggregation, GradientPlan, apply_update};
+use dpgd::train::step::{Aggregation, GradientPlan, UpdateRule, apply_update};
 use dpgd_accounting::filter::IndividualFilter;
 use rand::SeedableRng;
 use serde_json::json;
@@ -105,7 +105,15 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
         let t0 = Instant::now();
         let (sum, _) = pool.install(|| plan.gradient_sum(&theta, &mut ledger, rep + 1))?;
         let noise = (NoiseSampler::Gaussian, 1.0);
-        apply_update(&mut theta, sum, noise, 0.1, n as f64, &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?)?;
+        let rule = UpdateRule::plain(0.1, n as f64);
+        apply_update(
+            &mut theta,
+            &mut Vec::new(),
+            sum,
+            noise,
+            rule,
+            &mut NoiseSeed::Fixed(1).rng(Stream::update(rep + 1))?,
+        )?;
         let dt = t0.elapsed().as_secs_f64();
         eprintln!("step {rep}{}: {dt:.3} s", if rep == 0 { " (warm-up)" } else { "" });
         if rep > 0 {

@@ -238,6 +238,11 @@ pub struct TrainSettings {
     /// leftover budgets); absent: `lr` throughout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_after_k: Option<f64>,
+    /// Heavy-ball momentum μ in [0, 1): the update is v ← μ·v + ĝ, θ ← θ − η·v with ĝ the noisy
+    /// mean gradient (as PyTorch's SGD). Post-processing of the released noisy sums: it costs no
+    /// privacy. 0 (the default): plain gradient steps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub momentum: f64,
     /// Examples per micro-batch whose per-example gradients are held at once
     /// (memory ≈ threads × chunk × parameters × 4 bytes).
     #[serde(default = "default_chunk")]
@@ -315,6 +320,10 @@ fn default_dir() -> PathBuf {
 }
 fn default_conversion() -> Conversion {
     Conversion::GaussianExact
+}
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 fn default_chunk() -> usize {
     16
@@ -535,6 +544,12 @@ impl TrainConfig {
         }
         positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
         self.validate_data()?;
+        if !(0.0..1.0).contains(&self.train.momentum) {
+            return Err(Error::config(
+                "train.momentum",
+                format!("{} is not in [0, 1): use 0.9, or 0 for none", self.train.momentum),
+            ));
+        }
         if let Some(lr) = self.train.lr_after_k {
             positive("lr_after_k", lr).map_err(|e| field("train.lr_after_k", e))?;
         }

@@ -94,13 +94,23 @@ pub struct Snapshot {
     pub best_theta: Vec<f32>,
     /// Per-example spent budget.
     pub spent: Vec<f64>,
+    /// The momentum buffer v (`train.momentum`; empty without momentum, and in files written
+    /// before it existed).
+    pub velocity: Vec<f32>,
 }
 
 /// Encodes a snapshot and writes it atomically to `path`.
 ///
 /// # Errors
 /// If the file cannot be written.
-pub fn write(path: &Path, meta: &Meta, theta: &[f32], best_theta: &[f32], spent: &[f64]) -> Result<()> {
+pub fn write(
+    path: &Path,
+    meta: &Meta,
+    theta: &[f32],
+    best_theta: &[f32],
+    spent: &[f64],
+    velocity: &[f32],
+) -> Result<()> {
     let meta_json = serde_json::to_vec(meta).map_err(|e| Error::Record(format!("state metadata: {e}")))?;
     let mut buf = Vec::with_capacity(64 + meta_json.len() + (theta.len() + best_theta.len()) * 4 + spent.len() * 8);
     buf.extend_from_slice(MAGIC);
@@ -112,6 +122,11 @@ pub fn write(path: &Path, meta: &Meta, theta: &[f32], best_theta: &[f32], spent:
     spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     buf.extend_from_slice(&(best_theta.len() as u64).to_le_bytes());
     best_theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    // The momentum buffer, only when there is one: files without momentum keep their old form.
+    if !velocity.is_empty() {
+        buf.extend_from_slice(&(velocity.len() as u64).to_le_bytes());
+        velocity.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    }
     let digest = Sha256::digest(&buf);
     buf.extend_from_slice(&digest);
     atomic_write(path, &buf)
@@ -129,10 +144,11 @@ pub struct Expect {
 }
 
 impl Expect {
-    /// The largest file a state for these sizes can be (metadata up to 1 MiB).
+    /// The largest file a state for these sizes can be (θ, the best θ and the momentum buffer;
+    /// metadata up to 1 MiB).
     fn max_bytes(&self) -> u64 {
         (self.params as u64)
-            .saturating_mul(8)
+            .saturating_mul(12)
             .saturating_add((self.examples as u64).saturating_mul(8))
             .saturating_add(1 << 20)
     }
@@ -175,6 +191,10 @@ pub fn read(path: &Path, expect: Expect) -> Result<Option<Snapshot>> {
         (
             !snap.best_theta.is_empty() && snap.best_theta.len() != expect.params,
             format!("the best model has {} values for {} parameters", snap.best_theta.len(), expect.params),
+        ),
+        (
+            !snap.velocity.is_empty() && snap.velocity.len() != expect.params,
+            format!("the momentum buffer has {} values for {} parameters", snap.velocity.len(), expect.params),
         ),
         (
             m.step == 0 || m.step > expect.max_steps,
@@ -233,10 +253,15 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
         take(ns.checked_mul(8)?)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
     let nb = len(take(8)?)?;
     let best_theta = floats(take(nb.checked_mul(4)?)?);
+    // The momentum buffer, if any (nothing left: none; a partial length is caught below).
+    let velocity = match take(8) {
+        None => Vec::new(),
+        Some(b) => floats(take(len(b)?.checked_mul(4)?)?),
+    };
     if at != body.len() {
         return None;
     }
-    Some(Snapshot { meta, theta, best_theta, spent })
+    Some(Snapshot { meta, theta, best_theta, spent, velocity })
 }
 
 fn floats(b: &[u8]) -> Vec<f32> {
@@ -271,10 +296,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.bin");
         assert_eq!(read(&path, EXPECT).unwrap(), None);
-        write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
-        let snap = read(&path, EXPECT).unwrap().unwrap();
-        assert_eq!(snap.meta, meta(3));
-        assert_eq!((snap.theta, snap.best_theta, snap.spent), (vec![1.0, -2.5], vec![0.25, 4.0], vec![0.5, 2.0, 0.0]));
+        // Without a momentum buffer (the file's old form) and with one.
+        for velocity in [vec![], vec![0.125, -3.0]] {
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &velocity).unwrap();
+            let snap = read(&path, EXPECT).unwrap().unwrap();
+            assert_eq!(snap.meta, meta(3));
+            assert_eq!(
+                (snap.theta, snap.best_theta, snap.spent),
+                (vec![1.0, -2.5], vec![0.25, 4.0], vec![0.5, 2.0, 0.0])
+            );
+            assert_eq!(snap.velocity, velocity);
+        }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
@@ -286,12 +318,13 @@ mod tests {
     fn valid_files_of_another_shape_are_refused_naming_the_problem() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.bin");
-        for (m, theta, spent, want) in [
-            (meta(3), vec![1.0; 5], vec![0.0; 3], "θ has 5 values"),
-            (meta(3), vec![1.0; 2], vec![0.0; 4], "ledger has 4 entries"),
-            (meta(1_000_000_000_000_000_000), vec![1.0; 2], vec![0.0; 3], "claims step"),
+        for (m, theta, spent, velocity, want) in [
+            (meta(3), vec![1.0; 5], vec![0.0; 3], vec![], "θ has 5 values"),
+            (meta(3), vec![1.0; 2], vec![0.0; 4], vec![], "ledger has 4 entries"),
+            (meta(3), vec![1.0; 2], vec![0.0; 3], vec![1.0; 3], "momentum buffer has 3 values"),
+            (meta(1_000_000_000_000_000_000), vec![1.0; 2], vec![0.0; 3], vec![], "claims step"),
         ] {
-            write(&path, &m, &theta, &[], &spent).unwrap();
+            write(&path, &m, &theta, &[], &spent, &velocity).unwrap();
             let e = read(&path, EXPECT).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("state.bin"), "{e}");
         }
@@ -304,7 +337,7 @@ mod tests {
         fn mutated_states_never_panic(flips in proptest::collection::vec((0usize..400, any::<u8>()), 1..8), cut in 1usize..400) {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("state.bin");
-            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &[0.5, 0.25]).unwrap();
             let mut bytes = std::fs::read(&path).unwrap();
             for (at, v) in flips {
                 let i = at % bytes.len();
@@ -314,6 +347,7 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             if let Ok(Some(s)) = read(&path, EXPECT) {
                 prop_assert_eq!((s.theta.len(), s.spent.len()), (2, 3));
+                prop_assert!(s.velocity.is_empty() || s.velocity.len() == 2);
             }
         }
 
@@ -323,7 +357,7 @@ mod tests {
         fn resealed_mutations_never_panic(flips in proptest::collection::vec((8usize..400, any::<u8>()), 1..8)) {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("state.bin");
-            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0]).unwrap();
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &[0.5, 0.25]).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             let mut body = bytes[..bytes.len() - 32].to_vec();
             for (at, v) in flips {
@@ -335,6 +369,7 @@ mod tests {
             std::fs::write(&path, &body).unwrap();
             if let Ok(Some(s)) = read(&path, EXPECT) {
                 prop_assert_eq!((s.theta.len(), s.spent.len()), (2, 3));
+                prop_assert!(s.velocity.is_empty() || s.velocity.len() == 2);
             }
         }
     }

@@ -512,21 +512,50 @@ pub fn add_noise(
     })
 }
 
-/// θ ← θ − η (sum + noise) / `divisor` (n for full-batch GD, the expected batch size q·n for
-/// DP-SGD), the noise as in [`add_noise`].
+/// How one noisy sum moves θ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateRule {
+    /// Learning rate η.
+    pub lr: f64,
+    /// What the noisy sum is divided by: n for full-batch GD, the expected batch size q·n for
+    /// DP-SGD (never the realised one).
+    pub divisor: f64,
+    /// Heavy-ball momentum μ in [0, 1).
+    pub momentum: f64,
+}
+
+impl UpdateRule {
+    /// Plain gradient steps: η and the divisor, no momentum.
+    #[must_use]
+    pub fn plain(lr: f64, divisor: f64) -> Self {
+        Self { lr, divisor, momentum: 0.0 }
+    }
+}
+
+/// ĝ = (sum + noise) / divisor, the noise as in [`add_noise`]; then θ ← θ − η·ĝ, or with
+/// momentum μ > 0, v ← μ·v + ĝ and θ ← θ − η·v (`velocity` is v: empty means zeros, and it is
+/// left untouched when μ = 0). Only post-processing of the noisy sum: no privacy cost.
 ///
 /// # Errors
 /// As [`add_noise`].
 pub fn apply_update(
     theta: &mut [f32],
+    velocity: &mut Vec<f32>,
     sum: ClippedSum,
     (sampler, noise_std): (NoiseSampler, f64),
-    lr: f64,
-    divisor: f64,
+    rule: UpdateRule,
     rng: &mut rand_chacha::ChaCha20Rng,
 ) -> Result<()> {
     let noisy = add_noise(sum, sampler, noise_std, rng)?;
-    axpy(-lr / divisor.max(f64::MIN_POSITIVE), &noisy, theta);
+    let scale = 1.0 / rule.divisor.max(f64::MIN_POSITIVE);
+    if rule.momentum == 0.0 {
+        axpy(-rule.lr * scale, &noisy, theta);
+        return Ok(());
+    }
+    velocity.resize(theta.len(), 0.0);
+    let (mu, scale) = (rule.momentum as f32, scale as f32);
+    velocity.iter_mut().zip(&noisy).for_each(|(v, g)| *v = mu * *v + g * scale);
+    axpy(-rule.lr, velocity.as_slice(), theta);
     Ok(())
 }
 
@@ -557,4 +586,38 @@ pub fn count_correct<E: PerExample>(net: &E, theta: &[f32], data: Examples<'_>, 
 
 fn argmax(z: &[f32]) -> usize {
     z.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best }).0
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// Heavy-ball steps as PyTorch's SGD takes them: v₁ = ĝ₁, v₂ = μv₁ + ĝ₂, θ −= η·vₜ; μ = 0
+    /// leaves the buffer alone.
+    #[test]
+    fn momentum_is_heavy_ball() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let (mut theta, mut v) = (vec![1.0f32, 2.0], Vec::new());
+        let rule = UpdateRule { lr: 0.5, divisor: 2.0, momentum: 0.9 };
+        let noise = (NoiseSampler::Gaussian, 0.0);
+        apply_update(&mut theta, &mut v, ClippedSum::Float(vec![2.0, -4.0]), noise, rule, &mut rng).unwrap();
+        assert_eq!((theta.clone(), v.clone()), (vec![0.5, 3.0], vec![1.0, -2.0]));
+        apply_update(&mut theta, &mut v, ClippedSum::Float(vec![0.0, 2.0]), noise, rule, &mut rng).unwrap();
+        let v2 = [0.9f32, 0.9 * -2.0 + 1.0];
+        assert_eq!(v, v2);
+        assert_eq!(theta, vec![0.5 - 0.5 * v2[0], 3.0 - 0.5 * v2[1]]);
+        let mut untouched = Vec::new();
+        apply_update(
+            &mut theta,
+            &mut untouched,
+            ClippedSum::Float(vec![1.0, 1.0]),
+            noise,
+            UpdateRule::plain(1.0, 1.0),
+            &mut rng,
+        )
+        .unwrap();
+        assert!(untouched.is_empty());
+    }
 }

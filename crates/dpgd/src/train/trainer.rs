@@ -42,7 +42,9 @@ use super::privacy::{self, PrivacyReport, RunSession};
 use super::releases::ReleaseKind;
 use super::sgd::{SgdAccounting, expected_batch, poisson_sample};
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
-use super::step::{Aggregation, ClippedSum, GradientPlan, Selection, SumStats, apply_update, count_correct};
+use super::step::{
+    Aggregation, ClippedSum, GradientPlan, Selection, SumStats, UpdateRule, apply_update, count_correct,
+};
 use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
@@ -206,6 +208,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     pool: rayon::ThreadPool,
     step: usize,
     theta: Vec<f32>,
+    /// Momentum buffer (`train.momentum`; empty without momentum).
+    velocity: Vec<f32>,
     ledger: IndividualFilter,
     stopping: StoppingRule,
     session: Option<RunSession>,
@@ -317,6 +321,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             pool,
             step: 0,
             theta,
+            velocity: Vec::new(),
             ledger: IndividualFilter::new(train.len(), budget)?,
             stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
@@ -398,6 +403,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         })?;
         self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
+        self.velocity = snap.velocity;
         self.step = snap.meta.step;
         self.last_cost = snap.meta.cost;
         self.record = Record::load(&self.folder)?;
@@ -529,7 +535,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
         let noise = (c.privacy.noise, noise_std);
-        apply_update(&mut self.theta, sum, noise, self.cfg.lr_at(t), divisor, &mut rng)?;
+        let rule = UpdateRule { lr: self.cfg.lr_at(t), divisor, momentum: c.train.momentum };
+        apply_update(&mut self.theta, &mut self.velocity, sum, noise, rule, &mut rng)?;
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -552,7 +559,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             cost,
             unflushed: self.record.unflushed(self.flushed.0),
         };
-        state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all())
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all(), &self.velocity)
     }
 
     /// Computes and records the releases of the current step (from the durable state).
