@@ -9,48 +9,54 @@ import statistics
 
 HERE = pathlib.Path(__file__).parent
 RESULTS = HERE / "results"
-# Published anchors at delta = 1e-5 (from the authors' repositories; see README.md).
+DATASETS = ["mnist", "fashion-mnist"]
+# Published anchors at delta = 1e-5 (read from the authors' repositories; see README.md).
 ANCHORS = {
-    "mnist": [(1, 97.93, "DPSUR (accounting questioned)"), (3, 98.7, "ScatterNet+linear, DP-SGD (Tramèr & Boneh)")],
-    "fashion-mnist": [(1, 88.38, "DPSUR (accounting questioned)"), (3, 89.7, "ScatterNet+linear, DP-SGD (Tramèr & Boneh)")],
+    "mnist": [(1, 97.93, "DPSUR (VLDB 2024; accounting questioned)"), (3, 98.7, "Tramèr & Boneh 2021 (DP-SGD)")],
+    "fashion-mnist": [(1, 88.38, "DPSUR (VLDB 2024; accounting questioned)"), (3, 89.7, "Tramèr & Boneh 2021 (DP-SGD)")],
 }
-GOALS = {"mnist": {1: 98.0, 3: 98.7}, "fashion-mnist": {1: 88.5, 3: 89.7}}
+GOALS = {"mnist": {1.0: 98.0, 3.0: 98.7}, "fashion-mnist": {1.0: 88.5, 3.0: 89.7}}
+# (method in the results, the accuracy field, label, plot style)
+SERIES = [
+    ("filtered", "test_accuracy", "dpgd: GD with individual filtering", "o-"),
+    ("filtered", "test_accuracy_at_k", "dpgd: plain private GD (step k, same σ)", "s--"),
+    ("dpsgd", "test_accuracy", "dpgd: DP-SGD, the anchors' recipe", "^:"),
+]
 
 
 def load():
-    cells = collections.defaultdict(list)
-    for f in sorted(RESULTS.glob("*.jsonl")):
-        if f.name.startswith("timings"):
-            continue
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
-            if r["private"]:
-                cells[(r["dataset"], r["target_epsilon"])].append(r)
-    return cells
+    runs = collections.defaultdict(list)
+    for data in DATASETS:
+        f = RESULTS / f"{data}.jsonl"
+        if f.exists():
+            for line in f.read_text().splitlines():
+                r = json.loads(line)
+                if r["private"]:
+                    runs[(data, r["method"], r["target_epsilon"])].append(r)
+    return runs
 
 
-def stats(v):
-    return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
+def cell(rows, key):
+    v = [100 * r[key] for r in rows if r.get(key) is not None]
+    if not v:
+        return None
+    return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0), len(v)
+
+
+def fmt(c):
+    return f"{c[0]:.2f} ± {c[1]:.2f} ({c[2]})" if c else "—"
 
 
 def main():
-    cells = load()
-    times = collections.defaultdict(list)
-    timing = RESULTS / "timings-confidential.jsonl"
-    if timing.exists():
-        for line in timing.read_text().splitlines():
-            t = json.loads(line)
-            times[(t["dataset"], t["target_epsilon"])].append(t["seconds"])
-    print("| dataset | ε | runs | filtered GD (%) | plain GD at k (%) | goal (%) | minutes per run (confidential) |")
+    runs = load()
+    print("| dataset | ε | GD, individual filtering | plain GD at k | DP-SGD (anchors' recipe) | goal | published anchor |")
     print("|---|---|---|---|---|---|---|")
-    for (data, eps), rows in sorted(cells.items()):
-        f = stats([100 * r["filtered"] for r in rows])
-        p = stats([100 * r["plain_at_k"] for r in rows])
-        goal = GOALS[data].get(int(eps)) if float(eps).is_integer() else None
-        t = times.get((data, eps))
-        minutes = f"{statistics.mean(t) / 60:.1f}" if t else "—"
-        print(f"| {data} | {eps:g} | {len(rows)} | {f[0]:.2f} ± {f[1]:.2f} | {p[0]:.2f} ± {p[1]:.2f} | "
-              f"{goal if goal else '—'} | {minutes} |")
+    for data in DATASETS:
+        for eps in sorted({e for d, _, e in runs if d == data}):
+            cols = [fmt(cell(runs.get((data, m, eps), []), key)) for m, key, _, _ in SERIES]
+            anchor = next((f"{a} ({name})" for e, a, name in ANCHORS[data] if e == eps), "—")
+            print(f"| {data} | {eps:g} | {' | '.join(cols)} | {GOALS[data].get(eps, '—')} | {anchor} |")
+    print("(mean ± std over runs, number of runs in brackets; every run OS-seeded, private)")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -58,16 +64,17 @@ def main():
     except ImportError:
         print("(no matplotlib: apt-get install python3-matplotlib for the plot)")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, data in zip(axes, ["mnist", "fashion-mnist"]):
-        eps = sorted(e for d, e in cells if d == data)
-        for key, label, style in [("filtered", "dpgd: GD with individual filtering", "o-"),
-                                  ("plain_at_k", "dpgd: plain private GD (same σ)", "s--")]:
-            m = [stats([100 * r[key] for r in cells[(data, e)]]) for e in eps]
-            ax.errorbar(eps, [x[0] for x in m], yerr=[x[1] for x in m], fmt=style, capsize=3, label=label)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for ax, data in zip(axes, DATASETS):
+        for method, key, label, style in SERIES:
+            pts = [(e, cell(rows, key)) for (d, m, e), rows in sorted(runs.items()) if d == data and m == method]
+            pts = [(e, c) for e, c in pts if c]
+            if pts:
+                ax.errorbar([e for e, _ in pts], [c[0] for _, c in pts], yerr=[c[1] for _, c in pts],
+                            fmt=style, capsize=3, label=label)
         for e, acc, name in ANCHORS[data]:
-            ax.scatter([e], [acc], marker="*", s=120, zorder=5, label=f"{name}")
-        ax.set_title(f"{data}: scattering features + linear, δ = 1e-5")
+            ax.scatter([e], [acc], marker="*", s=140, zorder=5, label=f"published: {name}")
+        ax.set_title(f"{data}: scattering features + linear model, δ = 1e-5")
         ax.set_xlabel("ε")
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
