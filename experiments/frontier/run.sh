@@ -25,7 +25,7 @@ results=experiments/frontier/results
 mkdir -p "$results"
 # Each method's settings in full, so the frontier does not depend on what configs/best-*.toml
 # holds (only its data and features are used).
-filtered=(--set privacy.method=filtered --set privacy.worst_case_steps=100 --set privacy.clip=1
+filtered=(--set privacy.method=filtered --unset privacy.sample_rate --set privacy.worst_case_steps=100 --set privacy.clip=1
   --set train.lr=0.8 --set train.momentum=0.9 --set train.max_steps=200 --set train.eval_every=10
   --set train.chunk=4 --set privacy.conversion=gaussian-exact --set stopping.rule=best-train-accuracy
   --set stopping.every=10 --set stopping.sigma=500 --set stopping.patience=3)

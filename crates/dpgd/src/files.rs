@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new content: to a
-/// temporary file, fsync'd, renamed over the old one, and the directory fsync'd.
+/// temporary file, fsync'd, renamed over the old one, and the directory fsync'd. The temporary
+/// file is created new (`create_new`): a file or link already at its name is never written
+/// through.
 ///
 /// # Errors
 /// If any of those fails.
@@ -16,7 +18,9 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let tmp = tmp_path(path);
     {
-        let mut f = std::fs::File::create(&tmp).map_err(Error::io(&tmp))?;
+        // A leftover of a crashed writer with the same process id is removed first.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(Error::io(&tmp))?;
         f.write_all(bytes).map_err(Error::io(&tmp))?;
         f.sync_all().map_err(Error::io(&tmp))?;
     }

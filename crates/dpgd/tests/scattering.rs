@@ -32,24 +32,27 @@ fn equals_kymatio() {
         assert_eq!([s.channels(), h, w], case.shape, "{}x{} J={}", case.rows, case.cols, case.j);
         let mut out = vec![0.0f32; s.out_len()];
         s.transform(&case.image, &mut out);
-        let scale = case.coefficients.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        for (k, (got, want)) in out.iter().zip(&case.coefficients).enumerate() {
-            // Kymatio's filters are complex64 and divide by 2·3.1415: 1e-4 of the largest coefficient.
-            assert!(
-                (f64::from(*got) - want).abs() <= 1e-4 * scale,
-                "case {}x{} J={} L={}: coefficient {k} (channel {}) is {got}, Kymatio's {want}",
-                case.rows,
-                case.cols,
-                case.j,
-                case.angles,
-                k / (h * w)
-            );
+        // Kymatio's filters are complex64 and divide by 2·3.1415 (a 3·10⁻⁵ relative scale): each
+        // coefficient within 10⁻⁴ of its own channel's largest (so the small second-order
+        // channels are checked as tightly as S0), plus 10⁻⁷ of the largest overall.
+        let plane = h * w;
+        let global = case.coefficients.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (c, (got, want)) in out.chunks(plane).zip(case.coefficients.chunks(plane)).enumerate() {
+            let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (k, (g, x)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (f64::from(*g) - x).abs() <= 1e-4 * scale + 1e-7 * global,
+                    "case {}x{} J={} L={}: channel {c}, coefficient {k} is {g}, Kymatio's {x}",
+                    case.rows,
+                    case.cols,
+                    case.j,
+                    case.angles,
+                );
+            }
         }
     }
 }
 
-/// Energy is roughly preserved across orders and coarse features barely move under a one-pixel
-/// shift (the properties the transform is used for; exact values are the test above).
 #[test]
 fn shift_moves_features_little() {
     let (n, j, l) = (32, 2, 8);

@@ -101,9 +101,17 @@ pub(crate) fn predict(a: PredictArgs) -> Result<()> {
     let m = model(&a.model)?;
     // A model trained on features ([data.features] in its run's config) classifies the features
     // of the images: the transform is read from the run folder's config.
-    let features = TrainConfig::from_file(&RunFolder::new(&a.model).config(), &[]).ok().and_then(|c| c.data.features);
+    let config = RunFolder::new(&a.model).config();
+    let features =
+        if a.model.is_dir() && config.exists() { TrainConfig::from_file(&config, &[])?.data.features } else { None };
     let data = match &features {
         Some(f) => {
+            if a.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+                bail!(
+                    "{}: this model reads [data.features] of images: give an IDX file of images, not CSV",
+                    a.input.display()
+                );
+            }
             let raw = dpgd::data::read_images(&a.input)?;
             let out = f.apply(&raw)?;
             if out.pixels() != m.input_len() {

@@ -10,10 +10,13 @@
 //! also normalise with noisy dataset statistics; dpgd does not offer that variant.
 //!
 //! The cache (`$DPGD_CACHE`, else `$XDG_CACHE_HOME/dpgd`, else `~/.cache/dpgd`, under
-//! `features/`) holds the features of the training data: it is as confidential as the data.
-//! A file is named by the SHA-256 of the transform and the dataset's file fingerprints, carries
-//! its own SHA-256, and is used only when all of it checks out; otherwise the features are
-//! recomputed and the file rewritten. A cache that cannot be written is skipped.
+//! `features/`; `DPGD_CACHE=off`: none) holds the features of the training data: it is as
+//! confidential as the data, and its folder is created readable by its owner only. A file is
+//! named by the SHA-256 of the transform and the dataset's file fingerprints, carries its own
+//! SHA-256, and is used only when all of it checks out; otherwise the features are recomputed
+//! and the file rewritten. The checksum catches damage, not tampering: whoever can write the
+//! cache folder can choose the features (as whoever can write the data folder can choose the
+//! data). A cache that cannot be written is skipped.
 
 use std::path::{Path, PathBuf};
 
@@ -91,6 +94,14 @@ impl Features {
     /// images too small for the scale, or a group count that does not divide the channels.
     pub fn build(&self, shape: [usize; 3]) -> Result<(Scattering2d, [usize; 3])> {
         let FeatureKind::Scattering = self.kind;
+        if shape[1] == 1 || shape[2] == 1 {
+            return Err(Error::config(
+                "data.features",
+                format!(
+                    "examples of shape {shape:?} are not images: the scattering transform needs 2-D images (IDX data), not CSV rows"
+                ),
+            ));
+        }
         let s = Scattering2d::new(shape[1], shape[2], self.j, self.angles)?;
         let channels = shape[0] * s.channels();
         if self.groups > 0 && !channels.is_multiple_of(self.groups) {
@@ -114,7 +125,8 @@ impl Features {
     pub fn apply(&self, split: &Split) -> Result<Split> {
         let (s, out_shape) = self.build(split.shape())?;
         let per = out_shape.iter().product::<usize>();
-        let bytes = split.len().checked_mul(per).and_then(|v| v.checked_mul(4)).map(|b| b as u64);
+        // The features, and a second copy while the cache file is written.
+        let bytes = split.len().checked_mul(per).and_then(|v| v.checked_mul(8)).map(|b| b as u64);
         crate::memory::check("the features of the data", bytes, "use fewer examples or a larger j")?;
         let mut features = vec![0.0f32; split.len() * per];
         let (plane, px) = (split.rows * split.cols, split.pixels());
@@ -148,6 +160,9 @@ impl Features {
         let key = self.cache_key(&data);
         let file = cache.map(|dir| dir.join(format!("{}.bin", &key[..32])));
         let (n_train, n_test) = (data.train.len(), data.test.len());
+        // Reading a cache file holds it and the features at once.
+        let bytes = cache_len(n_train, n_test, shape).and_then(|b| b.checked_mul(2));
+        crate::memory::check("the features of the data", bytes, "use fewer examples or a larger j")?;
         let cached = file.as_deref().and_then(|f| read_cache(f, &key, n_train, n_test, shape));
         let (train_f, test_f) = match cached {
             Some(both) => both,
@@ -199,9 +214,12 @@ fn normalise_groups(values: &mut [f32], groups: usize) {
 }
 
 /// The default cache folder: `$DPGD_CACHE`, else `$XDG_CACHE_HOME/dpgd`, else `~/.cache/dpgd`,
-/// each with `features/` appended; `None` if none is set.
+/// each with `features/` appended; `None` if none is set or `DPGD_CACHE` is `off`.
 #[must_use]
 pub fn default_cache_dir() -> Option<PathBuf> {
+    if std::env::var_os("DPGD_CACHE").is_some_and(|v| v == "off") {
+        return None;
+    }
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = env("DPGD_CACHE")
         .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("dpgd")))
@@ -238,13 +256,19 @@ fn read_cache(
     n_test: usize,
     shape: [usize; 3],
 ) -> Option<(Vec<f32>, Vec<f32>)> {
-    // The length is checked before reading, so a file never makes us allocate more than the
-    // features we would compute.
+    // The length is checked on the open file before reading, and no more than it is read, so a
+    // file never makes us allocate more than the features we would compute.
+    use std::io::Read;
     let expected = cache_len(n_train, n_test, shape)?;
-    if std::fs::metadata(file).ok()?.len() != expected {
+    let f = std::fs::File::open(file).ok()?;
+    if f.metadata().ok()?.len() != expected {
         return None;
     }
-    let bytes = std::fs::read(file).ok()?;
+    let mut bytes = Vec::with_capacity(usize::try_from(expected).ok()?);
+    f.take(expected).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 != expected {
+        return None;
+    }
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
     if Sha256::digest(body).as_slice() != sum || !body.starts_with(&header(key, n_train, n_test, shape)) {
         return None;
@@ -267,7 +291,19 @@ fn write_cache(file: &Path, key: &str, shape: [usize; 3], train: &[f32], test: &
     }
     let sum = Sha256::digest(&bytes);
     bytes.extend_from_slice(&sum);
+    if let Some(dir) = file.parent() {
+        private_dir(dir)?;
+    }
     crate::files::atomic_write(file, &bytes)
+}
+
+/// Creates `dir` (and its parents) with the folder itself readable by its owner only.
+fn private_dir(dir: &Path) -> Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(Error::io(dir))
 }
 
 #[cfg(test)]
@@ -325,6 +361,20 @@ mod tests {
     }
 
     #[test]
+    fn csv_rows_are_refused_as_not_images() {
+        let row = Split {
+            images: Vec::new(),
+            features: vec![0.5; 3 * 40],
+            labels: vec![0, 1, 0],
+            rows: 1,
+            cols: 40,
+            channels: 1,
+        };
+        let e = features().apply(&row).unwrap_err().to_string();
+        assert!(e.contains("data.features") && e.contains("not images"), "{e}");
+    }
+
+    #[test]
     fn groups_must_divide_the_channels() {
         let f = Features { groups: 4, ..features() };
         let e = f.apply(&data().train).unwrap_err().to_string();
@@ -338,6 +388,14 @@ mod tests {
         let cached = features().transform(data(), Some(dir.path())).unwrap();
         assert_eq!(fresh, cached);
         let file = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
+        #[cfg(unix)]
+        {
+            // The folder a cache creates is its owner's only.
+            use std::os::unix::fs::PermissionsExt;
+            let sub = dir.path().join("sub");
+            features().transform(data(), Some(&sub)).unwrap();
+            assert_eq!(std::fs::metadata(&sub).unwrap().permissions().mode() & 0o777, 0o700);
+        }
         let good = std::fs::read(&file).unwrap();
         // A planted value in an otherwise valid file is used (the cache is read)...
         let mut planted = good.clone();

@@ -449,7 +449,9 @@ impl Dataset {
     /// The normalisation to use when the config gives none, chosen from the *test* split only
     /// ([`public_normalize`]): nothing about the training data may choose it, since it is
     /// published (config, model file, θ) and two neighbouring training sets must give the same.
-    /// Data transformed into normalised features ([`features`]) are not normalised again.
+    /// Data transformed into features ([`features`]) get none (mean 0, std 1): they are
+    /// normalised per example by the transform itself (or, with `groups = 0`, not at all), and a
+    /// constant keeps the default independent of the data.
     #[must_use]
     pub fn default_normalize(&self) -> Normalize {
         if self.features.is_some() {

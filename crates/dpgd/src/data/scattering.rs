@@ -181,19 +181,21 @@ impl Scattering2d {
             }
         }
         fft2(&self.plans[0], &mut u0, false);
-        let mut outs = out.chunks_exact_mut(self.out_size().0 * self.out_size().1);
-        let mut next = || outs.next().unwrap_or_default();
-        self.low_pass(&u0, 0, next());
-        let mut second = Vec::new();
-        for w1 in &self.psi {
+        let plane = self.out_size().0 * self.out_size().1;
+        self.low_pass(&u0, 0, &mut out[..plane]);
+        // Kymatio's order: S0, every S1, then every S2 (n1-major); each S2 is low-passed as soon
+        // as it is computed, so at most one second-order spectrum is held at a time.
+        let (first, second) = out.split_at_mut((1 + self.psi.len()) * plane);
+        let mut s2 = second.chunks_exact_mut(plane);
+        for (w1, s1) in self.psi.iter().zip(first[plane..].chunks_exact_mut(plane)) {
             let u1 = self.band(&u0, 0, &w1.levels[0], w1.j);
-            self.low_pass(&u1, w1.j, next());
+            self.low_pass(&u1, w1.j, s1);
             for w2 in self.psi.iter().filter(|w| w.j > w1.j) {
-                second.push((w2.j, self.band(&u1, w1.j, &w2.levels[w1.j], w2.j)));
+                let u2 = self.band(&u1, w1.j, &w2.levels[w1.j], w2.j);
+                if let Some(o) = s2.next() {
+                    self.low_pass(&u2, w2.j, o);
+                }
             }
-        }
-        for (j2, u2) in &second {
-            self.low_pass(u2, *j2, next());
         }
     }
 

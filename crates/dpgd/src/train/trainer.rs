@@ -868,7 +868,8 @@ fn resolved_config(cfg: &ValidConfig, norm: &Normalize, model: Option<serde_json
     };
     if cfg.config().data.normalize.is_none() {
         head += &format!(
-            "# resolved normalisation (public: the dataset's published constants or its test split's): mean = {}, std = {}\n",
+            "# resolved normalisation (public: the dataset's published constants, its test split's, or none for \
+             [data.features]): mean = {}, std = {}\n",
             norm.mean, norm.std
         );
     }
