@@ -78,7 +78,7 @@ def main():
         ax.set_xlabel("ε")
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(RESULTS / "frontier.png", dpi=120)
     print(f"plot: {RESULTS / 'frontier.png'}")

@@ -120,10 +120,21 @@ impl Features {
     /// The features of every example of `split` (bytes read as x/255, real values as they are).
     ///
     /// # Errors
-    /// As [`build`](Self::build), and [`Error::TooLarge`] when the features would not fit in
-    /// memory.
+    /// As [`build`](Self::build); a split whose values do not match its examples and shape; and
+    /// [`Error::TooLarge`] when the features would not fit in memory.
     pub fn apply(&self, split: &Split) -> Result<Split> {
         let (s, out_shape) = self.build(split.shape())?;
+        let held = if split.features.is_empty() { split.images.len() } else { split.features.len() };
+        if split.len().checked_mul(split.pixels()) != Some(held) {
+            return Err(Error::config(
+                "data.features",
+                format!(
+                    "{held} values for {} examples of shape {:?}: the split is inconsistent",
+                    split.len(),
+                    split.shape()
+                ),
+            ));
+        }
         let per = out_shape.iter().product::<usize>();
         // The features, and a second copy while the cache file is written.
         let bytes = split.len().checked_mul(per).and_then(|v| v.checked_mul(8)).map(|b| b as u64);
