@@ -8,9 +8,10 @@
 #   DATASETS=mnist EPSILONS="1 3" RUNS=5 METHODS=filtered experiments/frontier/run.sh
 #
 # Methods: `filtered` is private GD with individual filtering, k = 100, clip 1, lr 0.8, momentum
-# 0.9, up to 200 steps (plain GD read off the same run: its model at step k); `dpsgd` is the anchors' recipe on the same features: DP-SGD with Poisson rate
-# 4096/60000, 40 epochs (586 steps), clip 0.1, lr 4, momentum 0.9 (Tramer & Boneh 2021's
-# ScatterNet + linear setting, as far as their paper states it), its sigma calibrated to epsilon.
+# 0.9, up to 200 steps (plain GD read off the same run: its model at step k); `dpsgd` is
+# configs/best-<dataset>.toml itself, the anchors' recipe on the same features: DP-SGD with
+# Poisson rate 4096/60000, 586 steps (40 epochs), clip 0.1, lr 4, momentum 0.9, its sigma
+# calibrated to epsilon.
 #   python3 experiments/frontier/report.py                       # the table and plot from what has run
 #
 # A cell's finished runs are kept (runs/frontier/, not committed) and not rerun; results are
@@ -23,15 +24,11 @@ cargo build --release -q -p dpgd-cli
 bin="${CARGO_TARGET_DIR:-target}/release/dpgd"
 results=experiments/frontier/results
 mkdir -p "$results"
-# Each method's settings in full, so the frontier does not depend on what configs/best-*.toml
-# holds (only its data and features are used).
+# GD's settings in full over the config's (DP-SGD) ones; `dpsgd` runs the config as it is.
 filtered=(--set privacy.method=filtered --unset privacy.sample_rate --set privacy.worst_case_steps=100 --set privacy.clip=1
   --set train.lr=0.8 --set train.momentum=0.9 --set train.max_steps=200 --set train.eval_every=10
   --set train.chunk=4 --set privacy.conversion=gaussian-exact --set stopping.rule=best-train-accuracy
   --set stopping.every=10 --set stopping.sigma=500 --set stopping.patience=3)
-dpsgd=(--set privacy.method=sgd --set privacy.sample_rate=0.068267 --set privacy.worst_case_steps=586
-  --set privacy.clip=0.1 --set train.lr=4 --set train.momentum=0.9 --set train.max_steps=586
-  --set train.eval_every=100 --set stopping.rule=max-steps --set train.chunk=16 --set privacy.conversion=cks)
 for data in ${DATASETS:-mnist fashion-mnist}; do
   for eps in ${EPSILONS:-0.5 1 2 3}; do
     for method in ${METHODS:-filtered dpsgd}; do
@@ -40,7 +37,8 @@ for data in ${DATASETS:-mnist fashion-mnist}; do
       [ -f "$dir/publishable/result.json" ] && continue
       rm -rf "$dir"
       echo "frontier: $data, $method, epsilon $eps, run $run" >&2
-      if [ "$method" = dpsgd ]; then extra=("${dpsgd[@]}"); else extra=("${filtered[@]}"); fi
+      extra=()
+      [ "$method" = filtered ] && extra=("${filtered[@]}")
       "$bin" train --quiet --config "configs/best-$data.toml" --set "privacy.epsilon=$eps" "${extra[@]}" --out "$dir"
       python3 - "$dir" "$data" "$eps" "$run" "$results" "$method" <<'PY'
 import json, sys

@@ -6,8 +6,8 @@
 //! (no statistic of the dataset is used: the normalisation is of each example by itself, as
 //! group normalisation is, with no learnt scale or shift), so training on the features has the
 //! neighbouring relation and sensitivity bounds of training on the examples, and nothing is
-//! charged for them. This is the data-free choice of Tramèr & Boneh 2021 (§3, "GroupNorm"), who
-//! also normalise with noisy dataset statistics; dpgd does not offer that variant.
+//! charged for them. This is the data-free kind of normalisation Tramèr & Boneh 2021 use beside
+//! one with noisy dataset statistics, which dpgd does not offer.
 //!
 //! The cache (`$DPGD_CACHE`, else `$XDG_CACHE_HOME/dpgd`, else `~/.cache/dpgd`, under
 //! `features/`; `DPGD_CACHE=off`: none) holds the features of the training data: it is as
@@ -80,12 +80,6 @@ const CACHE_VERSION: &str = "dpgd-features-1";
 const MAGIC: &[u8; 8] = b"DPGDFEAT";
 
 impl Features {
-    /// Kymatio's defaults for MNIST (Tramèr & Boneh 2021): J = 2, L = 8, 27 groups.
-    #[must_use]
-    pub fn scattering() -> Self {
-        Self { kind: FeatureKind::Scattering, j: default_j(), angles: default_angles(), groups: default_groups() }
-    }
-
     /// The transform for examples of `shape` (`[channels, rows, cols]`), checked, and the shape
     /// of its output.
     ///
