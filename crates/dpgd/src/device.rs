@@ -64,6 +64,20 @@ impl DeviceKind {
     }
 }
 
+/// Whether `device` computes on the host CPU (flex or ndarray, autodiff or not): there a layer
+/// may gather values with plain loops instead of burn's generic view copies.
+#[must_use]
+pub fn is_host(device: &Device) -> bool {
+    let device = device.clone().without_autodiff();
+    #[cfg(feature = "flex")]
+    if device == Device::flex() {
+        return true;
+    }
+    #[allow(deprecated)]
+    let ndarray = Device::ndarray();
+    device == ndarray
+}
+
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -78,5 +92,19 @@ impl std::str::FromStr for DeviceKind {
             let names: Vec<&str> = DEVICE_KINDS.iter().map(|k| k.name()).collect();
             format!("unknown device {s:?}: use one of {}", names.join(", "))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_backends_are_host_devices() {
+        for kind in [DeviceKind::Flex, DeviceKind::Ndarray] {
+            let Ok(device) = kind.device() else { continue };
+            assert!(is_host(&device), "{kind}");
+            assert!(is_host(&device.autodiff()), "{kind} autodiff");
+        }
     }
 }

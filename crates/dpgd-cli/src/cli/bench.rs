@@ -40,8 +40,9 @@ pub(crate) struct BenchArgs {
     /// Folder with the MNIST IDX files.
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
-    /// The per-example engine: `fast` (dpgd's CPU engine) or `burn` (the same model as burn
-    /// modules of dpgd::nn layers, on `--device`).
+    /// The per-example engine: `fast` (dpgd's CPU engine), `burn` (the same model as burn
+    /// modules of dpgd::nn layers, on `--device`) or `burn-fallback` (the burn engine's one
+    /// backward per example, for models of any burn layers: slow, time it on few examples).
     #[arg(long, default_value = "fast")]
     engine: Engine,
     /// The burn device of the burn engine.
@@ -56,6 +57,8 @@ pub(crate) enum Engine {
     Fast,
     /// The burn engine.
     Burn,
+    /// The burn engine's generic fallback (`BurnEngine::with_fallback`).
+    BurnFallback,
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
@@ -80,14 +83,15 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
         }
-        Engine::Burn => {
+        Engine::Burn | Engine::BurnFallback => {
             let device = a.device.device()?;
-            let engine = BurnEngine::new(
-                BurnModel::from_params(&net, &theta, &device),
-                &device,
-                net.spec().input,
-                net.classes(),
-            )?;
+            let model = BurnModel::from_params(&net, &theta, &device);
+            let (input, classes) = (net.spec().input, net.classes());
+            let engine = if a.engine == Engine::Burn {
+                BurnEngine::new(model, &device, input, classes)?
+            } else {
+                BurnEngine::with_fallback(model, &device, input, classes)?
+            };
             let theta = engine.current_params()?;
             time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
         }
@@ -126,7 +130,7 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
     println!(
         "{}",
         json!({
-            "model": model, "engine": format!("{:?}", a.engine).to_lowercase(), "device": a.device.name(),
+            "model": model, "engine": clap::ValueEnum::to_possible_value(&a.engine).map(|v| v.get_name().to_string()), "device": a.device.name(),
             "params": plan.net().num_params(), "examples": n, "chunk": chunk,
             "threads": pool.current_num_threads(), "reps": reps,
             "step_s": { "median": median, "min": min, "max": max },

@@ -1,5 +1,5 @@
 //! The burn form of a model: parameters as burn modules (`dpgd::nn`'s `Conv2d` and `Linear`,
-//! burn's pooling and activations), for records (burnpack files), evaluation on any burn device,
+//! `dpgd::nn`'s max pool, burn's average pool and activations), for records (burnpack files), evaluation on any burn device,
 //! autodiff reference gradients, and the burn engine (it is a [`Classifier`]: the test that
 //! both engines agree trains it there). The config's runs train on the flat θ of
 //! [`crate::per_example::Network`].
@@ -7,13 +7,15 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
-use burn::nn::pool::{AvgPool2d, AvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
+use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
 use burn::nn::{PaddingConfig2d, Relu, Tanh};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::arch::{LayerSpec, ModelSpec};
 use crate::error::{Error, Result};
-use crate::nn::{Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig};
+use crate::nn::{
+    Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig,
+};
 use crate::per_example::layers::{Conv2d as ConvRule, Linear as LinearRule};
 use crate::per_example::{BurnEngine, Layer, Network, PerExample, Shape, ShapeError, shapes};
 

@@ -30,7 +30,8 @@
 //! [`LayerNorm`], [`GroupNorm`] — burn's field names, so records and safetensors files are
 //! interchangeable with burn's, and `From<burn::nn::X>` converts (all but LayerNorm, whose
 //! epsilon burn keeps private: build it from [`LayerNormConfig`]). Parameter-free operations
-//! (activations, pooling, dropout, flatten, residual adds) stay plain burn code.
+//! (activations, pooling, dropout, flatten, residual adds) stay plain burn code; [`MaxPool2d`]
+//! is burn's max pool with the same values and gradients, faster on the CPU backends.
 //!
 //! **How.** burn has no forward hooks, so the layers record themselves: inside [`record`], each
 //! call adds a zero leaf ("probe") to its output and keeps its input. One batched backward of
@@ -56,12 +57,14 @@ mod conv2d;
 mod embedding;
 mod linear;
 mod norm;
+mod pool;
 mod tape;
 
 pub use conv2d::{Conv2d, Conv2dConfig};
 pub use embedding::{Embedding, EmbeddingConfig};
 pub use linear::{Linear, LinearConfig};
 pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig};
+pub use pool::{MaxPool2d, MaxPool2dConfig};
 pub use tape::{Tape, record};
 
 use burn::module::Module;
