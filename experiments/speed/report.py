@@ -12,6 +12,10 @@ rows = [("dpgd fast engine", t, ours["peak_rss_mib"])]
 burn = load("dpgd-burn-60000.json")
 if burn:
     rows.append((f"dpgd burn engine ({burn['device']}, chunk {burn['chunk']})", burn["step_s"]["median"], burn["peak_rss_mib"]))
+fallback = load("dpgd-burn-fallback-4096.json")
+if fallback:
+    scaled = fallback["step_s"]["median"] * 60000 / fallback["examples"]
+    rows.append((f"dpgd burn engine, one backward per example (4,096 examples, time x 60000/4096)", scaled, fallback["peak_rss_mib"]))
 for name, label in [("opacus.json", "Opacus 1.x hooks, chunk 256"), ("func.json", "torch.func vmap(grad), chunk 1024")]:
     r = load(name)
     if r:
@@ -20,10 +24,13 @@ plain = load("plain.json")
 if plain:
     eps = plain["results"]["1024"]["ex_per_s_median"]
     rows.append(("PyTorch NON-private batched gradient", 60000 / eps, None))
-print("| full private step, 60,000 MNIST examples | median s/step | examples/s | time / fast engine's | peak RSS MiB |")
-print("|---|---|---|---|---|")
+opacus = load("opacus.json")
+o = opacus["results"]["step_s"]["median"] if opacus else None
+print("| full private step, 60,000 MNIST examples | median s/step | examples/s | time / fast engine's | Opacus's time / this | peak RSS MiB |")
+print("|---|---|---|---|---|---|")
 for label, s, mem in rows:
-    print(f"| {label} | {s:.2f} | {60000 / s:,.0f} | {s / t:.2f}x | {'' if mem is None else f'{mem:.0f}'} |")
+    ratio = "" if o is None else f"{o / s:.2f}x"
+    print(f"| {label} | {s:.2f} | {60000 / s:,.0f} | {s / t:.2f}x | {ratio} | {'' if mem is None else f'{mem:.0f}'} |")
 print()
 print("| dpgd examples | s/step | peak RSS MiB |")
 print("|---|---|---|")

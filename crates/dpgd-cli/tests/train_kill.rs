@@ -49,6 +49,16 @@ fn config(data: &Path) -> String {
     )
 }
 
+/// `config`'s filtered run on a model the fast engine cannot express (GroupNorm), so that it
+/// trains on the burn engine: 2 GroupNorm parameters and a 784 × 10 linear layer.
+fn burn_config(data: &Path) -> String {
+    config(data).replace(
+        "preset = \"logistic\"",
+        "layers = [{ kind = \"group_norm\", groups = 1 }, { kind = \"flatten\" }, { kind = \"linear\", out_features = 10 }]",
+    )
+}
+const BURN_PARAMS: usize = 2 + 784 * 10 + 10;
+
 fn dpgd(args: &[&str], extra: &[&Path]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpgd"));
     cmd.args(args).args(extra).stdout(Stdio::null()).stderr(Stdio::null());
@@ -65,8 +75,11 @@ fn resume(run: &Path) -> Command {
     dpgd(&["train", "--quiet", "--resume"], &[run])
 }
 
-fn expect() -> Expect {
-    let params = Network::new(&Preset::Logistic.spec()).unwrap().num_params();
+fn logistic_params() -> usize {
+    Network::new(&Preset::Logistic.spec()).unwrap().num_params()
+}
+
+fn expect(params: usize) -> Expect {
     Expect { params, examples: EXAMPLES, max_steps: MAX_STEPS }
 }
 
@@ -82,9 +95,9 @@ fn rows(run: &Path) -> Vec<MetricsRow> {
 }
 
 /// Every invariant that must hold after a kill at any instant; returns the released rows.
-fn check(run: &Path, before: &[MetricsRow], budget: f64) -> Vec<MetricsRow> {
+fn check(run: &Path, before: &[MetricsRow], budget: f64, params: usize) -> Vec<MetricsRow> {
     let folder = RunFolder::new(run);
-    let snap: Option<Snapshot> = state::read(&folder.state(), expect()).expect("the state must never be torn");
+    let snap: Option<Snapshot> = state::read(&folder.state(), expect(params)).expect("the state must never be torn");
     let in_files = rows(run).len();
     // The released rows: the record files', then those the state keeps until the files catch up.
     let mut rows = rows(run);
@@ -129,6 +142,14 @@ fn kills_at_random_instants_never_lose_a_release_or_overspend_and_resume_to_the_
     kill_trials(config, BUDGET, 8);
 }
 
+/// The same on the burn engine (a GroupNorm model): its ledger, releases and state are the
+/// trainer's, so a kill at any instant never overspends and a resume ends bit for bit where the
+/// uninterrupted run does.
+#[test]
+fn kills_on_the_burn_engine_never_lose_a_release_or_overspend_and_resume_to_the_same_result() {
+    kill_trials_of(burn_config, BUDGET, 3, BURN_PARAMS);
+}
+
 /// DP-SGD's step draws its sample before its update: a killed and resumed run redraws the same
 /// sample (fixed seed) and ends where the uninterrupted one does.
 #[test]
@@ -156,6 +177,11 @@ fn kills_during_dp_sgd_with_individual_accounting_never_overspend_and_resume_to_
 /// Runs the config `make(data)` once whole, then `trials` times with SIGKILLs at random
 /// instants and resumes, checking every invariant after each kill and the end result.
 fn kill_trials(make: fn(&Path) -> String, budget: f64, trials: usize) {
+    kill_trials_of(make, budget, trials, logistic_params());
+}
+
+/// [`kill_trials`] for a model of `params` parameters.
+fn kill_trials_of(make: fn(&Path) -> String, budget: f64, trials: usize, params: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     dpgd::data::synthetic::Synthetic { train: EXAMPLES, test: 200, side: 28, seed: 3 }.write(&data).unwrap();
@@ -168,7 +194,7 @@ fn kill_trials(make: fn(&Path) -> String, budget: f64, trials: usize) {
     let whole = t0.elapsed().as_millis() as u64;
     let want_result: RunResult = read_json(&RunFolder::new(&reference).result()).unwrap();
     let want_rows = rows(&reference);
-    let want_state = state::read(&RunFolder::new(&reference).state(), expect()).unwrap().unwrap();
+    let want_state = state::read(&RunFolder::new(&reference).state(), expect(params)).unwrap().unwrap();
 
     let mut rng = Lcg(0x5eed);
     let mut kills = 0;
@@ -191,12 +217,12 @@ fn kill_trials(make: fn(&Path) -> String, budget: f64, trials: usize) {
             let _ = child.kill(); // SIGKILL: no chance to clean up
             let status = child.wait().unwrap();
             kills += usize::from(!status.success());
-            seen = check(&run, &seen, budget);
+            seen = check(&run, &seen, budget, params);
         }
         let got: RunResult = read_json(&RunFolder::new(&run).result()).unwrap();
         assert_eq!(got, want_result, "trial {trial}: the resumed run's result differs");
         assert_eq!(rows(&run), want_rows, "trial {trial}: the released rows differ");
-        let s = state::read(&RunFolder::new(&run).state(), expect()).unwrap().unwrap();
+        let s = state::read(&RunFolder::new(&run).state(), expect(params)).unwrap().unwrap();
         assert_eq!(
             (s.theta, s.spent),
             (want_state.theta.clone(), want_state.spent.clone()),

@@ -68,14 +68,23 @@ impl DeviceKind {
 /// may gather values with plain loops instead of burn's generic view copies.
 #[must_use]
 pub fn is_host(device: &Device) -> bool {
-    let device = device.clone().without_autodiff();
-    #[cfg(feature = "flex")]
-    if device == Device::flex() {
-        return true;
-    }
     #[allow(deprecated)]
     let ndarray = Device::ndarray();
-    device == ndarray
+    is_flex(device) || device.clone().without_autodiff() == ndarray
+}
+
+/// Whether `device` is burn's flex backend (autodiff or not).
+#[cfg(feature = "flex")]
+#[must_use]
+pub fn is_flex(device: &Device) -> bool {
+    device.clone().without_autodiff() == Device::flex()
+}
+
+/// Whether `device` is burn's flex backend: never, as it is not compiled in.
+#[cfg(not(feature = "flex"))]
+#[must_use]
+pub fn is_flex(_device: &Device) -> bool {
+    false
 }
 
 impl fmt::Display for DeviceKind {
@@ -104,7 +113,8 @@ mod tests {
         for kind in [DeviceKind::Flex, DeviceKind::Ndarray] {
             let Ok(device) = kind.device() else { continue };
             assert!(is_host(&device), "{kind}");
-            assert!(is_host(&device.autodiff()), "{kind} autodiff");
+            assert!(is_host(&device.clone().autodiff()), "{kind} autodiff");
+            assert_eq!(is_flex(&device), kind == DeviceKind::Flex, "{kind}");
         }
     }
 }

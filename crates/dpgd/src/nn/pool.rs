@@ -2,14 +2,15 @@
 //! the CPU backends. It has no parameters, so burn's own `MaxPool2d` trains privately as well;
 //! this one only saves time.
 //!
-//! On flex and ndarray, with valid padding and floor mode, the window maxima are found on the
-//! host and the output is `x.gather(argmax)`: its backward (a scatter-add of the output gradient
+//! On flex, with valid padding and floor mode, the window maxima are found on the host and the
+//! output is `x.gather(argmax)`: its backward (a scatter-add of the output gradient
 //! onto the argmax positions) is exactly max pooling's. flex's own max pool walks every window
 //! through generic index arithmetic with one parallel task per (example, channel) plane — 19 % of
 //! the Opacus CNN's private step on the burn engine (profiled with `perf`, 2 cores) — while the
 //! loop here visits a plane's windows row by row. Ties and NaN are resolved as flex resolves
 //! them (the first maximum; a NaN wins, the last NaN of a window). Other geometries, other
-//! devices and values that cannot be read as f32 take burn's `max_pool2d`.
+//! devices (ndarray resolves NaN otherwise: a NaN never wins there) and values that cannot be
+//! read as f32 take burn's `max_pool2d`.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -87,7 +88,7 @@ impl MaxPool2d {
                 let (k, s, d) = (self.kernel_size[i], self.stride[i], self.dilation[i]);
                 k > 0 && s > 0 && d > 0 && d * (k - 1) < [h, w][i]
             });
-        if fits && crate::device::is_host(&input.device()) {
+        if fits && crate::device::is_flex(&input.device()) {
             let values = input.clone().without_autodiff().into_data().convert::<f32>().try_into_vec::<f32>();
             if let Ok(values) = values {
                 let (argmax, [ho, wo]) = argmax(&values, [b * c, h, w], self.kernel_size, self.stride, self.dilation);
@@ -169,8 +170,8 @@ mod tests {
         ]
     }
 
-    /// Values and input gradients equal burn's own max pool's, with ties and on both CPU
-    /// backends.
+    /// Values and input gradients equal burn's own max pool's, with ties, NaN and −∞, on both
+    /// CPU backends (bit for bit).
     #[test]
     fn values_and_gradients_equal_burns() {
         #[allow(deprecated)]
@@ -180,8 +181,14 @@ mod tests {
             for config in pools() {
                 let dims = [2, 3, 7, 9];
                 let n: usize = dims.iter().product();
-                // Few distinct values, so windows have ties.
-                let values: Vec<f32> = (0..n).map(|i| ((i * 7919) % 5) as f32).collect();
+                // Few distinct values, so windows have ties; some NaN and −∞.
+                let values: Vec<f32> = (0..n)
+                    .map(|i| match i % 23 {
+                        0 => f32::NAN,
+                        7 | 8 => f32::NEG_INFINITY,
+                        _ => ((i * 7919) % 5) as f32,
+                    })
+                    .collect();
                 let run = |ours: bool| {
                     let x = Tensor::<4>::from_data(TensorData::new(values.clone(), dims), &device).require_grad();
                     let y = if ours { config.init().forward(x.clone()) } else { burn_pool(&config).forward(x.clone()) };
@@ -190,8 +197,16 @@ mod tests {
                         &device,
                     );
                     let grads = (y.clone() * weights).sum().backward();
-                    let g = x.grad(&grads).map(|g| g.into_data().try_to_vec::<f32>().unwrap_or_default());
-                    (y.dims(), y.into_data().try_to_vec::<f32>().unwrap_or_default(), g)
+                    let bits = |t: Tensor<4>| {
+                        t.into_data()
+                            .try_to_vec::<f32>()
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    let g = x.grad(&grads).map(bits);
+                    (y.dims(), bits(y), g)
                 };
                 assert_eq!(run(true), run(false), "{config:?} on {device:?}");
             }
