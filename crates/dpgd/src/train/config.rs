@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use super::method::Method;
 use super::releases::{ReleaseKind, ScheduledRelease};
 use super::sgd::SgdAccounting;
 use crate::accounting::event::DpEvent;
@@ -20,50 +21,6 @@ use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed};
 use crate::per_example::{Layer, Network, ShapeError};
-
-/// Which algorithm to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Method {
-    /// Private GD: exactly `privacy.worst_case_steps` steps, clip C, noise σC (the baseline).
-    Plain,
-    /// Private GD with individual filtering ([FZ21] Algorithm 3): up to `train.max_steps` steps.
-    ///
-    /// [FZ21]: https://arxiv.org/abs/2008.11193
-    Filtered,
-    /// DP-SGD ([`super::sgd`]): `privacy.worst_case_steps` steps, each on a Poisson sample of
-    /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
-    /// accounted by Rényi DP of the subsampled Gaussian.
-    Sgd,
-    /// DP-SGD with individual accounting ([`crate::accounting::individual_sgd`]): every step
-    /// charges every example the Rényi DP of the step for its own clipped gradient (so every
-    /// example's gradient is computed every step), and drops it when its budget — what
-    /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
-    SgdFiltered,
-    /// No clipping and no noise. NOT PRIVATE: for reference only.
-    NonPrivate,
-}
-
-impl Method {
-    /// The method in words, for run output.
-    #[must_use]
-    pub fn describe(self) -> &'static str {
-        match self {
-            Method::Plain => "plain private GD",
-            Method::Filtered => "private GD with individual filtering",
-            Method::Sgd => "DP-SGD (Poisson sampling)",
-            Method::SgdFiltered => "DP-SGD with individual accounting",
-            Method::NonPrivate => "NON-PRIVATE GD",
-        }
-    }
-
-    /// Whether each step works on a Poisson sample (DP-SGD, with or without individual
-    /// accounting).
-    #[must_use]
-    pub fn is_sgd(self) -> bool {
-        matches!(self, Method::Sgd | Method::SgdFiltered)
-    }
-}
 
 /// How the per-step number of active examples is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -498,10 +455,7 @@ impl TrainConfig {
     /// The stopping rule, its default resolved (see [`StopRule`]).
     #[must_use]
     pub fn stop_rule(&self) -> StopRule {
-        self.stopping.rule.unwrap_or(match self.privacy.method {
-            Method::Filtered => StopRule::BestTrainAccuracy,
-            _ => StopRule::MaxSteps,
-        })
+        self.stopping.rule.unwrap_or_else(|| self.privacy.method.imp().default_stop_rule())
     }
 
     /// The config as a TOML value (every field explicit), for comparisons and records.
@@ -578,10 +532,7 @@ impl TrainConfig {
         }
         let max_steps = self.max_steps()?;
         let releases = self.scheduled_releases(max_steps)?;
-        let privacy = match p.method {
-            Method::NonPrivate => None,
-            _ => Some(self.privacy_plan(&releases)?),
-        };
+        let privacy = if p.method.imp().is_private() { Some(self.privacy_plan(&releases)?) } else { None };
         // A preset fits any data large enough (checked here on MNIST's shape); explicit layers
         // may depend on the data's shape (channels for group_norm, a pooling window the size of
         // the image), so a shape that does not fit MNIST's is only an error once the data are
@@ -609,16 +560,16 @@ impl TrainConfig {
 
     fn max_steps(&self) -> Result<usize> {
         let k = self.privacy.worst_case_steps;
-        let m = match (self.privacy.method, self.train.max_steps) {
+        let m = match (self.privacy.method.imp().filters(), self.train.max_steps) {
             (_, Some(0)) => return Err(Error::config("train.max_steps", "must be >= 1")),
-            (Method::Plain | Method::Sgd, Some(m)) if m != k => {
+            (false, Some(m)) if m != k => {
                 return Err(Error::config(
                     "train.max_steps",
                     "plain private GD and DP-SGD run exactly privacy.worst_case_steps steps; remove max_steps (or \
                      use method = \"filtered\")",
                 ));
             }
-            (Method::Filtered | Method::SgdFiltered, Some(m)) if m < k => {
+            (true, Some(m)) if m < k => {
                 return Err(Error::config(
                     "train.max_steps",
                     "must be >= privacy.worst_case_steps, or no example ever uses its whole budget",
@@ -661,7 +612,7 @@ impl TrainConfig {
         }
         let s = &self.stopping;
         if self.stop_rule() == StopRule::BestTrainAccuracy {
-            if self.privacy.method != Method::Filtered {
+            if !self.privacy.method.imp().chooses_best_step() {
                 return Err(Error::config(
                     "stopping.rule",
                     "best-train-accuracy chooses among the steps from B_norm/C^2 on, so it needs method = \"filtered\"",
@@ -795,12 +746,12 @@ impl TrainConfig {
             (Some(eps), None) => {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
                 let target = (typed_down(eps), typed_down(p.delta));
-                SgdAccounting::calibrate(q, steps, target, p.conversion, p.method == Method::SgdFiltered)
+                SgdAccounting::calibrate(q, steps, target, p.conversion, p.method.imp().filters())
                     .map_err(|e| field("privacy.epsilon", e))?
             }
         };
         let mut sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
-        if p.method == Method::SgdFiltered {
+        if p.method.imp().filters() {
             sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
         }
         Ok(PrivacyPlan { sigma, accounting: MethodAccounting::Sgd(sgd) })
@@ -1095,7 +1046,7 @@ impl ValidConfig {
     pub fn non_private_reasons(&self) -> Vec<String> {
         let c = &self.config;
         let mut why = Vec::new();
-        if c.privacy.method == Method::NonPrivate {
+        if !c.privacy.method.imp().is_private() {
             why.push("privacy.method = \"non-private\": no clipping and no noise".to_string());
         }
         if let Some(seed) = c.train.seed {
@@ -1109,7 +1060,7 @@ impl ValidConfig {
                 "release.active_count = \"exact-non-private\": the exact number of active examples is released".into(),
             );
         }
-        if c.privacy.method != Method::NonPrivate && c.privacy.on_nonfinite == NonFinitePolicy::Error {
+        if c.privacy.method.imp().is_private() && c.privacy.on_nonfinite == NonFinitePolicy::Error {
             why.push(
                 "privacy.on_nonfinite = \"error\": whether a model is released at all depends on single examples"
                     .into(),

@@ -4,6 +4,7 @@
 pub mod budget;
 mod config;
 pub mod folder;
+pub mod method;
 pub mod observer;
 pub mod outputs;
 mod plot;

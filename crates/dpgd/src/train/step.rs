@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 
 use rayon::prelude::*;
 
-use super::config::{Method, ValidConfig};
+use super::config::ValidConfig;
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
@@ -46,7 +46,7 @@ impl Aggregation {
     pub fn for_run(cfg: &ValidConfig, net: &impl PerExample, n: usize) -> Result<Self> {
         let c = cfg.config();
         let (noise, clip) = (c.privacy.noise, c.privacy.clip);
-        if cfg.method() == Method::NonPrivate {
+        if !cfg.method().imp().is_private() {
             return Ok(Aggregation::UnclippedNonPrivate);
         }
         let grid = SumGrid::for_noise(noise, clip, n, net.num_params()).map_err(|_| {
