@@ -560,22 +560,25 @@ impl TrainConfig {
 
     fn max_steps(&self) -> Result<usize> {
         let k = self.privacy.worst_case_steps;
-        let m = match (self.privacy.method.imp().filters(), self.train.max_steps) {
-            (_, Some(0)) => return Err(Error::config("train.max_steps", "must be >= 1")),
-            (false, Some(m)) if m != k => {
+        let method = self.privacy.method.imp();
+        // Private methods without a ledger that stops examples run exactly k steps; with one,
+        // at least k; the non-private reference, any number.
+        let m = match (method.is_private(), method.filters(), self.train.max_steps) {
+            (_, _, Some(0)) => return Err(Error::config("train.max_steps", "must be >= 1")),
+            (true, false, Some(m)) if m != k => {
                 return Err(Error::config(
                     "train.max_steps",
                     "plain private GD and DP-SGD run exactly privacy.worst_case_steps steps; remove max_steps (or \
                      use method = \"filtered\")",
                 ));
             }
-            (true, Some(m)) if m < k => {
+            (_, true, Some(m)) if m < k => {
                 return Err(Error::config(
                     "train.max_steps",
                     "must be >= privacy.worst_case_steps, or no example ever uses its whole budget",
                 ));
             }
-            (_, m) => m.unwrap_or(k),
+            (_, _, m) => m.unwrap_or(k),
         };
         if m > MAX_STEPS {
             let field = if self.train.max_steps.is_some() { "train.max_steps" } else { "privacy.worst_case_steps" };
@@ -1248,8 +1251,41 @@ fn differences_into(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, 
 
 #[cfg(test)]
 mod tests {
-    use super::typed_down;
+    use super::{TrainConfig, typed_down};
     use crate::accounting::decimal::Decimal;
+    use crate::error::Error;
+
+    /// Each method's rule for `train.max_steps` against k = `privacy.worst_case_steps` (4):
+    /// exactly k without a ledger that stops examples, at least k with one, anything for the
+    /// non-private reference (as before the methods became an interface).
+    #[test]
+    fn max_steps_follow_the_method() {
+        let check = |method: &str, max_steps: usize| {
+            let rate = if method.starts_with("sgd") { "sample_rate = 0.1\n" } else { "" };
+            let text = format!(
+                "name = \"t\"\n[data]\ndir = \"d\"\n[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"{method}\"\n\
+                 {rate}epsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n[train]\nlr = 1.0\nmax_steps = {max_steps}\n"
+            );
+            match TrainConfig::from_toml(&text, &[]).and_then(|c| c.validate()) {
+                Ok(_) => Ok(()),
+                Err(Error::Config { field, .. }) => Err(field),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let refused = Err("train.max_steps".to_string());
+        for (method, steps, want) in [
+            ("plain", 4, Ok(())),
+            ("plain", 6, refused.clone()),
+            ("sgd", 6, refused.clone()),
+            ("filtered", 6, Ok(())),
+            ("filtered", 3, refused.clone()),
+            ("sgd-filtered", 3, refused.clone()),
+            ("non-private", 6, Ok(())),
+            ("non-private", 2, Ok(())),
+        ] {
+            assert_eq!(check(method, steps), want, "{method}, max_steps = {steps}");
+        }
+    }
 
     /// Issue 34: a typed ε of 0.1 is calibrated to at most 1/10 exactly. TOML gives the f64
     /// nearest 0.1, which lies above 1/10; the target is the float just below it. The same for
