@@ -119,16 +119,18 @@ impl Conv2d {
         let [_, _, h, w] = input.dims();
         let pad = padding_pairs(&self.padding, h, w, self.kernel_size, self.stride);
         let frozen = !input.is_tracked() && !self.weight.val().is_tracked();
-        let out = if tape_is_open() && frozen && self.groups <= 1 {
-            self.forward_unfolded(input.clone(), pad)
+        let (out, cols) = if tape_is_open() && frozen && self.groups <= 1 {
+            let (out, cols) = self.forward_unfolded(input.clone(), pad);
+            (out, Some(cols))
         } else {
             let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
-            conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options)
+            (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)
         };
         attach(out, |probe| ConvCall {
             weight: self.weight.id,
             bias: self.bias.as_ref().map(|b| b.id),
             input: input.without_autodiff(),
+            cols,
             pad,
             kernel: self.kernel_size,
             stride: self.stride,
@@ -145,7 +147,8 @@ impl Conv2d {
     /// recorded private step: its input is data (no gradient flows into it) and the parameters
     /// are frozen, so nothing is differentiated through it, and on few input channels one GEMM
     /// beats flex's direct kernel (the Opacus CNN's full step on 2 cores: 17.2 s to 14.2 s).
-    fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Tensor<4> {
+    /// Returns the output and the columns, which the per-example rule reuses.
+    fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> (Tensor<4>, Tensor<3>) {
         let [b, c_in, h, w] = input.dims();
         let [c_out, ..] = self.weight.dims();
         let [kh, kw] = self.kernel_size;
@@ -159,12 +162,12 @@ impl Conv2d {
         let cols = im2col(input.without_autodiff(), pad, self.kernel_size, self.stride, self.dilation);
         let k = c_in * kh * kw;
         let weight = self.weight.val().without_autodiff().reshape([1, c_out, k]).expand([b, c_out, k]);
-        let mut out = weight.matmul(cols);
+        let mut out = weight.matmul(cols.clone());
         if let Some(bias) = &self.bias {
             out = out + bias.val().without_autodiff().reshape([1, c_out, 1]);
         }
         let out = out.reshape([b, c_out, ho, wo]);
-        if autodiff { out.autodiff() } else { out }
+        (if autodiff { out.autodiff() } else { out }, cols)
     }
 }
 
@@ -236,6 +239,8 @@ struct ConvCall {
     weight: ParamId,
     bias: Option<ParamId>,
     input: Tensor<4>,
+    /// The input's im2col columns, where the forward already formed them.
+    cols: Option<Tensor<3>>,
     pad: [(usize, usize); 2],
     kernel: [usize; 2],
     stride: [usize; 2],
@@ -260,7 +265,10 @@ impl Recorded for ConvCall {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let [b, c_out, ho, wo] = delta.dims();
         let c_in = self.input.dims()[1];
-        let cols = im2col(self.input.clone(), self.pad, self.kernel, self.stride, self.dilation);
+        let cols = match &self.cols {
+            Some(cols) => cols.clone(),
+            None => im2col(self.input.clone(), self.pad, self.kernel, self.stride, self.dilation),
+        };
         let l = ho * wo;
         let delta = delta.reshape([b, c_out, l]);
         let kk = self.kernel[0] * self.kernel[1];

@@ -128,7 +128,7 @@ fn argmax(
                     let first = ky == 0 && kx == 0;
                     let start = row + kx * dw;
                     if sw == 1 {
-                        // Contiguous values: equal-length slices, so the loop vectorises.
+                        // Contiguous values: equal-length slices, no bounds check per value.
                         let line = &plane[start..start + wo];
                         for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
                             select(first, v, (start + j) as i64, best, at);
@@ -147,7 +147,7 @@ fn argmax(
 }
 
 /// flex's rule for one more value `v` at `i` of a window: the first maximum; a NaN wins (the
-/// last NaN of the window). Selects, not branches, so that callers' loops vectorise.
+/// last NaN of the window). Written as selects rather than branches.
 #[inline(always)]
 fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
     let take = first | (v > *best) | v.is_nan();
