@@ -223,7 +223,10 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
     let spec = ModelSpec {
         input: [1, 2, 2],
         classes: 2,
-        layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 2, bias: false }],
+        layers: vec![
+            LayerSpec::Flatten(crate::arch::kinds::Flatten),
+            LayerSpec::Linear(crate::arch::kinds::Linear { out_features: 2, bias: false }),
+        ],
     };
     let net = Network::new(&spec).map_err(|e| Error::State(e.to_string()))?;
     // The canary's gradient direction (θ = 0: softmax (½, ½), label 0): (−1, +1)/√2 on W[·, 3].

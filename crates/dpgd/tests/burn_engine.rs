@@ -394,8 +394,9 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     let net = dpgd::per_example::Network::new(&cfg.model_for(data.shape(), data.classes()).unwrap()).unwrap();
     let theta0 = net.initial_params(cfg.config().model.init_seed).unwrap();
     let d = device();
-    let burn_engine =
-        || BurnEngine::new(dpgd::model::BurnModel::from_params(&net, &theta0, &d), &d, [1, 28, 28], 10).unwrap();
+    let burn_engine = || {
+        BurnEngine::new(dpgd::model::BurnModel::from_params(&net, &theta0, &d).unwrap(), &d, [1, 28, 28], 10).unwrap()
+    };
     // In the fast engine's layout.
     let to_fast =
         |engine: &BurnEngine<dpgd::model::BurnModel>, v: &[f32]| engine.model_with(v).unwrap().to_params(&net).unwrap();

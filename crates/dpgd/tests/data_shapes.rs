@@ -121,7 +121,7 @@ fn config_layers_with_group_norm_and_average_pooling_train_on_the_burn_engine_an
     assert!(accuracy > 0.6, "two brightness classes: {accuracy}");
     let folder = dpgd::train::RunFolder::new(whole.path());
     let spec: dpgd::arch::ModelSpec = dpgd::train::read_json(&folder.model_spec()).unwrap();
-    assert_eq!(spec.layers[1], dpgd::arch::LayerSpec::GroupNorm { groups: 2 });
+    assert_eq!(spec.layers[1], dpgd::arch::LayerSpec::GroupNorm(dpgd::arch::kinds::GroupNorm { groups: 2 }));
     assert!(folder.model().exists(), "the burn record");
     let published = std::fs::read_to_string(folder.config()).unwrap();
     assert!(!published.contains("burn module"), "the config's model section is the model: {published}");

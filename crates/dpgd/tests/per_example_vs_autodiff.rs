@@ -23,7 +23,7 @@ fn check(spec: ModelSpec, n: usize) {
     net.backward(&theta, &mut ws, &labels, &mut fast, &mut losses);
 
     let device = dpgd::device::DeviceKind::Ndarray.device().unwrap().autodiff();
-    let model = BurnModel::from_params(&net, &theta, &device);
+    let model = BurnModel::from_params(&net, &theta, &device).unwrap();
     let reference = model.per_example_gradients_autodiff(&net, &x, &labels).unwrap();
 
     for i in 0..n {
@@ -58,11 +58,17 @@ fn small(input: [usize; 3], layers: Vec<LayerSpec>) -> ModelSpec {
 
 #[test]
 fn linear_and_relu() {
-    use LayerSpec::*;
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
     check(
         small(
             [1, 2, 3],
-            vec![Flatten, Linear { out_features: 5, bias: true }, Relu, Linear { out_features: 3, bias: false }],
+            vec![
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 5, bias: true }),
+                L::Relu(Relu),
+                L::Linear(Linear { out_features: 3, bias: false }),
+            ],
         ),
         4,
     );
@@ -70,11 +76,17 @@ fn linear_and_relu() {
 
 #[test]
 fn tanh() {
-    use LayerSpec::*;
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
     check(
         small(
             [2, 2, 2],
-            vec![Flatten, Linear { out_features: 4, bias: true }, Tanh, Linear { out_features: 3, bias: true }],
+            vec![
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 4, bias: true }),
+                L::Tanh(Tanh),
+                L::Linear(Linear { out_features: 3, bias: true }),
+            ],
         ),
         3,
     );
@@ -82,16 +94,17 @@ fn tanh() {
 
 #[test]
 fn conv_with_padding_stride_and_channels() {
-    use LayerSpec::*;
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
     check(
         small(
             [3, 9, 8],
             vec![
-                Conv2d { out_channels: 4, kernel: 3, stride: 2, padding: 1, bias: true },
-                Relu,
-                Conv2d { out_channels: 2, kernel: 2, stride: 1, padding: 0, bias: false },
-                Flatten,
-                Linear { out_features: 3, bias: true },
+                L::Conv2d(Conv2d { out_channels: 4, kernel: 3, stride: 2, padding: 1, bias: true }),
+                L::Relu(Relu),
+                L::Conv2d(Conv2d { out_channels: 2, kernel: 2, stride: 1, padding: 0, bias: false }),
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 3, bias: true }),
             ],
         ),
         3,
@@ -100,15 +113,16 @@ fn conv_with_padding_stride_and_channels() {
 
 #[test]
 fn max_pool_multi_channel() {
-    use LayerSpec::*;
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
     check(
         small(
             [2, 7, 7],
             vec![
-                Conv2d { out_channels: 3, kernel: 2, stride: 1, padding: 0, bias: true },
-                MaxPool2d { kernel: 3, stride: 2 },
-                Flatten,
-                Linear { out_features: 3, bias: true },
+                L::Conv2d(Conv2d { out_channels: 3, kernel: 2, stride: 1, padding: 0, bias: true }),
+                L::MaxPool2d(MaxPool2d { kernel: 3, stride: 2 }),
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 3, bias: true }),
             ],
         ),
         3,

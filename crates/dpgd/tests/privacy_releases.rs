@@ -18,7 +18,10 @@ fn poisoned() -> (Network, Split, Vec<f32>) {
     let spec = ModelSpec {
         input: [1, 4, 4],
         classes: 10,
-        layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: 10, bias: true }],
+        layers: vec![
+            LayerSpec::Flatten(dpgd::arch::kinds::Flatten),
+            LayerSpec::Linear(dpgd::arch::kinds::Linear { out_features: 10, bias: true }),
+        ],
     };
     let net = Network::new(&spec).unwrap();
     let mut images = vec![0u8; 16 * 16];
@@ -324,7 +327,7 @@ fn a_neighbour_moves_the_clipped_sum_by_exactly_its_own_rounded_row() {
     neighbours_move_the_sum_by_their_own_row(|| net.clone(), &data, &theta);
     let device = burn::tensor::Device::flex();
     let burn_engine = || {
-        let model = dpgd::model::BurnModel::from_params(&net, &theta, &device);
+        let model = dpgd::model::BurnModel::from_params(&net, &theta, &device).unwrap();
         BurnEngine::new(model, &device, [1, 28, 28], 10).unwrap()
     };
     let burn_theta = burn_engine().current_params().unwrap();

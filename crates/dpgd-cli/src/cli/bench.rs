@@ -85,7 +85,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         }
         Engine::Burn | Engine::BurnFallback => {
             let device = a.device.device()?;
-            let model = BurnModel::from_params(&net, &theta, &device);
+            let model = BurnModel::from_params(&net, &theta, &device)?;
             let (input, classes) = (net.spec().input, net.classes());
             let engine = if a.engine == Engine::Burn {
                 BurnEngine::new(model, &device, input, classes)?

@@ -1,155 +1,64 @@
-//! The burn form of a model: parameters as burn modules (`dpgd::nn`'s `Conv2d` and `Linear`,
-//! `dpgd::nn`'s max pool, burn's average pool and activations), for records (burnpack files), evaluation on any burn device,
-//! autodiff reference gradients, and the burn engine (it is a [`Classifier`]: the test that
-//! both engines agree trains it there). The config's runs train on the flat θ of
-//! [`crate::per_example::Network`].
+//! The burn form of a config's model: its layers' burn modules
+//! ([`crate::arch::BurnLayer`], one per [`crate::arch::kinds`] kind), for records (burnpack
+//! files), evaluation on any burn device, autodiff reference gradients, and the burn engine
+//! (it is a [`Classifier`]). Its parameters convert to and from the fast engine's flat θ
+//! ([`crate::per_example::Network`]) through each kind's PyTorch layout.
 
 use std::path::Path;
 
-use burn::module::{Module, Param};
-use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
-use burn::nn::{PaddingConfig2d, Relu, Tanh};
+use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::arch::{LayerSpec, ModelSpec};
+use crate::arch::kinds::Read;
+use crate::arch::{Activation, BurnLayer, ModelSpec, Shape, ShapeError};
 use crate::error::{Error, Result};
-use crate::nn::{
-    Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig, MaxPool2d, MaxPool2dConfig,
-};
-use crate::per_example::layers::{Conv2d as ConvRule, Linear as LinearRule};
-use crate::per_example::{BurnEngine, Layer, Network, PerExample, Shape, ShapeError, shapes};
+use crate::nn::Classifier;
+use crate::per_example::{BurnEngine, Network, PerExample};
 
-/// A sequential burn model built from a [`Network`] and its flat parameters θ.
+/// A sequential burn model: one [`BurnLayer`] per layer of a [`ModelSpec`].
 #[derive(Module, Debug)]
 pub struct BurnModel {
     layers: Vec<BurnLayer>,
 }
 
-/// One burn layer.
-#[derive(Module, Debug)]
-pub enum BurnLayer {
-    /// Convolution.
-    Conv2d(Conv2d),
-    /// Fully connected.
-    Linear(Linear),
-    /// ReLU.
-    Relu(Relu),
-    /// Tanh.
-    Tanh(Tanh),
-    /// Max pooling.
-    MaxPool2d(MaxPool2d),
-    /// Flatten to `[batch, features]`.
-    Flatten(Flatten),
-    /// Group normalisation.
-    GroupNorm(GroupNorm),
-    /// Average pooling.
-    AvgPool2d(AvgPool2d),
-}
-
-/// Flattens `[batch, c, h, w]` to `[batch, c·h·w]`.
-#[derive(Module, Debug, Default)]
-pub struct Flatten;
-
-enum Activation {
-    Spatial(Tensor<4>),
-    Flat(Tensor<2>),
-}
-
 impl BurnModel {
-    /// Builds the burn modules of `net` on `device` holding the parameters `theta`.
-    #[must_use]
-    pub fn from_params(net: &Network, theta: &[f32], device: &Device) -> Self {
-        // Internal: θ always comes from `net` (its init, a training state checked against it, or
-        // a record loaded into a model of its shape).
-        assert_eq!(theta.len(), net.num_params());
-        let tensor1 =
-            |off: usize, n: usize| Tensor::<1>::from_data(TensorData::new(theta[off..off + n].to_vec(), [n]), device);
-        let layers = net
-            .layers()
-            .iter()
-            .map(|layer| match *layer {
-                Layer::Conv2d(ConvRule { geometry: g, cout, w, b }) => {
-                    let (cin, k, pad) = (g.cin, g.k, g.pad);
-                    let mut conv = Conv2dConfig::new([cin, cout], [k, k])
-                        .with_stride([g.stride, g.stride])
-                        .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
-                        .with_bias(b.is_some())
-                        .init(device);
-                    let wt = TensorData::new(theta[w..w + cout * cin * k * k].to_vec(), [cout, cin, k, k]);
-                    conv.weight = Param::from_tensor(Tensor::from_data(wt, device));
-                    conv.bias = b.map(|b| Param::from_tensor(tensor1(b, cout)));
-                    BurnLayer::Conv2d(conv)
+    /// Builds the burn modules of `net` on `device` holding the parameters `theta` (in `net`'s
+    /// layout).
+    ///
+    /// # Errors
+    /// [`Error::Record`] if `theta` is not `net`'s length.
+    pub fn from_params(net: &Network, theta: &[f32], device: &Device) -> Result<Self> {
+        if theta.len() != net.num_params() {
+            return Err(Error::Record(format!("{} parameters for a model of {}", theta.len(), net.num_params())));
+        }
+        let mut model = Self::build(net.spec(), net.inputs(), device);
+        for (layer, compiled) in model.layers.iter_mut().zip(net.layers()) {
+            if let Some(p) = compiled.params() {
+                let weight = &theta[p.weight..p.weight + p.weight_len];
+                match p.bias {
+                    Some(b) => layer.write(&[weight, &theta[b..b + p.bias_len]], device)?,
+                    None => layer.write(&[weight], device)?,
                 }
-                Layer::Linear(LinearRule { din, dout, w, b }) => {
-                    let mut lin = LinearConfig::new(din, dout).with_bias(b.is_some()).init(device);
-                    // burn stores [in, out]; θ holds [out, in].
-                    let mut wt = vec![0.0f32; din * dout];
-                    for o in 0..dout {
-                        for i in 0..din {
-                            wt[i * dout + o] = theta[w + o * din + i];
-                        }
-                    }
-                    lin.weight = Param::from_tensor(Tensor::from_data(TensorData::new(wt, [din, dout]), device));
-                    lin.bias = b.map(|b| Param::from_tensor(tensor1(b, dout)));
-                    BurnLayer::Linear(lin)
-                }
-                Layer::Relu(_) => BurnLayer::Relu(Relu),
-                Layer::Tanh(_) => BurnLayer::Tanh(Tanh),
-                Layer::MaxPool2d(p) => {
-                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([p.k, p.k]).with_strides([p.stride, p.stride]).init())
-                }
-                Layer::Flatten(_) => BurnLayer::Flatten(Flatten),
-            })
-            .collect();
-        Self { layers }
+            }
+        }
+        Ok(model)
     }
 
     /// A freshly initialised model of `spec` on `device` (burn's initialisers, drawn from the
-    /// device's generator: seed it with `device.seed(..)` for a reproducible start), for the
-    /// layer kinds the fast engine lacks; the spec's shapes are checked first.
+    /// device's generator: seed it with `device.seed(..)` for a reproducible start); the spec's
+    /// shapes are checked first.
     ///
     /// # Errors
     /// [`ShapeError`] naming the first layer that does not fit.
     pub fn from_spec(spec: &ModelSpec, device: &Device) -> std::result::Result<Self, ShapeError> {
-        let outputs = spec_shapes(spec)?;
-        let inputs = std::iter::once(Shape::Spatial { c: spec.input[0], h: spec.input[1], w: spec.input[2] })
-            .chain(outputs.iter().copied());
-        let mut layers = Vec::with_capacity(spec.layers.len());
-        for (at, (layer, input)) in spec.layers.iter().zip(inputs).enumerate() {
-            // Channels of a spatial input (spec_shapes refused the kinds that need one otherwise).
-            let c = match input {
-                Shape::Spatial { c, .. } => c,
-                Shape::Flat(n) => n,
-            };
-            layers.push(match *layer {
-                LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias } => BurnLayer::Conv2d(
-                    Conv2dConfig::new([c, out_channels], [kernel, kernel])
-                        .with_stride([stride, stride])
-                        .with_padding(PaddingConfig2d::Explicit(padding, padding, padding, padding))
-                        .with_bias(bias)
-                        .init(device),
-                ),
-                LayerSpec::Linear { out_features, bias } => {
-                    BurnLayer::Linear(LinearConfig::new(input.len(), out_features).with_bias(bias).init(device))
-                }
-                LayerSpec::Relu => BurnLayer::Relu(Relu),
-                LayerSpec::Tanh => BurnLayer::Tanh(Tanh),
-                LayerSpec::MaxPool2d { kernel, stride } => {
-                    BurnLayer::MaxPool2d(MaxPool2dConfig::new([kernel, kernel]).with_strides([stride, stride]).init())
-                }
-                LayerSpec::AvgPool2d { kernel, stride } => {
-                    BurnLayer::AvgPool2d(AvgPool2dConfig::new([kernel, kernel]).with_strides([stride, stride]).init())
-                }
-                LayerSpec::GroupNorm { groups } if groups > 0 && c % groups == 0 => {
-                    BurnLayer::GroupNorm(GroupNormConfig::new(groups, c).init(device))
-                }
-                LayerSpec::GroupNorm { .. } => {
-                    return Err(ShapeError { layer: Some(at), reason: "group_norm: channels and groups".into() });
-                }
-                LayerSpec::Flatten => BurnLayer::Flatten(Flatten),
-            });
-        }
-        Ok(Self { layers })
+        let outputs = crate::arch::shapes(spec)?;
+        let inputs: Vec<Shape> = std::iter::once(input_shape(spec)).chain(outputs).take(spec.layers.len()).collect();
+        Ok(Self::build(spec, &inputs, device))
+    }
+
+    /// The modules of `spec`'s layers, each for its (checked) input shape.
+    fn build(spec: &ModelSpec, inputs: &[Shape], device: &Device) -> Self {
+        Self { layers: spec.layers.iter().zip(inputs).map(|(l, &input)| l.init(input, device)).collect() }
     }
 
     /// The flat parameters θ of this model, in `net`'s layout.
@@ -180,30 +89,25 @@ impl BurnModel {
     /// Reads every parameter (through `read`, e.g. its value or its gradient) into θ's layout.
     fn flatten_params(&self, net: &Network, read: Read<'_>) -> Result<Vec<f32>> {
         let mut theta = vec![0.0f32; net.num_params()];
+        let mismatch = || Error::Record("the record's layers do not match the model architecture".into());
+        if self.layers.len() != net.layers().len() {
+            return Err(mismatch());
+        }
         for (compiled, layer) in net.layers().iter().zip(&self.layers) {
-            match (*compiled, layer) {
-                (Layer::Conv2d(ConvRule { cout, w, b, .. }), BurnLayer::Conv2d(conv)) => {
-                    let wt = read.flat(&conv.weight)?;
-                    theta[w..w + wt.len()].copy_from_slice(&wt);
-                    if let (Some(b), Some(bias)) = (b, &conv.bias) {
-                        theta[b..b + cout].copy_from_slice(&read.flat(bias)?);
-                    }
+            let values = layer.read(read)?;
+            let Some(p) = compiled.params() else {
+                if values.is_empty() {
+                    continue;
                 }
-                (Layer::Linear(LinearRule { din, dout, w, b }), BurnLayer::Linear(lin)) => {
-                    let wt = read.flat(&lin.weight)?;
-                    for o in 0..dout {
-                        for i in 0..din {
-                            theta[w + o * din + i] = wt[i * dout + o];
-                        }
-                    }
-                    if let (Some(b), Some(bias)) = (b, &lin.bias) {
-                        theta[b..b + dout].copy_from_slice(&read.flat(bias)?);
-                    }
-                }
-                (Layer::Conv2d(_) | Layer::Linear(_), _) => {
-                    return Err(Error::Record("the record's layers do not match the model architecture".into()));
-                }
-                _ => {}
+                return Err(mismatch());
+            };
+            let slots = [Some((p.weight, p.weight_len)), p.bias.map(|b| (b, p.bias_len))];
+            let slots: Vec<(usize, usize)> = slots.into_iter().flatten().collect();
+            if slots.len() != values.len() || slots.iter().zip(&values).any(|(&(_, n), v)| v.len() != n) {
+                return Err(mismatch());
+            }
+            for ((at, n), v) in slots.into_iter().zip(values) {
+                theta[at..at + n].copy_from_slice(&v);
             }
         }
         Ok(theta)
@@ -212,29 +116,8 @@ impl BurnModel {
     /// Logits `[batch, classes]` for inputs `[batch, c, h, w]`.
     #[must_use]
     pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
-        let mut act = Activation::Spatial(x);
-        for layer in &self.layers {
-            act = match (layer, act) {
-                (BurnLayer::Conv2d(c), Activation::Spatial(x)) => Activation::Spatial(c.forward(x)),
-                (BurnLayer::MaxPool2d(p), Activation::Spatial(x)) => Activation::Spatial(p.forward(x)),
-                (BurnLayer::Relu(r), Activation::Spatial(x)) => Activation::Spatial(r.forward(x)),
-                (BurnLayer::Relu(r), Activation::Flat(x)) => Activation::Flat(r.forward(x)),
-                (BurnLayer::Tanh(t), Activation::Spatial(x)) => Activation::Spatial(t.forward(x)),
-                (BurnLayer::Tanh(t), Activation::Flat(x)) => Activation::Flat(t.forward(x)),
-                (BurnLayer::Flatten(_), Activation::Spatial(x)) => Activation::Flat(x.flatten(1, 3)),
-                (BurnLayer::Flatten(_), a @ Activation::Flat(_)) => a,
-                (BurnLayer::Linear(l), Activation::Flat(x)) => Activation::Flat(l.forward(x)),
-                (BurnLayer::GroupNorm(n), Activation::Spatial(x)) => Activation::Spatial(n.forward(x)),
-                (BurnLayer::AvgPool2d(p), Activation::Spatial(x)) => Activation::Spatial(p.forward(x)),
-                _ => unreachable!("Network::new or spec_shapes validated the layer shapes"),
-            };
-        }
-        match act {
-            Activation::Flat(x) => x,
-            Activation::Spatial(_) => unreachable!("Network::new requires flat logits"),
-        }
+        self.layers.iter().fold(Activation::Spatial(x), |act, layer| layer.forward(act)).flat()
     }
-
     /// Summed cross-entropy of `labels` under this model's logits for `x`.
     #[must_use]
     pub fn loss(&self, x: Tensor<4>, labels: Tensor<1, Int>) -> Tensor<1> {
@@ -256,8 +139,7 @@ impl BurnModel {
     pub fn load(net: &Network, path: &Path, device: &Device) -> Result<Self> {
         let record =
             burn::store::ModuleRecord::load(path).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
-        let zeros = vec![0.0; net.num_params()];
-        Self::from_params(net, &zeros, device)
+        Self::build(net.spec(), net.inputs(), device)
             .try_load_record(record)
             .map_err(|e| Error::Record(format!("{}: {e}", path.display())))
     }
@@ -269,31 +151,9 @@ impl Classifier for BurnModel {
     }
 }
 
-/// The output shape of each layer of `spec`, with the rules of the kinds only the burn engine
-/// trains (group norm, average pooling) beside the fast engine's.
-///
-/// # Errors
-/// [`ShapeError`] naming the first layer that does not fit.
-pub(crate) fn spec_shapes(spec: &ModelSpec) -> std::result::Result<Vec<Shape>, ShapeError> {
-    shapes(spec, |layer, input, at| {
-        let err = |reason: String| ShapeError { layer: Some(at), reason };
-        let Shape::Spatial { c, h, w } = input else {
-            return Err(err(format!("{layer:?} needs a spatial input [c, h, w]: put it before flatten")));
-        };
-        match *layer {
-            LayerSpec::GroupNorm { groups } if groups > 0 && c % groups == 0 => Ok(input),
-            LayerSpec::GroupNorm { groups } => {
-                Err(err(format!("group_norm: {c} channels do not split into {groups} groups")))
-            }
-            LayerSpec::AvgPool2d { kernel: k, stride } if k > 0 && stride > 0 && k <= h && k <= w => {
-                Ok(Shape::Spatial { c, h: (h - k) / stride + 1, w: (w - k) / stride + 1 })
-            }
-            LayerSpec::AvgPool2d { kernel, stride } => {
-                Err(err(format!("avg_pool2d kernel {kernel} / stride {stride} do not fit {h}x{w}")))
-            }
-            other => Err(err(format!("{other:?} has no shape rule"))),
-        }
-    })
+/// `spec`'s input as a shape.
+fn input_shape(spec: &ModelSpec) -> Shape {
+    Shape::Spatial { c: spec.input[0], h: spec.input[1], w: spec.input[2] }
 }
 
 /// The number of trainable parameters [`BurnModel::from_spec`] would create for `spec`, checked
@@ -302,32 +162,14 @@ pub(crate) fn spec_shapes(spec: &ModelSpec) -> std::result::Result<Vec<Shape>, S
 /// # Errors
 /// [`ShapeError`] naming the first layer that does not fit.
 pub(crate) fn spec_params(spec: &ModelSpec) -> std::result::Result<Option<usize>, ShapeError> {
-    let outputs = spec_shapes(spec)?;
-    let inputs = std::iter::once(Shape::Spatial { c: spec.input[0], h: spec.input[1], w: spec.input[2] })
-        .chain(outputs.iter().copied());
+    let outputs = crate::arch::shapes(spec)?;
+    let inputs = std::iter::once(input_shape(spec)).chain(outputs);
     let mut total = Some(0usize);
     for (layer, input) in spec.layers.iter().zip(inputs) {
-        let c = match input {
-            Shape::Spatial { c, .. } => c,
-            Shape::Flat(n) => n,
-        };
-        let (weights, biases) = match *layer {
-            LayerSpec::Conv2d { out_channels, kernel, bias, .. } => (
-                out_channels.checked_mul(c).and_then(|v| v.checked_mul(kernel)?.checked_mul(kernel)),
-                bias.then_some(out_channels),
-            ),
-            LayerSpec::Linear { out_features, bias } => {
-                (input.len().checked_mul(out_features), bias.then_some(out_features))
-            }
-            LayerSpec::GroupNorm { .. } => (Some(c), Some(c)),
-            // Every kind named: a new kind with parameters must say how many here.
-            LayerSpec::Relu
-            | LayerSpec::Tanh
-            | LayerSpec::MaxPool2d { .. }
-            | LayerSpec::AvgPool2d { .. }
-            | LayerSpec::Flatten => (Some(0), None),
-        };
-        total = total.and_then(|t| t.checked_add(weights?)?.checked_add(biases.unwrap_or(0)));
+        for dims in layer.param_shapes(input) {
+            let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            total = total.and_then(|t| t.checked_add(n?));
+        }
     }
     Ok(total.filter(|&t| t <= crate::per_example::MAX_VALUES))
 }
@@ -344,25 +186,6 @@ pub fn save_module<M: Module>(module: M, path: &Path) -> Result<()> {
     module.save_file(&tmp).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(Error::io(path))
-}
-
-/// What to read from each parameter.
-enum Read<'g> {
-    Value,
-    Grad(&'g burn::tensor::Gradients),
-}
-
-impl Read<'_> {
-    /// The parameter's value or gradient, flattened row-major.
-    fn flat<const D: usize>(&self, p: &Param<Tensor<D>>) -> Result<Vec<f32>> {
-        let t = match self {
-            Read::Value => p.val(),
-            Read::Grad(g) => p.val().grad(g).ok_or_else(|| {
-                Error::Record("a parameter has no gradient (is the model on an autodiff device?)".into())
-            })?,
-        };
-        t.into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")))
-    }
 }
 
 /// A config's model (`model.layers` or a preset) with a layer kind only the burn engine trains:

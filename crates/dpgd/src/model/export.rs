@@ -122,18 +122,14 @@ struct Slot {
 /// The named tensors of a fast-engine θ (layout `pytorch`).
 fn fast_slots(net: &Network) -> Vec<Slot> {
     let mut out = Vec::new();
-    for (i, layer) in net.layers().iter().enumerate() {
+    // Each kind's parameter shapes (PyTorch's layout, weight then bias) at the offsets the
+    // fast engine gave them.
+    let layers = net.spec().layers.iter().zip(net.inputs()).zip(net.layers());
+    for (i, ((spec, &input), layer)) in layers.enumerate() {
         let Some(p) = layer.params() else { continue };
-        let shape = match layer {
-            crate::per_example::Layer::Conv2d(c) => {
-                vec![c.cout, c.geometry.cin, c.geometry.k, c.geometry.k]
-            }
-            crate::per_example::Layer::Linear(l) => vec![l.dout, l.din],
-            _ => vec![p.weight_len],
-        };
-        out.push(Slot { name: format!("layers.{i}.weight"), shape, offset: p.weight, len: p.weight_len });
-        if let Some(b) = p.bias {
-            out.push(Slot { name: format!("layers.{i}.bias"), shape: vec![p.bias_len], offset: b, len: p.bias_len });
+        let at = [Some((p.weight, p.weight_len)), p.bias.map(|b| (b, p.bias_len))].into_iter().flatten();
+        for ((offset, len), (shape, name)) in at.zip(spec.param_shapes(input).into_iter().zip(["weight", "bias"])) {
+            out.push(Slot { name: format!("layers.{i}.{name}"), shape, offset, len });
         }
     }
     out
@@ -387,16 +383,16 @@ mod tests {
     /// layout `burn`: under its module paths, rebuilt from its architecture, the same logits.
     #[test]
     fn a_burn_engine_config_model_round_trips_and_evaluates() {
-        use crate::arch::LayerSpec;
+        use crate::arch::{LayerSpec, kinds};
         let spec = ModelSpec {
             input: [1, 6, 6],
             classes: 3,
             layers: vec![
-                LayerSpec::Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true },
-                LayerSpec::GroupNorm { groups: 2 },
-                LayerSpec::Relu,
-                LayerSpec::Flatten,
-                LayerSpec::Linear { out_features: 3, bias: true },
+                LayerSpec::Conv2d(kinds::Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true }),
+                LayerSpec::GroupNorm(kinds::GroupNorm { groups: 2 }),
+                LayerSpec::Relu(kinds::Relu),
+                LayerSpec::Flatten(kinds::Flatten),
+                LayerSpec::Linear(kinds::Linear { out_features: 3, bias: true }),
             ],
         };
         let device = DeviceKind::default().device().unwrap();

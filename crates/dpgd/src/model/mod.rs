@@ -6,5 +6,5 @@
 mod burn_model;
 pub mod export;
 
+pub(crate) use burn_model::spec_params;
 pub use burn_model::{BurnModel, ConfigModel, save_module};
-pub(crate) use burn_model::{spec_params, spec_shapes};

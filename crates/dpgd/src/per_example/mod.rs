@@ -21,7 +21,6 @@ pub use burn_engine::{Backprop, BurnEngine, BurnScratch, TrainableParam};
 pub use engine::Workspace;
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
-pub(crate) use network::{Shape, shapes};
 
 /// The per-example computation the trainer needs: per-example gradients of the cross-entropy
 /// loss for a micro-batch, and logits. One implementation per engine.

@@ -5,96 +5,9 @@
 use rand::RngExt;
 
 use super::layers::Layer;
-use crate::arch::{LayerSpec, ModelSpec};
-
-/// Why an architecture does not compile: the layer (index into `ModelSpec::layers`, or `None`
-/// for the model as a whole) and the reason. The config layer maps it to field names.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {reason}", layer.map_or("the model".to_string(), |i| format!("layer {i}")))]
-pub struct ShapeError {
-    /// The offending layer, or `None` for the model's input or output.
-    pub layer: Option<usize>,
-    /// What is wrong.
-    pub reason: String,
-}
-
-/// Values one layer may hold per example, and parameters a model may have: larger shapes are
-/// refused before anything is allocated (their buffers would not fit in memory anyway).
-pub const MAX_VALUES: usize = 1 << 40;
-
-/// The product of `values`, or an error naming `what` if it exceeds [`MAX_VALUES`].
-pub(crate) fn checked(values: &[usize], at: usize, what: &str) -> Result<usize, ShapeError> {
-    values.iter().try_fold(1usize, |acc, &v| acc.checked_mul(v)).filter(|&n| n <= MAX_VALUES).ok_or_else(|| {
-        ShapeError { layer: Some(at), reason: format!("{what} {values:?} is too large (more than 2^40 values)") }
-    })
-}
-
-/// An activation's shape per example.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Shape {
-    Spatial { c: usize, h: usize, w: usize },
-    Flat(usize),
-}
-
-impl Shape {
-    /// Values per example; every shape `Network::new` creates is checked against
-    /// [`MAX_VALUES`] first, so the product cannot overflow.
-    pub(crate) fn len(self) -> usize {
-        match self {
-            Shape::Spatial { c, h, w } => c * h * w,
-            Shape::Flat(n) => n,
-        }
-    }
-}
-
-/// Checks `spec`'s input shape, runs `layer` on each layer (index, input shape) for its output
-/// shape, and checks that the last one gives `classes` logits: the walk both engines' models
-/// are checked by.
-pub(crate) fn walk(
-    spec: &ModelSpec,
-    mut layer: impl FnMut(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
-) -> Result<Shape, ShapeError> {
-    let [c, h, w] = spec.input;
-    let whole = |reason: String| ShapeError { layer: None, reason };
-    if c == 0 || h == 0 || w == 0 {
-        return Err(whole("every input dimension must be > 0".into()));
-    }
-    checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
-    let mut shape = Shape::Spatial { c, h, w };
-    for (i, l) in spec.layers.iter().enumerate() {
-        shape = layer(l, shape, i)?;
-    }
-    match shape {
-        Shape::Flat(n) if n == spec.classes && n > 1 => Ok(shape),
-        _ => Err(ShapeError {
-            layer: spec.layers.len().checked_sub(1),
-            reason: format!(
-                "the last layer must output {} logits (a flat vector), got {} values",
-                spec.classes,
-                shape.len()
-            ),
-        }),
-    }
-}
-
-/// The output shape of each of `spec`'s layers, by the fast engine's rules for its kinds and
-/// `other` for the rest (the burn engine's); `spec`'s input is checked, and its end.
-///
-/// # Errors
-/// The first layer that does not fit, as [`Network::new`].
-pub(crate) fn shapes(
-    spec: &ModelSpec,
-    other: impl Fn(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
-) -> Result<Vec<Shape>, ShapeError> {
-    let mut out = Vec::with_capacity(spec.layers.len());
-    let mut alloc = Alloc::default();
-    walk(spec, |l, shape, i| {
-        let next = if Layer::supports(l) { Layer::compile(*l, shape, i, &mut alloc)?.1 } else { other(l, shape, i)? };
-        out.push(next);
-        Ok(next)
-    })?;
-    Ok(out)
-}
+use crate::arch::ModelSpec;
+pub use crate::arch::{MAX_VALUES, ShapeError};
+pub(crate) use crate::arch::{Shape, checked, walk};
 
 /// Hands out consecutive ranges of θ to the layers being compiled.
 #[derive(Debug, Default)]
@@ -119,6 +32,7 @@ impl Alloc {
 pub struct Network {
     spec: ModelSpec,
     layers: Vec<Layer>,
+    inputs: Vec<Shape>,
     num_params: usize,
 }
 
@@ -129,17 +43,18 @@ impl Network {
     /// # Errors
     /// A [`ShapeError`] naming the layer.
     pub fn new(spec: &ModelSpec) -> Result<Self, ShapeError> {
-        let mut layers = Vec::with_capacity(spec.layers.len());
+        let (mut layers, mut inputs) = (Vec::with_capacity(spec.layers.len()), Vec::with_capacity(spec.layers.len()));
         let mut alloc = Alloc::default();
-        walk(spec, |layer, shape, i| {
-            let (compiled, out) = Layer::compile(*layer, shape, i, &mut alloc)?;
-            layers.push(compiled);
-            Ok(out)
+        walk(spec, |layer, input, i| {
+            let output = layer.out_shape(input, i)?;
+            layers.push(Layer::compile(*layer, input, output, i, &mut alloc)?);
+            inputs.push(input);
+            Ok(output)
         })?;
         if alloc.next == 0 {
             return Err(ShapeError { layer: None, reason: "the model has no trainable parameters".into() });
         }
-        Ok(Self { spec: spec.clone(), layers, num_params: alloc.next })
+        Ok(Self { spec: spec.clone(), layers, inputs, num_params: alloc.next })
     }
 
     /// The architecture this network was compiled from.
@@ -151,6 +66,11 @@ impl Network {
     #[must_use]
     pub fn layers(&self) -> &[Layer] {
         &self.layers
+    }
+    /// The shape each layer receives, per example.
+    #[must_use]
+    pub fn inputs(&self) -> &[Shape] {
+        &self.inputs
     }
     /// The number of trainable parameters P (the length of θ and of a per-example gradient).
     #[must_use]
@@ -196,7 +116,7 @@ impl Network {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::LayerSpec;
+    use crate::arch::{LayerSpec, kinds};
 
     #[test]
     fn opacus_cnn_has_26010_parameters() {
@@ -222,12 +142,13 @@ mod tests {
     #[test]
     fn huge_widths_are_errors_not_wraps() {
         let mut spec = ModelSpec::logistic();
-        spec.layers[1] = LayerSpec::Linear { out_features: 1 << 62, bias: true };
+        spec.layers[1] = LayerSpec::Linear(kinds::Linear { out_features: 1 << 62, bias: true });
         spec.classes = 1 << 62;
         let e = Network::new(&spec).unwrap_err();
         assert_eq!(e.layer, Some(1));
         assert!(e.reason.contains("too large"), "{e}");
-        let spec = ModelSpec { input: [usize::MAX, 2, 2], classes: 2, layers: vec![LayerSpec::Flatten] };
+        let spec =
+            ModelSpec { input: [usize::MAX, 2, 2], classes: 2, layers: vec![LayerSpec::Flatten(kinds::Flatten)] };
         assert!(Network::new(&spec).is_err());
     }
 }

@@ -766,7 +766,7 @@ impl TrainConfig {
     fn model_spec(&self) -> Result<ModelSpec> {
         // Before the data are read, explicit layers say their own class count.
         let last_width = self.model.layers.as_ref().and_then(|l| match l.last() {
-            Some(LayerSpec::Linear { out_features, .. }) => Some(*out_features),
+            Some(LayerSpec::Linear(l)) => Some(l.out_features),
             _ => None,
         });
         self.model_spec_for(MNIST_SHAPE, self.data.classes.or(last_width).unwrap_or(10))
@@ -786,7 +786,7 @@ impl TrainConfig {
         let checked = if spec.layers.iter().all(Layer::supports) {
             Network::new(&spec).map(|_| ())
         } else {
-            crate::model::spec_shapes(&spec).map(|_| ())
+            crate::arch::shapes(&spec).map(|_| ())
         };
         checked.map_err(|e| {
             let Error::Config { field, message } = shape_error(&e, self.model.layers.is_some()) else {
@@ -1180,6 +1180,15 @@ const PARAMETERISED_WITHOUT_RULE: &[(&str, &str)] = &[
     ("conv1d", "it has no per-example rule here yet; use conv2d with a height-1 input"),
     ("multi_head_attention", "it has no per-example rule here yet"),
 ];
+
+#[cfg(test)]
+#[test]
+fn refused_kinds_are_not_kinds() {
+    // A kind added to `arch::kinds` must leave this list, or configs would refuse it.
+    for (kind, _) in PARAMETERISED_WITHOUT_RULE {
+        assert!(!LayerSpec::KINDS.contains(kind), "{kind} is a layer kind now: remove it from the refusals");
+    }
+}
 
 /// A validation error of an accounting parameter, attributed to config field `f`.
 fn field(f: &str, e: AccountingError) -> Error {

@@ -136,7 +136,7 @@ impl TrainModel for Network {
         Ok(self.init_params(&mut ChaCha8Rng::seed_from_u64(seed)))
     }
     fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
-        BurnModel::from_params(self, theta, &cfg.config().train.device.device()?).save(&folder.model())?;
+        BurnModel::from_params(self, theta, &cfg.config().train.device.device()?)?.save(&folder.model())?;
         write_json(&folder.model_spec(), self.spec())?;
         crate::model::export::save(self, theta, norm, &folder.model_safetensors())
     }

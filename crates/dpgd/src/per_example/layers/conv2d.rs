@@ -9,7 +9,7 @@
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Needs, Params, Rule};
-use crate::arch::LayerSpec;
+use crate::arch::kinds;
 
 /// A compiled convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,35 +112,21 @@ impl Geometry {
 
 impl Conv2d {
     pub(crate) fn compile(
-        spec: LayerSpec,
+        spec: kinds::Conv2d,
         input: Shape,
+        output: Shape,
         at: usize,
         alloc: &mut Alloc,
-    ) -> Result<(Self, Shape), ShapeError> {
-        let err = |reason: String| ShapeError { layer: Some(at), reason };
-        let LayerSpec::Conv2d { out_channels, kernel, stride, padding, bias } = spec else {
-            return Err(err("not a conv2d".into()));
+    ) -> Result<Self, ShapeError> {
+        let kinds::Conv2d { out_channels, kernel, stride, padding, bias } = spec;
+        let (Shape::Spatial { c, h, w }, Shape::Spatial { h: hout, w: wout, .. }) = (input, output) else {
+            return Err(ShapeError { layer: Some(at), reason: "conv2d: needs a spatial input".into() });
         };
-        let Shape::Spatial { c, h, w } = input else {
-            return Err(err("conv2d needs a spatial input, but it follows a flatten/linear".into()));
-        };
-        if out_channels == 0 || kernel == 0 || stride == 0 {
-            return Err(err("conv2d needs out_channels, kernel and stride > 0".into()));
-        }
-        let (Some(hp), Some(wp)) = (h.checked_add(padding.saturating_mul(2)), w.checked_add(padding.saturating_mul(2)))
-        else {
-            return Err(err(format!("padding {padding} is too large")));
-        };
-        if hp < kernel || wp < kernel {
-            return Err(err(format!("kernel {kernel} is larger than the padded {h}x{w} input")));
-        }
-        let (hout, wout) = ((hp - kernel) / stride + 1, (wp - kernel) / stride + 1);
-        checked(&[out_channels, hout, wout], at, "the conv2d output")?;
         checked(&[hout, wout, c, kernel, kernel], at, "the conv2d im2col matrix")?;
         let wo = alloc.take(checked(&[out_channels, c, kernel, kernel], at, "the conv2d weight")?, at)?;
         let b = if bias { Some(alloc.take(out_channels, at)?) } else { None };
         let geometry = Geometry { cin: c, hin: h, win: w, k: kernel, stride, pad: padding, hout, wout };
-        Ok((Self { geometry, cout: out_channels, w: wo, b }, Shape::Spatial { c: out_channels, h: hout, w: wout }))
+        Ok(Self { geometry, cout: out_channels, w: wo, b })
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::super::network::{Alloc, Shape, ShapeError};
 use super::{Backward, Forward, Rule};
-use crate::arch::LayerSpec;
+use crate::arch::kinds;
 
 /// max(x, 0) over `len` values per example.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,14 +20,14 @@ pub struct Tanh {
 }
 
 impl Relu {
-    pub(crate) fn compile(_: LayerSpec, input: Shape, _: usize, _: &mut Alloc) -> Result<(Self, Shape), ShapeError> {
-        Ok((Self { len: input.len() }, input))
+    pub(crate) fn compile(_: kinds::Relu, input: Shape, _: Shape, _: usize, _: &mut Alloc) -> Result<Self, ShapeError> {
+        Ok(Self { len: input.len() })
     }
 }
 
 impl Tanh {
-    pub(crate) fn compile(_: LayerSpec, input: Shape, _: usize, _: &mut Alloc) -> Result<(Self, Shape), ShapeError> {
-        Ok((Self { len: input.len() }, input))
+    pub(crate) fn compile(_: kinds::Tanh, input: Shape, _: Shape, _: usize, _: &mut Alloc) -> Result<Self, ShapeError> {
+        Ok(Self { len: input.len() })
     }
 }
 

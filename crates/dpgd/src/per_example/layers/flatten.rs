@@ -2,7 +2,7 @@
 
 use super::super::network::{Alloc, Shape, ShapeError};
 use super::{Backward, Forward, Rule};
-use crate::arch::LayerSpec;
+use crate::arch::kinds;
 
 /// Flattens a spatial activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,8 +12,14 @@ pub struct Flatten {
 }
 
 impl Flatten {
-    pub(crate) fn compile(_: LayerSpec, input: Shape, _: usize, _: &mut Alloc) -> Result<(Self, Shape), ShapeError> {
-        Ok((Self { len: input.len() }, Shape::Flat(input.len())))
+    pub(crate) fn compile(
+        _: kinds::Flatten,
+        input: Shape,
+        _: Shape,
+        _: usize,
+        _: &mut Alloc,
+    ) -> Result<Self, ShapeError> {
+        Ok(Self { len: input.len() })
     }
 }
 

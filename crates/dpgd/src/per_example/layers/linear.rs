@@ -6,7 +6,7 @@
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Params, Rule};
-use crate::arch::LayerSpec;
+use crate::arch::kinds;
 
 /// A compiled fully connected layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,22 +23,17 @@ pub struct Linear {
 
 impl Linear {
     pub(crate) fn compile(
-        spec: LayerSpec,
+        spec: kinds::Linear,
         input: Shape,
+        _: Shape,
         at: usize,
         alloc: &mut Alloc,
-    ) -> Result<(Self, Shape), ShapeError> {
-        let err = |reason: &str| ShapeError { layer: Some(at), reason: reason.into() };
-        let LayerSpec::Linear { out_features, bias } = spec else { return Err(err("not a linear layer")) };
-        let Shape::Flat(din) = input else {
-            return Err(err("linear needs a flat input: insert { kind = \"flatten\" } before it"));
-        };
-        if out_features == 0 {
-            return Err(err("linear needs out_features > 0"));
-        }
+    ) -> Result<Self, ShapeError> {
+        let kinds::Linear { out_features, bias } = spec;
+        let din = input.len();
         let w = alloc.take(checked(&[out_features, din], at, "the linear weight")?, at)?;
         let b = if bias { Some(alloc.take(out_features, at)?) } else { None };
-        Ok((Self { din, dout: out_features, w, b }, Shape::Flat(out_features)))
+        Ok(Self { din, dout: out_features, w, b })
     }
 
     /// The per-example squared gradient norm from the layer's input aᵢ and output gradient δᵢ

@@ -3,7 +3,7 @@
 
 use super::super::network::{Alloc, Shape, ShapeError};
 use super::{Backward, Forward, Needs, Rule};
-use crate::arch::LayerSpec;
+use crate::arch::kinds;
 
 /// A compiled max pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,19 +26,17 @@ pub struct MaxPool2d {
 
 impl MaxPool2d {
     pub(crate) fn compile(
-        spec: LayerSpec,
+        spec: kinds::MaxPool2d,
         input: Shape,
+        output: Shape,
         at: usize,
         _: &mut Alloc,
-    ) -> Result<(Self, Shape), ShapeError> {
-        let err = |reason: String| ShapeError { layer: Some(at), reason };
-        let LayerSpec::MaxPool2d { kernel: k, stride } = spec else { return Err(err("not a max pool".into())) };
-        let Shape::Spatial { c, h, w } = input else { return Err(err("max_pool2d needs a spatial input".into())) };
-        if k == 0 || stride == 0 || k > h || k > w {
-            return Err(err(format!("max_pool2d kernel {k} / stride {stride} do not fit {h}x{w}")));
-        }
-        let (hout, wout) = ((h - k) / stride + 1, (w - k) / stride + 1);
-        Ok((Self { c, k, stride, hin: h, win: w, hout, wout }, Shape::Spatial { c, h: hout, w: wout }))
+    ) -> Result<Self, ShapeError> {
+        let kinds::MaxPool2d { kernel: k, stride } = spec;
+        let (Shape::Spatial { c, h, w }, Shape::Spatial { h: hout, w: wout, .. }) = (input, output) else {
+            return Err(ShapeError { layer: Some(at), reason: "max_pool2d: needs a spatial input".into() });
+        };
+        Ok(Self { c, k, stride, hin: h, win: w, hout, wout })
     }
 
     /// One example's pool, recording the arg-max input index of each output.

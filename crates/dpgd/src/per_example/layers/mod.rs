@@ -1,9 +1,11 @@
-//! The layer kinds of the per-example engine, one file each: its shape rule, forward pass,
-//! input gradient, per-example parameter gradient and per-example squared gradient norm.
+//! The layer kinds of the per-example engine, one file each: its compiled geometry, forward
+//! pass, input gradient, per-example parameter gradient and per-example squared gradient norm
+//! (the shape rule is the kind's, in [`crate::arch::kinds`]).
 //!
-//! **Adding a layer kind** is one new file here implementing the `Rule` trait (with a `compile` from its
-//! spec) plus one registration line in the `layers!` list below; its config form is a variant
-//! of [`crate::arch::LayerSpec`] and its burn form a case in [`crate::model`].
+//! **Adding a layer kind to this engine** is one new file here implementing the `Rule` trait
+//! (with a `compile` from its spec) plus one registration line in the `layers!` list below;
+//! the kind itself (config form, shape rule, burn form) is one file of [`crate::arch::kinds`]
+//! and trains on the burn engine until it has a rule here.
 //!
 //! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
 //! example after example.
@@ -117,10 +119,12 @@ pub(crate) trait Rule {
     }
 }
 
-/// The engine's layer kinds: each line registers one (its type implements [`Rule`] and has a
-/// `compile(spec, input shape, parameter allocator)`).
+/// The engine's layer kinds: each line registers one, `Variant(rule type)` for the
+/// [`LayerSpec`] variant of that name (the rule implements [`Rule`] and has a
+/// `compile(spec, input shape, output shape, layer index, parameter allocator)`; the shapes
+/// passed the kind's [`crate::arch::Kind::out_shape`]).
 macro_rules! layers {
-    ($($variant:ident($ty:ident) <= $spec:pat => $compile:expr),* $(,)?) => {
+    ($($variant:ident($ty:ident)),* $(,)?) => {
         /// A compiled layer (static dispatch over its kinds).
         #[derive(Debug, Clone, Copy, PartialEq)]
         pub enum Layer {
@@ -132,12 +136,11 @@ macro_rules! layers {
 
         impl Layer {
             /// Compiles `spec` for `input` (the layer at index `at`), allocating its parameters.
-            pub(crate) fn compile(spec: LayerSpec, input: Shape, at: usize, alloc: &mut super::network::Alloc) -> Result<(Layer, Shape), ShapeError> {
-                let _ = (input, at, &alloc);
+            pub(crate) fn compile(spec: LayerSpec, input: Shape, output: Shape, at: usize, alloc: &mut super::network::Alloc) -> Result<Layer, ShapeError> {
                 match spec {
-                    $( $spec => { let (l, s) = $compile(spec, input, at, alloc)?; Ok((Layer::$variant(l), s)) } )*
+                    $( LayerSpec::$variant(s) => Ok(Layer::$variant($ty::compile(s, input, output, at, alloc)?)), )*
                     #[allow(unreachable_patterns)]
-                    _ => Err(ShapeError { layer: Some(at), reason: format!("{spec:?} is not a layer kind of the fast engine (it trains on the burn engine)") }),
+                    _ => Err(ShapeError { layer: Some(at), reason: format!("{} is not a layer kind of the fast engine (it trains on the burn engine)", spec.name()) }),
                 }
             }
 
@@ -145,7 +148,7 @@ macro_rules! layers {
             /// it; any other kind trains on the burn engine).
             #[must_use]
             pub fn supports(spec: &LayerSpec) -> bool {
-                matches!(spec, $( $spec )|*)
+                matches!(spec, $( LayerSpec::$variant(_) )|*)
             }
 
             fn rule(&self) -> &dyn Rule {
@@ -186,10 +189,10 @@ macro_rules! layers {
 }
 
 layers! {
-    Conv2d(Conv2d) <= LayerSpec::Conv2d { .. } => Conv2d::compile,
-    Linear(Linear) <= LayerSpec::Linear { .. } => Linear::compile,
-    Relu(Relu) <= LayerSpec::Relu => Relu::compile,
-    Tanh(Tanh) <= LayerSpec::Tanh => Tanh::compile,
-    MaxPool2d(MaxPool2d) <= LayerSpec::MaxPool2d { .. } => MaxPool2d::compile,
-    Flatten(Flatten) <= LayerSpec::Flatten => Flatten::compile,
+    Conv2d(Conv2d),
+    Linear(Linear),
+    Relu(Relu),
+    Tanh(Tanh),
+    MaxPool2d(MaxPool2d),
+    Flatten(Flatten),
 }

@@ -1,83 +1,20 @@
-//! Model architectures as plain data — the input language of the per-example engine
-//! ([`crate::per_example`]) and of the burn form ([`crate::model`]), below both.
+//! Model architectures as data — the input language of the per-example engine
+//! ([`crate::per_example`]) and of the burn form ([`crate::model`]), below both: a
+//! [`ModelSpec`] is an input shape, a class count and a list of [`LayerSpec`]s, each of a layer
+//! kind defined in one file of [`kinds`] (its config form, shape rule, parameters and burn
+//! module).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// One layer of a sequential model. Every variant has an exact per-example gradient rule: in
-/// the fast engine ([`crate::per_example::Network`]) for the kinds it registers, else through
-/// the burn engine's [`crate::nn`] layers (a model with any such kind trains there).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum LayerSpec {
-    /// 2-d convolution (square kernel, stride and zero padding), weights `[out, in, k, k]`.
-    Conv2d {
-        /// Output channels.
-        out_channels: usize,
-        /// Kernel size.
-        kernel: usize,
-        /// Stride.
-        #[serde(default = "one")]
-        stride: usize,
-        /// Zero padding on every side.
-        #[serde(default)]
-        padding: usize,
-        /// Whether the layer has a bias.
-        #[serde(default = "yes")]
-        bias: bool,
-    },
-    /// Fully connected layer, weights `[out, in]` (stored `[in, out]` in the burn record).
-    Linear {
-        /// Output features.
-        out_features: usize,
-        /// Whether the layer has a bias.
-        #[serde(default = "yes")]
-        bias: bool,
-    },
-    /// max(x, 0).
-    Relu,
-    /// tanh(x).
-    Tanh,
-    /// Max pooling over square windows.
-    MaxPool2d {
-        /// Window size.
-        kernel: usize,
-        /// Stride.
-        stride: usize,
-    },
-    /// Flattens `[c, h, w]` to `[c·h·w]` in channel-major order (as PyTorch and burn do).
-    Flatten,
-    /// Group normalisation over `groups` groups of channels, within each example (Wu & He
-    /// 2018), with a per-channel scale and shift: the private alternative to batch norm.
-    /// Trained on the burn engine.
-    GroupNorm {
-        /// Groups (the channel count must be divisible by it).
-        groups: usize,
-    },
-    /// Average pooling over square windows (no padding). Trained on the burn engine.
-    AvgPool2d {
-        /// Window size.
-        kernel: usize,
-        /// Stride.
-        stride: usize,
-    },
-}
+pub mod kinds;
+mod shape;
 
-impl LayerSpec {
-    /// Every kind's name as configs write it (`kind = "…"`), in declaration order (a test checks
-    /// it against the enum).
-    pub const KINDS: [&'static str; 8] =
-        ["conv2d", "linear", "relu", "tanh", "max_pool2d", "flatten", "group_norm", "avg_pool2d"];
-}
-
-fn one() -> usize {
-    1
-}
-fn yes() -> bool {
-    true
-}
+pub use kinds::{Activation, BurnLayer, Kind, LayerSpec};
+pub use shape::{MAX_VALUES, Shape, ShapeError};
+pub(crate) use shape::{checked, shapes, walk};
 
 /// A sequential model: an input shape `[channels, height, width]`, layers, and classes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,21 +40,21 @@ impl ModelSpec {
     /// layers take whatever the convolutions leave; too small an image fails to compile).
     #[must_use]
     pub fn opacus_cnn_for(input: [usize; 3], classes: usize) -> Self {
-        use LayerSpec::*;
+        use kinds::{Conv2d, Flatten, Linear, MaxPool2d, Relu};
         Self {
             input,
             classes,
             layers: vec![
-                Conv2d { out_channels: 16, kernel: 8, stride: 2, padding: 3, bias: true },
-                Relu,
-                MaxPool2d { kernel: 2, stride: 1 },
-                Conv2d { out_channels: 32, kernel: 4, stride: 2, padding: 0, bias: true },
-                Relu,
-                MaxPool2d { kernel: 2, stride: 1 },
-                Flatten,
-                Linear { out_features: 32, bias: true },
-                Relu,
-                Linear { out_features: classes, bias: true },
+                LayerSpec::Conv2d(Conv2d { out_channels: 16, kernel: 8, stride: 2, padding: 3, bias: true }),
+                LayerSpec::Relu(Relu),
+                LayerSpec::MaxPool2d(MaxPool2d { kernel: 2, stride: 1 }),
+                LayerSpec::Conv2d(Conv2d { out_channels: 32, kernel: 4, stride: 2, padding: 0, bias: true }),
+                LayerSpec::Relu(Relu),
+                LayerSpec::MaxPool2d(MaxPool2d { kernel: 2, stride: 1 }),
+                LayerSpec::Flatten(Flatten),
+                LayerSpec::Linear(Linear { out_features: 32, bias: true }),
+                LayerSpec::Relu(Relu),
+                LayerSpec::Linear(Linear { out_features: classes, bias: true }),
             ],
         }
     }
@@ -131,15 +68,15 @@ impl ModelSpec {
     /// A one-hidden-layer MLP for examples of `input` and `classes` classes.
     #[must_use]
     pub fn mlp_for(input: [usize; 3], classes: usize, hidden: usize) -> Self {
-        use LayerSpec::*;
+        use kinds::{Flatten, Linear, Relu};
         Self {
             input,
             classes,
             layers: vec![
-                Flatten,
-                Linear { out_features: hidden, bias: true },
-                Relu,
-                Linear { out_features: classes, bias: true },
+                LayerSpec::Flatten(Flatten),
+                LayerSpec::Linear(Linear { out_features: hidden, bias: true }),
+                LayerSpec::Relu(Relu),
+                LayerSpec::Linear(Linear { out_features: classes, bias: true }),
             ],
         }
     }
@@ -156,7 +93,10 @@ impl ModelSpec {
         Self {
             input,
             classes,
-            layers: vec![LayerSpec::Flatten, LayerSpec::Linear { out_features: classes, bias: true }],
+            layers: vec![
+                LayerSpec::Flatten(kinds::Flatten),
+                LayerSpec::Linear(kinds::Linear { out_features: classes, bias: true }),
+            ],
         }
     }
 }
@@ -219,18 +159,5 @@ impl FromStr for Preset {
             .into_iter()
             .find(|p| p.name() == s || (s == "cnn" && *p == Preset::OpacusCnn))
             .ok_or_else(|| format!("unknown model preset `{s}`; expected opacus-cnn, mlp or logistic"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LayerSpec;
-
-    #[test]
-    fn the_list_of_kinds_is_the_enums() {
-        // serde names every variant when a kind is unknown: exactly the list, in order.
-        let e = serde_json::from_str::<LayerSpec>(r#"{"kind": "nope"}"#).unwrap_err().to_string();
-        let listed: Vec<&str> = e.split('`').skip(3).step_by(2).collect();
-        assert_eq!(listed, LayerSpec::KINDS, "{e}");
     }
 }

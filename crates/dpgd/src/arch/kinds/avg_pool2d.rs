@@ -1,0 +1,33 @@
+//! `avg_pool2d`: average pooling over square windows (no padding), burn's. Trained on the
+//! burn engine.
+
+use burn::nn::pool::{AvgPool2d as BurnAvgPool2d, AvgPool2dConfig};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+use super::{Activation, Kind, pooled};
+use crate::arch::Shape;
+
+/// Average pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvgPool2d {
+    /// Window size.
+    pub kernel: usize,
+    /// Stride.
+    pub stride: usize,
+}
+
+impl Kind for AvgPool2d {
+    type Module = BurnAvgPool2d;
+
+    fn out_shape(&self, input: Shape) -> std::result::Result<Shape, String> {
+        pooled(input, self.kernel, self.stride)
+    }
+    fn init(&self, _: Shape, _: &Device) -> BurnAvgPool2d {
+        AvgPool2dConfig::new([self.kernel, self.kernel]).with_strides([self.stride, self.stride]).init()
+    }
+    fn forward(module: &BurnAvgPool2d, x: Activation) -> Activation {
+        Activation::Spatial(module.forward(x.spatial()))
+    }
+}
