@@ -236,3 +236,35 @@ fn a_delta_of_at_least_one_over_n_is_refused() {
     let e = try_train(&text, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("privacy.delta") && e.contains("1/n"), "{e}");
 }
+
+/// `train.engine`: the fast engine is refused for a kind it lacks, and for a GPU device
+/// (it computes on the CPU: a run asked to go on wgpu must not silently stay on the CPU);
+/// `Trainer::resume_or_init` (the fast engine's entry) refuses a model the burn engine trains.
+#[test]
+fn an_engine_that_cannot_train_the_model_where_asked_is_refused_naming_the_fix() {
+    let set = |k: &str, v: &str| Override::Set(k.into(), toml::Value::String(v.into()));
+    let group_norm = base().replace(
+        "preset = \"logistic\"",
+        "layers = [{ kind = \"conv2d\", out_channels = 2, kernel = 3 }, { kind = \"group_norm\", groups = 2 }, \
+         { kind = \"flatten\" }, { kind = \"linear\", out_features = 10 }]",
+    );
+    let e = TrainConfig::from_toml(&group_norm, &[set("train.engine", "fast")])
+        .and_then(|c| c.validate().map(|_| ()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("train.engine") && e.contains("group_norm") && e.contains("\"burn\""), "{e}");
+    // Checked on the unvalidated config: validation first asks for wgpu to be compiled in.
+    let wgpu = TrainConfig::from_toml(&base(), &[set("train.device", "wgpu")]).unwrap();
+    let e = wgpu.model_spec_for([1, 28, 28], 10).unwrap_err().to_string();
+    assert!(e.contains("train.device") && e.contains("engine = \"burn\""), "{e}");
+    let on_burn = TrainConfig::from_toml(&base(), &[set("train.device", "wgpu"), set("train.engine", "burn")]).unwrap();
+    assert!(on_burn.model_spec_for([1, 28, 28], 10).is_ok());
+    let cfg = TrainConfig::from_toml(&base(), &[set("train.engine", "burn")]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut silent = dpgd::train::Silent;
+    let opts = dpgd::train::RunOptions::default();
+    let e =
+        dpgd::train::Trainer::resume_or_init(&cfg, &data, dir.path(), &opts, &mut silent).err().unwrap().to_string();
+    assert!(e.contains("train.engine") && e.contains("train::run"), "{e}");
+}

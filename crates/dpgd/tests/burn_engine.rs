@@ -439,3 +439,84 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     let (fa, fb) = (fast.summary.result.unwrap(), burned.summary.result.unwrap());
     assert_eq!((fa.steps_run, fa.test_accuracy), (fb.steps_run, fb.test_accuracy));
 }
+
+/// A config's model with every layer kind of `model.layers` (built from its spec by each
+/// kind's own file) matches autodiff on the burn engine; a new kind fails here until it is
+/// added to the model.
+#[test]
+fn a_config_model_of_every_layer_kind_matches_autodiff() {
+    use LayerSpec as L;
+    use dpgd::arch::{LayerSpec, ModelSpec, kinds::*};
+    let spec = ModelSpec {
+        input: [2, 9, 9],
+        classes: 3,
+        layers: vec![
+            L::Conv2d(Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true }),
+            L::GroupNorm(GroupNorm { groups: 2 }),
+            L::Relu(Relu),
+            L::MaxPool2d(MaxPool2d { kernel: 2, stride: 1 }),
+            L::AvgPool2d(AvgPool2d { kernel: 2, stride: 2 }),
+            L::Tanh(Tanh),
+            L::Flatten(Flatten),
+            L::Linear(Linear { out_features: 6, bias: true }),
+            L::LayerNorm(LayerNorm { bias: true }),
+            L::Linear(Linear { out_features: 3, bias: false }),
+        ],
+    };
+    let used: Vec<&str> = spec.layers.iter().map(LayerSpec::name).collect();
+    for kind in LayerSpec::KINDS {
+        assert!(used.contains(kind), "add a `{kind}` layer to this test's model");
+    }
+    let (x, y) = inputs(5, 2 * 9 * 9, 11);
+    check(|d| dpgd::model::BurnModel::from_spec(&spec, d).unwrap(), spec.input, spec.classes, &x, &y);
+}
+
+/// `train.engine = "burn"` trains the config's own model on the burn engine, from the model
+/// the fast engine starts from: a filtered private run charges every example what the fast
+/// engine charges it in the first step (both at θ₀; after it each engine draws its noise in
+/// its own layout), and a non-private run ends at the same model, read back from its
+/// `model.safetensors` (layout `burn`, against the fast engine's `pytorch`).
+#[test]
+fn train_engine_burn_trains_the_configs_model_as_the_fast_engine_does() {
+    use dpgd::data::Examples;
+    use dpgd::model::export;
+    use dpgd::train::RunFolder;
+    let config = |method: &str, engine: &str| {
+        common::fixture_config(
+            "engine",
+            "opacus-cnn",
+            (150, 50),
+            &format!("method = \"{method}\"\ndelta = 1e-5\nclip = 0.5\nepsilon = 1.0\nworst_case_steps = 4"),
+            &format!("lr = 0.5\nmax_steps = 4\nchunk = 16\nseed = 3\nengine = \"{engine}\""),
+        )
+    };
+    // The charges of the first private step.
+    let (fast_dir, burn_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    common::train(&config("filtered", "fast"), fast_dir.path(), Some(1));
+    common::train(&config("filtered", "burn"), burn_dir.path(), Some(1));
+    let spent = |dir: &tempfile::TempDir, engine: &str| {
+        let cfg = dpgd::train::TrainConfig::from_toml(&config("filtered", engine), &[]).unwrap().validate().unwrap();
+        let expect = dpgd::train::state::Expect { params: 26_010, examples: 150, max_steps: cfg.max_steps() };
+        dpgd::train::state::read(&RunFolder::new(dir.path()).state(), expect).unwrap().unwrap().spent
+    };
+    let (fast, burned) = (spent(&fast_dir, "fast"), spent(&burn_dir, "burn"));
+    for (i, (x, y)) in fast.iter().zip(&burned).enumerate() {
+        assert!(*x > 0.0 && (x - y).abs() <= 1e-4 * x, "example {i} was charged {x} and {y}");
+    }
+    // Non-private: the same model at the end, whatever the layout of its file.
+    let (fast_dir, burn_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = common::train(&config("non-private", "fast"), fast_dir.path(), None);
+    let b = common::train(&config("non-private", "burn"), burn_dir.path(), None);
+    let (a, b) = (common::result(&a), common::result(&b));
+    assert_eq!((a.steps_run, a.test_accuracy), (b.steps_run, b.test_accuracy));
+    let load = |dir: &tempfile::TempDir| export::load(&RunFolder::new(dir.path()).model_safetensors()).unwrap();
+    let (fast, burned) = (load(&fast_dir), load(&burn_dir));
+    assert!(matches!(fast.net, export::ExportedNet::Fast(_)) && matches!(burned.net, export::ExportedNet::Burn(_)));
+    let cfg = dpgd::train::TrainConfig::from_toml(&config("non-private", "fast"), &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let test: Examples<'_> = data.test.head(50);
+    let (la, lb) = (fast.logits(test), burned.logits(test));
+    let scale = la.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = la.iter().zip(&lb).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(scale > 0.0 && worst <= 1e-4 * scale, "the trained models' logits differ by {worst} (scale {scale})");
+}

@@ -200,14 +200,25 @@ pub struct ConfigModel {
 }
 
 impl ConfigModel {
-    /// `spec` freshly initialised on `device` from `seed` (burn's initialisers; see
-    /// [`BurnModel::from_spec`]) in a burn engine.
+    /// `spec` freshly initialised on `device` from `seed` in a burn engine: as the fast engine
+    /// initialises it ([`Network::init_params`] from a ChaCha8 generator seeded with `seed`, so
+    /// both engines start from the same model) where every kind has a fast rule, else by
+    /// burn's initialisers from the device's generator seeded with `seed` (see
+    /// [`BurnModel::from_spec`]).
     ///
     /// # Errors
     /// [`Error::Config`] naming `model` for a spec that does not fit; as [`BurnEngine::new`].
     pub fn new(spec: &ModelSpec, device: &Device, seed: u64) -> Result<Self> {
-        device.seed(seed);
-        let model = BurnModel::from_spec(spec, device).map_err(|e| Error::config("model", e.to_string()))?;
+        let model = match Network::new(spec) {
+            Ok(net) => {
+                let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed));
+                BurnModel::from_params(&net, &theta, device)?
+            }
+            Err(_) => {
+                device.seed(seed);
+                BurnModel::from_spec(spec, device).map_err(|e| Error::config("model", e.to_string()))?
+            }
+        };
         let engine = BurnEngine::new(model, device, spec.input, spec.classes)?;
         Ok(Self { engine, spec: spec.clone() })
     }

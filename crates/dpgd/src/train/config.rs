@@ -182,6 +182,27 @@ pub struct PrivacyConfig {
     pub on_nonfinite: NonFinitePolicy,
 }
 
+/// Which per-example engine trains a config's model (`train.engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// The fast CPU engine when every layer kind has a rule there, else the burn engine (the
+    /// choice depends on the model only, never on the device or the data).
+    #[default]
+    Auto,
+    /// The fast CPU engine ([`crate::per_example::Network`]); refused for a kind it lacks.
+    Fast,
+    /// The burn engine on `train.device` ([`crate::model::ConfigModel`]): any kind, any burn
+    /// backend (a GPU through wgpu).
+    Burn,
+}
+
+impl Engine {
+    fn is_auto(&self) -> bool {
+        *self == Engine::Auto
+    }
+}
+
 /// The `[train]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -208,9 +229,12 @@ pub struct TrainSettings {
     /// private). Absent: keyed from the OS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// burn device for evaluation and records.
+    /// burn device of the burn engine, and of evaluation and records.
     #[serde(default)]
     pub device: DeviceKind,
+    /// Which per-example engine trains the config's model (part of the run: a resume keeps it).
+    #[serde(default, skip_serializing_if = "Engine::is_auto")]
+    pub engine: Engine,
     /// Evaluate test accuracy every N steps (and at k and the end); 0 = only then.
     #[serde(default = "default_eval")]
     pub eval_every: usize,
@@ -537,6 +561,9 @@ impl TrainConfig {
         // may depend on the data's shape (channels for group_norm, a pooling window the size of
         // the image), so a shape that does not fit MNIST's is only an error once the data are
         // loaded and their shape is known (`model_for`).
+        if let Some(layers) = &self.model.layers {
+            self.check_engine(layers)?;
+        }
         let model = match (&self.model.preset, &self.model.layers) {
             (None, None) => None,
             (Some(_), _) => Some(self.model_spec()?),
@@ -772,6 +799,45 @@ impl TrainConfig {
         self.model_spec_for(MNIST_SHAPE, self.data.classes.or(last_width).unwrap_or(10))
     }
 
+    /// The engine that trains `spec` under this config ([`Engine::Fast`] or [`Engine::Burn`]):
+    /// `train.engine`, with `auto` resolved by the model's layer kinds alone.
+    #[must_use]
+    pub fn engine_for(&self, spec: &ModelSpec) -> Engine {
+        self.engine_of(&spec.layers)
+    }
+
+    fn engine_of(&self, layers: &[LayerSpec]) -> Engine {
+        match self.train.engine {
+            Engine::Auto if layers.iter().all(Layer::supports) => Engine::Fast,
+            Engine::Auto => Engine::Burn,
+            chosen => chosen,
+        }
+    }
+
+    /// `train.engine` and `train.device` against a model's `layers` (their kinds alone, not
+    /// the data's shape): the fast engine has every layer's kind, and computes on the CPU.
+    fn check_engine(&self, layers: &[LayerSpec]) -> Result<()> {
+        if self.train.engine == Engine::Fast
+            && let Some((i, l)) = layers.iter().enumerate().find(|(_, l)| !Layer::supports(l))
+        {
+            return Err(Error::config(
+                "train.engine",
+                format!(
+                    "\"fast\": layer {i} (`{}`) has no rule in the fast engine; use \"auto\" or \"burn\"",
+                    l.name()
+                ),
+            ));
+        }
+        if self.engine_of(layers) == Engine::Fast && self.train.device == DeviceKind::Wgpu {
+            return Err(Error::config(
+                "train.device",
+                "\"wgpu\": this model trains on the fast engine, which computes on the CPU; set train.engine = \"burn\" \
+                 to train it on wgpu, or use device = \"flex\"",
+            ));
+        }
+        Ok(())
+    }
+
     /// The model for examples of `shape` (`[channels, height, width]`) and `classes` classes:
     /// a preset adapted to them, or `model.layers` on that input, compiled and checked.
     ///
@@ -783,10 +849,9 @@ impl TrainConfig {
             (None, Some(layers)) => ModelSpec { input: shape, classes, layers: layers.clone() },
             _ => return Err(Error::config("model", "give exactly one of model.preset or model.layers")),
         };
-        let checked = if spec.layers.iter().all(Layer::supports) {
-            Network::new(&spec).map(|_| ())
-        } else {
-            crate::arch::shapes(&spec).map(|_| ())
+        let checked = match self.engine_for(&spec) {
+            Engine::Fast => Network::new(&spec).map(|_| ()),
+            _ => crate::arch::shapes(&spec).map(|_| ()),
         };
         checked.map_err(|e| {
             let Error::Config { field, message } = shape_error(&e, self.model.layers.is_some()) else {
@@ -799,6 +864,7 @@ impl TrainConfig {
                 ),
             }
         })?;
+        self.check_engine(&spec.layers)?;
         Ok(spec)
     }
 }
@@ -1008,6 +1074,11 @@ impl ValidConfig {
     pub fn model_for(&self, shape: [usize; 3], classes: usize) -> Result<ModelSpec> {
         self.config.model_spec_for(shape, classes)
     }
+    /// The engine that trains `spec` ([`TrainConfig::engine_for`]).
+    #[must_use]
+    pub fn engine_for(&self, spec: &ModelSpec) -> Engine {
+        self.config.engine_for(spec)
+    }
     /// Where the noise comes from.
     #[must_use]
     pub fn noise_seed(&self) -> NoiseSeed {
@@ -1173,7 +1244,6 @@ fn check_layer_kinds(layers: &[toml::Value]) -> Result<()> {
 /// one is rejected before training rather than trained with wrong per-example gradients.
 const PARAMETERISED_WITHOUT_RULE: &[(&str, &str)] = &[
     ("batch_norm", "batch statistics mix examples, so per-example gradients are undefined; use group_norm"),
-    ("layer_norm", "not in the config's layer list yet: write the model in burn with dpgd::nn::LayerNorm"),
     ("embedding", "not in the config's layer list yet: write the model in burn with dpgd::nn::Embedding"),
     ("lstm", "recurrent layers have no per-example rule here yet"),
     ("gru", "recurrent layers have no per-example rule here yet"),

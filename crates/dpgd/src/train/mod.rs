@@ -18,7 +18,7 @@ mod trainer;
 
 pub(crate) use config::field_differences;
 pub use config::{
-    ActiveRelease, DataConfig, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
+    ActiveRelease, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
     ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
 };
 pub use folder::RunFolder;

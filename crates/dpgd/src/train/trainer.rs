@@ -34,7 +34,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::config::{ActiveRelease, ValidConfig};
+use super::config::{ActiveRelease, Engine, ValidConfig};
 use super::folder::{Record, RunFolder, RunLock};
 use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
 use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
@@ -52,7 +52,7 @@ use crate::error::{Error, Result};
 use crate::model::{BurnModel, ConfigModel};
 use crate::nn::Classifier;
 use crate::noise::Stream;
-use crate::per_example::{BurnEngine, Layer, Network, PerExample};
+use crate::per_example::{BurnEngine, Network, PerExample};
 
 /// Options that are not part of the run's identity.
 #[derive(Debug, Clone, Default)]
@@ -241,6 +241,13 @@ impl<'a> Trainer<'a> {
     ) -> Result<Self> {
         // The model for the data's own shape and classes (a preset adapts; explicit layers are checked).
         let spec = cfg.model_for(data.shape(), data.classes())?;
+        if cfg.engine_for(&spec) == Engine::Burn {
+            return Err(Error::config(
+                "train.engine",
+                "this config's model trains on the burn engine: use dpgd::train::run, or Trainer::with_engine \
+                 with dpgd::model::ConfigModel::new",
+            ));
+        }
         let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
         Trainer::with_engine(cfg, net, data, dir, opts, observer)
     }
@@ -895,8 +902,8 @@ pub fn run(
         return RunSummary::read(dir);
     }
     let spec = cfg.model_for(data.shape(), data.classes())?;
-    if !spec.layers.iter().all(Layer::supports) {
-        // A kind the fast engine lacks (group norm, average pooling): the burn engine.
+    if cfg.engine_for(&spec) == Engine::Burn {
+        // `train.engine = "burn"`, or a kind the fast engine lacks (group norm, …).
         let c = cfg.config();
         let model = ConfigModel::new(&spec, &c.train.device.device()?, c.model.init_seed)?;
         return Ok(run_with(cfg, model, data, dir, opts, observer)?.summary);

@@ -14,6 +14,7 @@ mod avg_pool2d;
 mod conv2d;
 mod flatten;
 mod group_norm;
+mod layer_norm;
 mod linear;
 mod max_pool2d;
 mod relu;
@@ -23,6 +24,7 @@ pub use avg_pool2d::AvgPool2d;
 pub use conv2d::Conv2d;
 pub use flatten::{Flatten, FlattenModule};
 pub use group_norm::GroupNorm;
+pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use max_pool2d::MaxPool2d;
 pub use relu::Relu;
@@ -281,6 +283,7 @@ kinds! {
     Flatten(Flatten) = "flatten",
     GroupNorm(GroupNorm) = "group_norm",
     AvgPool2d(AvgPool2d) = "avg_pool2d",
+    LayerNorm(LayerNorm) = "layer_norm",
 }
 
 /// serde's default for `stride`.
