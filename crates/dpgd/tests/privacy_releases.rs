@@ -284,7 +284,9 @@ fn a_second_trainer_on_one_run_folder_is_refused_while_the_first_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let privacy = "method = \"plain\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
     let text = fixture_config("lock", "logistic", (200, 50), privacy, "lr = 1.0\nseed = 1");
-    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    // The lock is the folder's, whatever the engine: this uses the fast engine's entry point.
+    let fast = [dpgd::train::Override::Set("train.engine".into(), toml::Value::String("fast".into()))];
+    let cfg = TrainConfig::from_toml(&text, &fast).unwrap().validate().unwrap();
     let data = dpgd::data::Dataset::load(&fixture_dir(), Some(10)).unwrap();
     let (mut a, mut b, mut c) = (Silent, Silent, Silent);
     let first = Trainer::resume_or_init(&cfg, &data, dir.path(), &RunOptions::default(), &mut a).unwrap();

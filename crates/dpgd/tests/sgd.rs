@@ -43,16 +43,37 @@ fn a_step_sums_the_poisson_sample_and_divides_by_the_expected_batch_size() {
     let text = sgd("sigma = 1.5", "seed = 4");
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(train(&text, dir.path(), Some(1)).steps, 1);
-    // The same step by hand from the library's parts.
+    // The same step by hand from the library's parts, on the engine the run used.
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let spec = cfg.model().unwrap();
+    let expected = match cfg.engine_for(spec) {
+        dpgd::train::Engine::Burn => {
+            let device = cfg.config().train.device.device().unwrap();
+            let model = dpgd::model::ConfigModel::new(spec, &device, cfg.config().model.init_seed).unwrap();
+            let theta = model.engine.current_params().unwrap();
+            one_step_by_hand(&cfg, model, theta)
+        }
+        _ => {
+            let net = Network::new(spec).unwrap();
+            let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(cfg.config().model.init_seed));
+            one_step_by_hand(&cfg, net, theta)
+        }
+    };
+    assert_eq!(snapshot(&text, dir.path()).theta, expected);
+}
+
+/// The first step of the SGD run of `cfg` (seed 4, σ = 1.5) from θ₀ = `theta` on `engine`.
+fn one_step_by_hand<E: dpgd::per_example::PerExample>(
+    cfg: &dpgd::train::ValidConfig,
+    net: E,
+    mut theta: Vec<f32>,
+) -> Vec<f32> {
     let data = cfg.config().data.load().unwrap();
     let examples = data.train.head(N);
-    let net = Network::new(cfg.model().unwrap()).unwrap();
-    let mut theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
     let sample = poisson_sample(N, 0.1, &mut NoiseSeed::Fixed(4).rng(Stream::sample(1)).unwrap());
     let drawn = sample.iter().filter(|&&b| b).count();
     assert_ne!(drawn, 60, "the realised batch differs from q·n here, so the divisor is tested");
-    let aggregation = Aggregation::for_run(&cfg, &net, N).unwrap();
+    let aggregation = Aggregation::for_run(cfg, &net, N).unwrap();
     let plan = GradientPlan::new(net, examples, data.default_normalize(), aggregation, 8);
     let mut ledger = IndividualFilter::new(N, f64::MAX).unwrap();
     let (sum, stats) =
@@ -63,7 +84,7 @@ fn a_step_sums_the_poisson_sample_and_divides_by_the_expected_batch_size() {
     let noise = (cfg.config().privacy.noise, 1.5);
     apply_update(&mut theta, &mut Vec::new(), sum, noise, UpdateRule::plain(0.5, expected_batch(0.1, N)), &mut rng)
         .unwrap();
-    assert_eq!(snapshot(&text, dir.path()).theta, theta);
+    theta
 }
 
 #[test]
@@ -246,7 +267,7 @@ fn a_charged_sample_sums_the_sample_and_charges_everyone() {
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
     let data = cfg.config().data.load().unwrap();
     let net = Network::new(cfg.model().unwrap()).unwrap();
-    let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
+    let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(cfg.config().model.init_seed));
     let sample = poisson_sample(N, 0.1, &mut NoiseSeed::Fixed(4).rng(Stream::sample(1)).unwrap());
     let aggregation = Aggregation::for_run(&cfg, &net, N).unwrap();
     let plan = GradientPlan::new(net, data.train.head(N), data.default_normalize(), aggregation, 8);
