@@ -216,7 +216,8 @@ fn train_and_eval_on_csv_features() {
 
 /// A run on scattering features (`[data.features]`): trains, writes its features to the cache
 /// (`DPGD_CACHE`), and `eval` and `predict` on its run folder transform the images the same way;
-/// the bare model file cannot (it does not carry the transform) and says what to pass instead.
+/// so does `predict` on the bare model file (it carries the transform), which refuses images
+/// of another size instead of classifying features of the wrong meaning.
 #[test]
 fn a_run_on_scattering_features_trains_evaluates_and_predicts() {
     let tmp = tempfile::tempdir().unwrap();
@@ -254,7 +255,26 @@ fn a_run_on_scattering_features_trains_evaluates_and_predicts() {
     let correct = predicted.iter().zip(&labels).filter(|(p, y)| **p == usize::from(**y)).count();
     // predict's classes agree with eval's accuracy: the same transform on the same images.
     assert!(accuracy.contains(&format!("({correct} of 60 test images")), "{accuracy}: predict got {correct}");
-    let o =
-        with_cache(&["predict", &run.join("publishable/model.safetensors").display().to_string(), "--input", &images]);
-    assert!(!o.status.success() && text(&o).contains("needs its run folder"), "{}", text(&o));
+    let file = run.join("publishable/model.safetensors").display().to_string();
+    let o = with_cache(&["predict", &file, "--input", &images]);
+    assert!(o.status.success(), "{}", text(&o));
+    let from_file: Vec<usize> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(from_file, predicted, "the model file alone predicts as its run folder does");
+    // 30 × 30 images give 7 × 7 scattering planes too (the model would take their features):
+    // refused by their shape.
+    let other = tmp.path().join("other");
+    dpgd::data::synthetic::Synthetic { train: 10, test: 10, side: 30, seed: 4 }.write(&other).unwrap();
+    let (_, out) = dpgd::data::features::Features {
+        kind: dpgd::data::features::FeatureKind::Scattering,
+        j: 2,
+        angles: 8,
+        groups: 27,
+    }
+    .build([1, 30, 30])
+    .unwrap();
+    assert_eq!(out, [81, 7, 7], "the test needs images whose features fit the model");
+    let smaller = other.join("t10k-images-idx3-ubyte.gz").display().to_string();
+    let o = with_cache(&["predict", &file, "--input", &smaller]);
+    let e = text(&o);
+    assert!(!o.status.success() && e.contains("[1, 30, 30]") && e.contains("[1, 28, 28]"), "{e}");
 }

@@ -172,6 +172,10 @@ fn kills_during_dp_sgd_with_individual_accounting_never_overspend_and_resume_to_
     .unwrap()
     .budget();
     kill_trials(sgd_filtered_config, budget, 4);
+    // The same on the burn engine (`train.engine = "burn"`: the same model, as burn modules).
+    let on_burn: fn(&Path) -> String =
+        |data| sgd_filtered_config(data).replace("[train]\n", "[train]\nengine = \"burn\"\n");
+    kill_trials(on_burn, budget, 2);
 }
 
 /// Runs the config `make(data)` once whole, then `trials` times with SIGKILLs at random

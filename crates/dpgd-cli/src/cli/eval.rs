@@ -20,8 +20,8 @@ pub(crate) struct EvalArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PredictArgs {
-    /// A run folder or a model.safetensors file (a model trained on `[data.features]`: its run
-    /// folder, whose config says how to transform the images).
+    /// A run folder or a model.safetensors file (a model trained on `[data.features]` carries
+    /// its transform: images of the shape it was trained on are transformed the same way).
     model: PathBuf,
     /// Images: an IDX file (gzip or raw, `n × rows × cols` bytes) or a CSV file with one image per
     /// line (rows·cols pixel values 0–255).
@@ -38,7 +38,21 @@ fn model(path: &Path) -> Result<ExportedModel> {
     if !file.exists() {
         bail!("{}: no model.safetensors (is the run finished?)", file.display());
     }
-    Ok(export::load(&file)?)
+    let m = export::load(&file)?;
+    // A file from before models carried their feature transform: its run says it had one.
+    let config = RunFolder::new(path).config();
+    if m.features.is_none()
+        && path.is_dir()
+        && config.exists()
+        && TrainConfig::from_file(&config, &[])?.data.features.is_some()
+    {
+        bail!(
+            "{}: the model was trained on [data.features], but the file does not record the transform (written \
+             by an older dpgd): train it again",
+            file.display()
+        );
+    }
+    Ok(m)
 }
 
 pub(crate) fn eval(a: EvalArgs) -> Result<()> {
@@ -50,9 +64,19 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
         (None, run) => run.with_context(|| "give --data DIR")?,
     };
     data_cfg.classes = Some(m.classes());
+    // The model file says how its input is made: the transform is applied to the test split
+    // alone (not to the training split, as loading the run's data section would).
+    data_cfg.features = None;
     let dir = data_cfg.dir.clone();
     let data = data_cfg.load()?;
-    let test = data.test.head(0);
+    let features;
+    let test = match &m.features {
+        Some(f) => {
+            features = f.apply(&data.test).with_context(|| format!("the test images in {}", dir.display()))?;
+            features.head(0)
+        }
+        None => data.test.head(0),
+    };
     if test.pixels() != m.input_len() {
         bail!("the images in {} have {} pixels; the model expects {}", dir.display(), test.pixels(), m.input_len());
     }
@@ -73,8 +97,7 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
         let s = dpgd::data::read_images(path)?;
         if s.pixels() != pixels {
             bail!(
-                "{}: images of shape {:?} (channels, height, width); the model expects {pixels} values (a model \
-                 trained on [data.features] needs its run folder, not its model file, to transform images)",
+                "{}: images of shape {:?} (channels, height, width); the model expects {pixels} values",
                 path.display(),
                 s.shape()
             );
@@ -99,12 +122,9 @@ fn images(path: &Path, pixels: usize) -> Result<Split> {
 
 pub(crate) fn predict(a: PredictArgs) -> Result<()> {
     let m = model(&a.model)?;
-    // A model trained on features ([data.features] in its run's config) classifies the features
-    // of the images: the transform is read from the run folder's config.
-    let config = RunFolder::new(&a.model).config();
-    let features =
-        if a.model.is_dir() && config.exists() { TrainConfig::from_file(&config, &[])?.data.features } else { None };
-    let data = match &features {
+    // A model trained on features classifies the features of the images: the transform, and
+    // the image shape it takes, are in the model file.
+    let data = match &m.features {
         Some(f) => {
             if a.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
                 bail!(
@@ -113,7 +133,7 @@ pub(crate) fn predict(a: PredictArgs) -> Result<()> {
                 );
             }
             let raw = dpgd::data::read_images(&a.input)?;
-            let out = f.apply(&raw)?;
+            let out = f.apply(&raw).with_context(|| a.input.display().to_string())?;
             if out.pixels() != m.input_len() {
                 bail!(
                     "{}: images of shape {:?} give {} feature values; the model expects {}",

@@ -72,6 +72,39 @@ fn default_groups() -> usize {
     27
 }
 
+/// A model's feature transform and the shape of the images it takes: written into
+/// `model.safetensors` (as `dpgd.features`) so that the model file alone says how images become
+/// its input, and images of another shape are refused rather than transformed into features of
+/// the right length but the wrong meaning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureInput {
+    /// The transform.
+    pub transform: Features,
+    /// The shape `[channels, height, width]` of the images it was applied to in training.
+    pub images: [usize; 3],
+}
+
+impl FeatureInput {
+    /// The features of `split`, whose images must be of [`images`](Self::images)' shape.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `data.features` when the shapes differ; as [`Features::apply`].
+    pub fn apply(&self, split: &Split) -> Result<Split> {
+        if split.shape() != self.images {
+            return Err(Error::config(
+                "data.features",
+                format!(
+                    "images of shape {:?} (channels, height, width); the model's features are of images of shape {:?}",
+                    split.shape(),
+                    self.images
+                ),
+            ));
+        }
+        self.transform.apply(split)
+    }
+}
+
 /// Added to a group's variance before dividing by its square root (as group normalisation).
 pub const GROUP_EPS: f64 = 1e-5;
 
@@ -118,6 +151,11 @@ impl Features {
     /// [`Error::TooLarge`] when the features would not fit in memory.
     pub fn apply(&self, split: &Split) -> Result<Split> {
         let (s, out_shape) = self.build(split.shape())?;
+        self.apply_with(&s, out_shape, split)
+    }
+
+    /// [`apply`](Self::apply) with the transform `s` already built for `split`'s shape.
+    fn apply_with(&self, s: &Scattering2d, out_shape: [usize; 3], split: &Split) -> Result<Split> {
         let held = if split.features.is_empty() { split.images.len() } else { split.features.len() };
         if split.len().checked_mul(split.pixels()) != Some(held) {
             return Err(Error::config(
@@ -161,7 +199,8 @@ impl Features {
     /// # Errors
     /// As [`apply`](Self::apply).
     pub fn transform(&self, data: Dataset, cache: Option<&Path>) -> Result<Dataset> {
-        let (_, shape) = self.build(data.shape())?;
+        let images = data.shape();
+        let (s, shape) = self.build(images)?;
         let key = self.cache_key(&data);
         let file = cache.map(|dir| dir.join(format!("{}.bin", &key[..32])));
         let (n_train, n_test) = (data.train.len(), data.test.len());
@@ -172,7 +211,7 @@ impl Features {
         let (train_f, test_f) = match cached {
             Some(both) => both,
             None => {
-                let (train, test) = (self.apply(&data.train)?, self.apply(&data.test)?);
+                let (train, test) = (self.apply_with(&s, shape, &data.train)?, self.apply_with(&s, shape, &data.test)?);
                 if let Some(f) = &file {
                     // A cache that cannot be written only costs time on the next run.
                     let _ = write_cache(f, &key, shape, &train.features, &test.features);
@@ -185,7 +224,7 @@ impl Features {
         Ok(Dataset {
             train: with(data.train, train_f),
             test: with(data.test, test_f),
-            features: Some(self.clone()),
+            features: Some(FeatureInput { transform: self.clone(), images }),
             ..data
         })
     }

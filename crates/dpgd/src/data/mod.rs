@@ -271,7 +271,7 @@ pub struct Dataset {
     fingerprints: Vec<Fingerprint>,
     classes: usize,
     /// The transform the splits hold the features of ([`features::Features::transform`]).
-    features: Option<features::Features>,
+    features: Option<features::FeatureInput>,
 }
 
 /// The standard file stems of an MNIST-format dataset.
@@ -464,6 +464,13 @@ impl Dataset {
     /// The feature transform the splits hold the output of, if any.
     #[must_use]
     pub fn features(&self) -> Option<&features::Features> {
+        self.features.as_ref().map(|f| &f.transform)
+    }
+
+    /// The feature transform the splits hold the features of, with the shape of the images it
+    /// was applied to (`None`: the splits hold the examples themselves).
+    #[must_use]
+    pub fn feature_input(&self) -> Option<&features::FeatureInput> {
         self.features.as_ref()
     }
 

@@ -14,7 +14,9 @@
 //!   model also carries `dpgd.architecture`; a model of your own struct does not (dpgd cannot
 //!   rebuild your code), so `dpgd eval` refuses it and you load it into your struct.
 //!
-//! Both carry `dpgd.normalize`, the pixel normalisation the model was trained with.
+//! Both carry `dpgd.normalize`, the normalisation of the model's input, and a model trained on
+//! `[data.features]` carries `dpgd.features`: the transform and the shape of the images it
+//! takes ([`FeatureInput`]), so the file alone turns images into the model's input.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,6 +25,7 @@ use safetensors::tensor::{Dtype, TensorView};
 
 use super::ConfigModel;
 use crate::arch::ModelSpec;
+use crate::data::features::FeatureInput;
 use crate::data::{Examples, Normalize};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
@@ -38,6 +41,16 @@ pub enum ExportedNet {
     Burn(Box<ConfigModel>),
 }
 
+/// How a model's input is made from an example: its feature transform if it has one, then the
+/// normalisation (of the features, or of the pixels).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInput {
+    /// The normalisation of the model's input.
+    pub normalize: Normalize,
+    /// The feature transform, and the shape of the images it takes.
+    pub features: Option<FeatureInput>,
+}
+
 /// A model read back from a `model.safetensors` file.
 #[derive(Debug)]
 pub struct ExportedModel {
@@ -47,6 +60,9 @@ pub struct ExportedModel {
     pub theta: Vec<f32>,
     /// The input normalisation it was trained with.
     pub normalize: Normalize,
+    /// The feature transform its input is made with, and the shape of the images it takes
+    /// (`None`: it reads the examples themselves).
+    pub features: Option<FeatureInput>,
 }
 
 /// Runs `$body` with `$e` bound to the engine of an [`ExportedNet`], whichever it is.
@@ -143,12 +159,12 @@ fn burn_slots(params: &[TrainableParam]) -> Vec<Slot> {
         .collect()
 }
 
-/// Writes `theta` of `net` (trained with normalisation `normalize`) to `path`, atomically.
+/// Writes `theta` of `net` (trained on `input`) to `path`, atomically.
 ///
 /// # Errors
 /// If the file cannot be written.
-pub fn save(net: &Network, theta: &[f32], normalize: &Normalize, path: &Path) -> Result<()> {
-    write(path, &fast_slots(net), theta, normalize, "pytorch", Some(net.spec()))
+pub fn save(net: &Network, theta: &[f32], input: &ModelInput, path: &Path) -> Result<()> {
+    write(path, &fast_slots(net), theta, input, "pytorch", Some(net.spec()))
 }
 
 /// Writes θ of a burn-engine model to `path`, atomically, in layout `burn`: each trainable
@@ -160,18 +176,18 @@ pub fn save(net: &Network, theta: &[f32], normalize: &Normalize, path: &Path) ->
 pub fn save_burn(
     params: &[TrainableParam],
     theta: &[f32],
-    normalize: &Normalize,
+    input: &ModelInput,
     architecture: Option<&ModelSpec>,
     path: &Path,
 ) -> Result<()> {
-    write(path, &burn_slots(params), theta, normalize, "burn", architecture)
+    write(path, &burn_slots(params), theta, input, "burn", architecture)
 }
 
 fn write(
     path: &Path,
     slots: &[Slot],
     theta: &[f32],
-    normalize: &Normalize,
+    input: &ModelInput,
     layout: &str,
     architecture: Option<&ModelSpec>,
 ) -> Result<()> {
@@ -194,7 +210,10 @@ fn write(
     if let Some(spec) = architecture {
         meta.insert("dpgd.architecture".to_string(), serde_json::to_string(spec).map_err(|e| bad(&e))?);
     }
-    meta.insert("dpgd.normalize".to_string(), serde_json::to_string(&normalize).map_err(|e| bad(&e))?);
+    meta.insert("dpgd.normalize".to_string(), serde_json::to_string(&input.normalize).map_err(|e| bad(&e))?);
+    if let Some(f) = &input.features {
+        meta.insert("dpgd.features".to_string(), serde_json::to_string(f).map_err(|e| bad(&e))?);
+    }
     let mut bytes = safetensors::serialize(views, Some(meta)).map_err(|e| bad(&e))?;
     canonical_header(&mut bytes).map_err(|e| bad(&e))?;
     crate::train::state::atomic_write(path, &bytes)
@@ -224,6 +243,7 @@ struct File {
     bytes: Vec<u8>,
     info: HashMap<String, String>,
     normalize: Normalize,
+    features: Option<FeatureInput>,
 }
 
 impl File {
@@ -239,7 +259,13 @@ impl File {
             Some(n) => serde_json::from_str(n).map_err(|e| bad(format!("its normalisation does not parse ({e})")))?,
             None => Normalize::MNIST,
         };
-        Ok(Self { bytes, info, normalize })
+        let features = match info.get("dpgd.features") {
+            Some(f) => {
+                Some(serde_json::from_str(f).map_err(|e| bad(format!("its feature transform does not parse ({e})")))?)
+            }
+            None => None,
+        };
+        Ok(Self { bytes, info, normalize, features })
     }
 
     fn layout(&self) -> &str {
@@ -318,7 +344,7 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
         }
         other => return Err(bad(format!("unknown dpgd.layout {other:?} (written by a newer dpgd?)"))),
     };
-    Ok(ExportedModel { net, theta, normalize: file.normalize })
+    Ok(ExportedModel { net, theta, normalize: file.normalize, features: file.features })
 }
 
 /// θ for a burn-engine model of your own struct from a `model.safetensors` a run of it wrote
@@ -347,6 +373,29 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
+    fn input(norm: &Normalize) -> ModelInput {
+        ModelInput { normalize: norm.clone(), features: None }
+    }
+
+    /// The feature transform and its image shape travel in the file: a model of features reads
+    /// back with them.
+    #[test]
+    fn a_model_of_features_carries_its_transform() {
+        use crate::data::features::{FeatureKind, Features};
+        let spec = ModelSpec::logistic_for([25, 2, 2], 2);
+        let net = Network::new(&spec).unwrap();
+        let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(2));
+        let features = FeatureInput {
+            transform: Features { kind: FeatureKind::Scattering, j: 2, angles: 4, groups: 5 },
+            images: [1, 8, 8],
+        };
+        let path = tempfile::tempdir().unwrap().keep().join("model.safetensors");
+        let with = ModelInput { normalize: Normalize::all(0.0, 1.0), features: Some(features.clone()) };
+        save(&net, &theta, &with, &path).unwrap();
+        let m = load(&path).unwrap();
+        assert_eq!((m.theta, m.features), (theta, Some(features)));
+    }
+
     #[test]
     fn round_trips_with_its_architecture() {
         let net = Network::new(&ModelSpec::opacus_cnn()).unwrap();
@@ -354,7 +403,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         let norm = Normalize::all(0.5, 0.25);
-        save(&net, &theta, &norm, &path).unwrap();
+        save(&net, &theta, &input(&norm), &path).unwrap();
         let m = load(&path).unwrap();
         assert_eq!((m.theta, m.normalize), (theta, norm));
         assert!(matches!(m.net, ExportedNet::Fast(n) if n == net));
@@ -372,7 +421,7 @@ mod tests {
         let path = dir.path().join("model.safetensors");
         let mut first = None;
         for _ in 0..12 {
-            save(&net, &theta, &Normalize::MNIST, &path).unwrap();
+            save(&net, &theta, &input(&Normalize::MNIST), &path).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             assert_eq!(first.get_or_insert_with(|| bytes.clone()), &bytes, "two saves of one model differ");
         }
@@ -401,7 +450,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         let norm = Normalize::all(0.25, 0.5);
-        save_burn(model.engine.params(), &theta, &norm, Some(&spec), &path).unwrap();
+        save_burn(model.engine.params(), &theta, &input(&norm), Some(&spec), &path).unwrap();
         let m = load(&path).unwrap();
         assert_eq!((&m.theta, &m.normalize), (&theta, &norm));
         assert!(matches!(m.net, ExportedNet::Burn(_)));
@@ -427,7 +476,7 @@ mod tests {
         // θ for the engine's own parameters, as a user of their own struct reads it
         assert_eq!(load_params(model.engine.params(), &path).unwrap(), (theta.clone(), norm.clone()));
         // without its architecture (a user's struct), `load` says how to load it instead
-        save_burn(model.engine.params(), &theta, &norm, None, &path).unwrap();
+        save_burn(model.engine.params(), &theta, &input(&norm), None, &path).unwrap();
         let err = load(&path).unwrap_err().to_string();
         assert!(err.contains("load_params") && err.contains("model.safetensors"), "{err}");
         assert_eq!(load_params(model.engine.params(), &path).unwrap().0, theta);
@@ -442,7 +491,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         for layout in ["pytorch", "burn"] {
-            write(&path, &[], &[], &Normalize::MNIST, layout, Some(&huge)).unwrap();
+            write(&path, &[], &[], &input(&Normalize::MNIST), layout, Some(&huge)).unwrap();
             let err = load(&path).unwrap_err().to_string();
             assert!(err.contains("more parameters than the file holds"), "{layout}: {err}");
         }

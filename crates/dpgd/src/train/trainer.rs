@@ -49,6 +49,7 @@ use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
+use crate::model::export::ModelInput;
 use crate::model::{BurnModel, ConfigModel};
 use crate::nn::Classifier;
 use crate::noise::Stream;
@@ -125,7 +126,7 @@ pub trait TrainModel: PerExample {
     ///
     /// # Errors
     /// A file that cannot be written.
-    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()>;
+    fn write_model(&self, theta: &[f32], input: &ModelInput, folder: &RunFolder, cfg: &ValidConfig) -> Result<()>;
     /// What identifies the model in the run's state, in place of the config's `model` section
     /// (`None`: the config's section is the model).
     fn identity(&self) -> Option<serde_json::Value>;
@@ -135,10 +136,10 @@ impl TrainModel for Network {
     fn initial_params(&self, seed: u64) -> Result<Vec<f32>> {
         Ok(self.init_params(&mut ChaCha8Rng::seed_from_u64(seed)))
     }
-    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], input: &ModelInput, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
         BurnModel::from_params(self, theta, &cfg.config().train.device.device()?)?.save(&folder.model())?;
         write_json(&folder.model_spec(), self.spec())?;
-        crate::model::export::save(self, theta, norm, &folder.model_safetensors())
+        crate::model::export::save(self, theta, input, &folder.model_safetensors())
     }
     fn identity(&self) -> Option<serde_json::Value> {
         None
@@ -150,9 +151,9 @@ impl<M: Classifier> TrainModel for BurnEngine<M> {
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.current_params()
     }
-    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], input: &ModelInput, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
         crate::model::save_module(self.model_with(theta)?, &folder.model())?;
-        crate::model::export::save_burn(self.params(), theta, norm, None, &folder.model_safetensors())
+        crate::model::export::save_burn(self.params(), theta, input, None, &folder.model_safetensors())
     }
     fn identity(&self) -> Option<serde_json::Value> {
         let params: Vec<_> =
@@ -166,11 +167,11 @@ impl TrainModel for ConfigModel {
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.engine.current_params()
     }
-    fn write_model(&self, theta: &[f32], norm: &Normalize, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
+    fn write_model(&self, theta: &[f32], input: &ModelInput, folder: &RunFolder, _cfg: &ValidConfig) -> Result<()> {
         crate::model::save_module(self.engine.model_with(theta)?, &folder.model())?;
         write_json(&folder.model_spec(), &self.spec)?;
         let safetensors = folder.model_safetensors();
-        crate::model::export::save_burn(self.engine.params(), theta, norm, Some(&self.spec), &safetensors)
+        crate::model::export::save_burn(self.engine.params(), theta, input, Some(&self.spec), &safetensors)
     }
     /// The config's `model` section is the model.
     fn identity(&self) -> Option<serde_json::Value> {
@@ -205,6 +206,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     train: Examples<'a>,
     test: Examples<'a>,
     norm: Normalize,
+    /// The feature transform the data went through (written with the model).
+    features: Option<crate::data::features::FeatureInput>,
     pool: rayon::ThreadPool,
     step: usize,
     theta: Vec<f32>,
@@ -325,6 +328,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             train,
             test,
             norm,
+            features: data.feature_input().cloned(),
             pool,
             step: 0,
             theta,
@@ -733,7 +737,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             .rev()
             .filter(|r| r.step > k)
             .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
-        self.plan.net().write_model(model, &self.norm, &self.folder, self.cfg)?;
+        let input = ModelInput { normalize: self.norm.clone(), features: self.features.clone() };
+        self.plan.net().write_model(model, &input, &self.folder, self.cfg)?;
         let model = model.to_vec();
         let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
         let result = RunResult {
