@@ -40,6 +40,7 @@ fn train_inspect_eval_predict() {
     assert!(o.status.success(), "{t}");
     assert!(t.contains("plain private GD at step k = 6") && t.contains("with individual filtering"), "{t}");
     assert!(t.contains("(") && t.contains("zero-out neighbours"), "the guarantee and its relation: {t}");
+    assert!(t.contains("examples (the fast CPU engine)"), "which engine computes: {t}");
     assert!(!t.contains("NaN"), "{t}");
     // Non-terminal stderr gets plain progress lines, not silence.
     assert!(t.contains("step 1/10") || t.contains("step 10/10"), "{t}");

@@ -136,7 +136,10 @@ impl Observer for RunProgress {
             ),
             None => format!("k = {}, up to {} steps", info.worst_case_steps, info.max_steps),
         };
-        self.say(&format!("{}: {what} on {} examples, {schedule}{sigma}; {guarantee}", info.name, info.examples));
+        self.say(&format!(
+            "{}: {what} on {} examples ({}), {schedule}{sigma}; {guarantee}",
+            info.name, info.examples, info.engine
+        ));
         self.say(&format!("noise: {}", info.noise));
         if info.resumed_after > 0 {
             self.say(&format!("resuming after step {}", info.resumed_after));

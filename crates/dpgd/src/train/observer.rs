@@ -17,6 +17,9 @@ pub struct StartInfo {
     pub method: Method,
     /// Training examples.
     pub examples: usize,
+    /// The engine computing the per-example gradients, in words (`the fast CPU engine`, `the
+    /// burn engine`).
+    pub engine: &'static str,
     /// Steps the run may take.
     pub max_steps: usize,
     /// k = B_norm/C².

@@ -130,6 +130,10 @@ pub trait TrainModel: PerExample {
     /// What identifies the model in the run's state, in place of the config's `model` section
     /// (`None`: the config's section is the model).
     fn identity(&self) -> Option<serde_json::Value>;
+    /// The engine that computes its per-example gradients, in words, for run output.
+    fn engine_name(&self) -> &'static str {
+        "the burn engine"
+    }
 }
 
 impl TrainModel for Network {
@@ -143,6 +147,9 @@ impl TrainModel for Network {
     }
     fn identity(&self) -> Option<serde_json::Value> {
         None
+    }
+    fn engine_name(&self) -> &'static str {
+        "the fast CPU engine"
     }
 }
 
@@ -686,6 +693,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             name: c.name.clone(),
             method: c.privacy.method,
             examples: self.train.len(),
+            engine: self.plan.net().engine_name(),
             max_steps: self.cfg.max_steps(),
             worst_case_steps: self.cfg.worst_case_steps(),
             resumed_after: self.step,
