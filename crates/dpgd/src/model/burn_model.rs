@@ -260,3 +260,57 @@ impl PerExample for ConfigModel {
         self.engine.largest_part()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::arch::{LayerSpec, kinds};
+
+    /// A random small sequential model of the fast engine's kinds (it may not fit its input).
+    fn spec() -> impl Strategy<Value = ModelSpec> {
+        let conv = (1usize..4, 1usize..4, 1usize..3, 0usize..2, any::<bool>()).prop_map(|(o, k, s, p, b)| {
+            LayerSpec::Conv2d(kinds::Conv2d { out_channels: o, kernel: k, stride: s, padding: p, bias: b })
+        });
+        let pool =
+            (1usize..3, 1usize..3).prop_map(|(k, s)| LayerSpec::MaxPool2d(kinds::MaxPool2d { kernel: k, stride: s }));
+        let act = prop_oneof![Just(LayerSpec::Relu(kinds::Relu)), Just(LayerSpec::Tanh(kinds::Tanh))];
+        let spatial = prop::collection::vec(prop_oneof![conv, pool, act.clone()], 0..4);
+        let head = (1usize..5, any::<bool>(), any::<bool>());
+        ((1usize..3, 3usize..8, 3usize..8), spatial, head, 2usize..4).prop_map(
+            |((c, h, w), mut layers, (hidden, b1, b2), classes)| {
+                layers.push(LayerSpec::Flatten(kinds::Flatten));
+                layers.push(LayerSpec::Linear(kinds::Linear { out_features: hidden, bias: b1 }));
+                layers.push(LayerSpec::Relu(kinds::Relu));
+                layers.push(LayerSpec::Linear(kinds::Linear { out_features: classes, bias: b2 }));
+                ModelSpec { input: [c, h, w], classes, layers }
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// One fact, one place: for any model the fast engine compiles, the kinds' shape rules
+        /// agree with it on every layer (or refuse the same models), their parameter shapes
+        /// count its θ, and θ goes into the burn modules and back unchanged.
+        #[test]
+        fn the_kinds_and_the_fast_engine_agree(spec in spec()) {
+            let device = Device::default();
+            match Network::new(&spec) {
+                Ok(net) => {
+                    prop_assert_eq!(spec_params(&spec).unwrap(), Some(net.num_params()));
+                    let outputs = crate::arch::shapes(&spec).unwrap();
+                    for (layer, out) in net.layers().iter().zip(&outputs) {
+                        prop_assert_eq!(layer.out_len(), out.len());
+                    }
+                    let theta: Vec<f32> = (0..net.num_params()).map(|i| (i as f32 * 0.731).sin()).collect();
+                    let model = BurnModel::from_params(&net, &theta, &device).unwrap();
+                    prop_assert_eq!(model.to_params(&net).unwrap(), theta);
+                }
+                Err(e) => prop_assert!(crate::arch::shapes(&spec).is_err() || e.reason.contains("no trainable"), "{e}"),
+            }
+        }
+    }
+}
