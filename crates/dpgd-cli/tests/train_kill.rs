@@ -173,8 +173,11 @@ fn kills_during_dp_sgd_with_individual_accounting_never_overspend_and_resume_to_
     .budget();
     kill_trials(sgd_filtered_config, budget, 4);
     // The same on the burn engine (`train.engine = "burn"`: the same model, as burn modules).
-    let on_burn: fn(&Path) -> String =
-        |data| sgd_filtered_config(data).replace("[train]\n", "[train]\nengine = \"burn\"\n");
+    let on_burn: fn(&Path) -> String = |data| {
+        let text = sgd_filtered_config(data).replace("[train]\n", "[train]\nengine = \"burn\"\n");
+        assert!(text.contains("engine = \"burn\""), "the trial must run on the burn engine");
+        text
+    };
     kill_trials(on_burn, budget, 2);
 }
 

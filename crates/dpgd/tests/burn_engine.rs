@@ -520,3 +520,29 @@ fn train_engine_burn_trains_the_configs_model_as_the_fast_engine_does() {
     let worst = la.iter().zip(&lb).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(scale > 0.0 && worst <= 1e-4 * scale, "the trained models' logits differ by {worst} (scale {scale})");
 }
+
+/// The engine is part of a run's identity: a run started on the burn engine (here through
+/// `run_with` on a config whose `auto` engine is the fast one) is not resumed on the fast
+/// engine, whose θ has the same length but another layout.
+#[test]
+fn a_run_is_not_resumed_on_another_engine() {
+    use dpgd::train::{RunOptions, Silent, TrainConfig, run, run_with};
+    let text = common::fixture_config(
+        "engine-resume",
+        "logistic",
+        (100, 20),
+        "method = \"plain\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4",
+        "lr = 1.0\nseed = 5",
+    )
+    .replace("engine = \"burn\"\n", "");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let spec = cfg.model_for(data.shape(), data.classes()).unwrap();
+    assert_eq!(cfg.engine_for(&spec), dpgd::train::Engine::Fast);
+    let dir = tempfile::tempdir().unwrap();
+    let model = dpgd::model::ConfigModel::new(&spec, &device(), 0).unwrap();
+    let opts = RunOptions { stop_after: Some(1), ..Default::default() };
+    run_with(&cfg, model, &data, dir.path(), &opts, &mut Silent).unwrap();
+    let e = run(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent).unwrap_err().to_string();
+    assert!(e.contains("the burn engine") && e.contains("laid out differently"), "{e}");
+}

@@ -1,5 +1,6 @@
 //! `dpgd eval` and `dpgd predict`: use a run's model without its config — it is read from
-//! `publishable/model.safetensors`, which carries its architecture and normalisation.
+//! `publishable/model.safetensors`, which carries its architecture, its normalisation and, for
+//! a model of `[data.features]`, the transform and the image shape it takes.
 
 use std::path::{Path, PathBuf};
 
@@ -44,7 +45,7 @@ fn model(path: &Path) -> Result<ExportedModel> {
     if m.features.is_none()
         && path.is_dir()
         && config.exists()
-        && TrainConfig::from_file(&config, &[])?.data.features.is_some()
+        && TrainConfig::from_file(&config, &[]).is_ok_and(|c| c.data.features.is_some())
     {
         bail!(
             "{}: the model was trained on [data.features], but the file does not record the transform (written \

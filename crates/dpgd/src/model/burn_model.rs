@@ -13,7 +13,7 @@ use crate::arch::kinds::Read;
 use crate::arch::{Activation, BurnLayer, ModelSpec, Shape, ShapeError};
 use crate::error::{Error, Result};
 use crate::nn::Classifier;
-use crate::per_example::{BurnEngine, Network, PerExample};
+use crate::per_example::{BurnEngine, Layer, Network, PerExample};
 
 /// A sequential burn model: one [`BurnLayer`] per layer of a [`ModelSpec`].
 #[derive(Module, Debug)]
@@ -188,8 +188,9 @@ pub fn save_module<M: Module>(module: M, path: &Path) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(Error::io(path))
 }
 
-/// A config's model (`model.layers` or a preset) with a layer kind only the burn engine trains:
-/// the burn engine around its [`BurnModel`], and the spec it was built from (which, not the
+/// A config's model (`model.layers` or a preset) on the burn engine (`train.engine = "burn"`, or
+/// a layer kind only the burn engine trains): the burn engine around its [`BurnModel`], and the
+/// spec it was built from (which, not the
 /// burn module, identifies the run's model and is published as `model.json`).
 #[derive(Debug)]
 pub struct ConfigModel {
@@ -209,15 +210,13 @@ impl ConfigModel {
     /// # Errors
     /// [`Error::Config`] naming `model` for a spec that does not fit; as [`BurnEngine::new`].
     pub fn new(spec: &ModelSpec, device: &Device, seed: u64) -> Result<Self> {
-        let model = match Network::new(spec) {
-            Ok(net) => {
-                let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed));
-                BurnModel::from_params(&net, &theta, device)?
-            }
-            Err(_) => {
-                device.seed(seed);
-                BurnModel::from_spec(spec, device).map_err(|e| Error::config("model", e.to_string()))?
-            }
+        let model = if spec.layers.iter().all(Layer::supports) {
+            let net = Network::new(spec).map_err(|e| Error::config("model", e.to_string()))?;
+            let theta = net.init_params(&mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed));
+            BurnModel::from_params(&net, &theta, device)?
+        } else {
+            device.seed(seed);
+            BurnModel::from_spec(spec, device).map_err(|e| Error::config("model", e.to_string()))?
         };
         let engine = BurnEngine::new(model, device, spec.input, spec.classes)?;
         Ok(Self { engine, spec: spec.clone() })

@@ -31,8 +31,8 @@ use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::per_example::{Network, PerExample, TrainableParam};
 
-/// The model of a file dpgd can rebuild: the fast engine's network, or a config's model with
-/// a layer kind only the burn engine trains (evaluated on the default CPU device).
+/// The model of a file dpgd can rebuild: the fast engine's network, or a config's model trained
+/// on the burn engine (evaluated on the default CPU device).
 #[derive(Debug)]
 pub enum ExportedNet {
     /// A fast-engine network (layout `pytorch`).

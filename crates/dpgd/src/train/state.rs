@@ -32,6 +32,11 @@ pub struct RunIdentity {
     pub examples: usize,
     /// Model parameters.
     pub params: usize,
+    /// The engine that computes the run (`the fast CPU engine`, `the burn engine`): θ's layout
+    /// is the engine's, so a resume must use the same one (absent in states written before it
+    /// was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// The state's metadata.
@@ -277,7 +282,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn meta(step: usize) -> Meta {
-        let identity = RunIdentity { config: serde_json::json!({"a": 1}), data: vec![], examples: 3, params: 2 };
+        let identity = RunIdentity {
+            config: serde_json::json!({"a": 1}),
+            data: vec![],
+            examples: 3,
+            params: 2,
+            engine: Some("the fast CPU engine".into()),
+        };
         let best = Some(Best { step: 2, noisy_train_accuracy: 0.75, stale: 1 });
         Meta {
             step,

@@ -239,9 +239,10 @@ impl<'a> Trainer<'a> {
     /// built for the data's shape and classes, on the fast engine.
     ///
     /// # Errors
-    /// A finished run; a folder holding another run (the differing fields or data files
-    /// named); data that do not fit the model; a damaged state; more memory than the machine
-    /// has; an unavailable device.
+    /// A finished run; a folder holding another run (the differing fields, data files or
+    /// engine named); data that do not fit the model; a config whose model trains on the burn
+    /// engine (`train.engine`: use [`run`]); a damaged state; more memory than the machine has;
+    /// an unavailable device.
     pub fn resume_or_init(
         cfg: &'a ValidConfig,
         data: &'a Dataset,
@@ -314,8 +315,13 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
             *section = model;
         }
-        let identity =
-            RunIdentity { config, data: data.fingerprints().to_vec(), examples: train.len(), params: net.num_params() };
+        let identity = RunIdentity {
+            config,
+            data: data.fingerprints().to_vec(),
+            examples: train.len(),
+            params: net.num_params(),
+            engine: Some(net.engine_name().to_string()),
+        };
         let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
         let theta = net.initial_params(c.model.init_seed)?;
         let norm = match &c.data.normalize {
@@ -492,6 +498,15 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                  (only {} may change): undo the change, or start a new run folder with --out",
                 diffs.join(", "),
                 super::config::resumable_fields()
+            )));
+        }
+        if let (Some(then), Some(now)) = (&saved.identity.engine, &self.identity.engine)
+            && then != now
+        {
+            return Err(bad(format!(
+                "the run was trained on {then}, and would now go on on {now}, whose parameters are laid out \
+                 differently: resume it as it was started (train.engine, and the same entry point: dpgd::train::run \
+                 or run_with), or start a new run folder with --out"
             )));
         }
         if saved.identity.examples != self.identity.examples {
@@ -918,6 +933,10 @@ pub fn run(
     if cfg.engine_for(&spec) == Engine::Burn {
         // `train.engine = "burn"`, or a kind the fast engine lacks (group norm, …).
         let c = cfg.config();
+        // θ, the modules holding it and their initial values: checked before any is allocated.
+        let params = crate::model::spec_params(&spec).map_err(|e| Error::config("model", e.to_string()))?;
+        let bytes = params.and_then(|p| u64::try_from(p).ok()?.checked_mul(12));
+        crate::memory::check("the model's parameters", bytes, "use a smaller model")?;
         let model = ConfigModel::new(&spec, &c.train.device.device()?, c.model.init_seed)?;
         return Ok(run_with(cfg, model, data, dir, opts, observer)?.summary);
     }

@@ -314,6 +314,9 @@ mod tests {
             r#"{"kind":"conv2d","out_channels":4,"kernel":3,"stride":1,"padding":1,"bias":true}"#,
             r#"{"kind":"linear","out_features":3,"bias":false}"#,
             r#"{"kind":"relu"}"#,
+            r#"{"kind":"tanh"}"#,
+            r#"{"kind":"max_pool2d","kernel":2,"stride":1}"#,
+            r#"{"kind":"layer_norm","bias":false}"#,
             r#"{"kind":"flatten"}"#,
             r#"{"kind":"group_norm","groups":2}"#,
             r#"{"kind":"avg_pool2d","kernel":2,"stride":2}"#,
@@ -327,6 +330,8 @@ mod tests {
             conv,
             LayerSpec::Conv2d(super::Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 0, bias: true })
         );
+        let norm: LayerSpec = serde_json::from_str(r#"{"kind":"layer_norm"}"#).unwrap();
+        assert_eq!(norm, LayerSpec::LayerNorm(super::LayerNorm { bias: true }));
         assert!(serde_json::from_str::<LayerSpec>(r#"{"kind":"linear","out_features":3,"bais":true}"#).is_err());
         assert!(serde_json::from_str::<LayerSpec>(r#"{"kind":"relu","inplace":true}"#).is_err());
     }
