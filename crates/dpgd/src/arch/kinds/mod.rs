@@ -34,7 +34,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_VALUES, Shape, ShapeError};
+use super::{Shape, ShapeError};
 use crate::error::{Error, Result};
 
 /// A batch of activations between two layers of a sequential model.
@@ -165,12 +165,10 @@ pub(crate) fn mismatch(n: usize) -> Error {
     Error::Record(format!("{n} parameter values do not match the layer's parameters"))
 }
 
-/// `Ok` if the product of `dims` is at most [`MAX_VALUES`], else a reason naming `what`.
+/// `Ok` if the product of `dims` is at most [`super::MAX_VALUES`], else a reason naming `what`
+/// ([`super::checked`] without a layer index: the kind's caller adds it).
 pub(crate) fn fits(dims: &[usize], what: &str) -> std::result::Result<(), String> {
-    match dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
-        Some(n) if n <= MAX_VALUES => Ok(()),
-        _ => Err(format!("{what} {dims:?} is too large (more than 2^40 values)")),
-    }
+    super::checked(dims, 0, what).map(|_| ()).map_err(|e| e.reason)
 }
 
 /// The channels of a spatial input (the features of a flat one).
