@@ -119,12 +119,14 @@ impl Conv2d {
         let [_, _, h, w] = input.dims();
         let pad = padding_pairs(&self.padding, h, w, self.kernel_size, self.stride);
         let frozen = !input.is_tracked() && !self.weight.val().is_tracked();
-        let (out, cols) = if tape_is_open() && frozen && self.groups <= 1 {
-            let (out, cols) = self.forward_unfolded(input.clone(), pad);
-            (out, Some(cols))
-        } else {
-            let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
-            (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)
+        let unfolded =
+            if tape_is_open() && frozen && self.groups <= 1 { self.forward_unfolded(input.clone(), pad) } else { None };
+        let (out, cols) = match unfolded {
+            Some((out, cols)) => (out, Some(cols)),
+            None => {
+                let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
+                (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)
+            }
         };
         attach(out, |probe| ConvCall {
             weight: self.weight.id,
@@ -147,15 +149,14 @@ impl Conv2d {
     /// recorded private step: its input is data (no gradient flows into it) and the parameters
     /// are frozen, so nothing is differentiated through it, and on few input channels one GEMM
     /// beats flex's direct kernel (the Opacus CNN's full step on 2 cores: 17.2 s to 14.2 s).
-    /// Returns the output and the columns, which the per-example rule reuses.
-    fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> (Tensor<4>, Tensor<3>) {
+    /// Returns the output and the columns, which the per-example rule reuses; `None` where the
+    /// dilated kernel does not fit the padded input (burn's convolution then says why).
+    fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>)> {
         let [b, c_in, h, w] = input.dims();
         let [c_out, ..] = self.weight.dims();
         let [kh, kw] = self.kernel_size;
-        let out_len =
-            |n: usize, (lo, hi): (usize, usize), k: usize, s: usize, d: usize| (n + lo + hi - d * (k - 1) - 1) / s + 1;
-        let ho = out_len(h, pad[0], kh, self.stride[0], self.dilation[0]);
-        let wo = out_len(w, pad[1], kw, self.stride[1], self.dilation[1]);
+        let ho = out_len(h, pad[0].0 + pad[0].1, kh, self.stride[0], self.dilation[0])?;
+        let wo = out_len(w, pad[1].0 + pad[1].1, kw, self.stride[1], self.dilation[1])?;
         // On the inner backend: nothing here is tracked, and burn's autodiff has no unfold of
         // its own (its generic one permutes through strided copies).
         let autodiff = input.is_autodiff();
@@ -167,8 +168,16 @@ impl Conv2d {
             out = out + bias.val().without_autodiff().reshape([1, c_out, 1]);
         }
         let out = out.reshape([b, c_out, ho, wo]);
-        (if autodiff { out.autodiff() } else { out }, cols)
+        Some((if autodiff { out.autodiff() } else { out }, cols))
     }
+}
+
+/// Output positions along an axis of `n` values padded by `pad` in all, under a kernel of `k`
+/// with stride `s` and dilation `d`; `None` where the dilated kernel does not fit (or a size
+/// is 0).
+fn out_len(n: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> {
+    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    Some(n.checked_add(pad)?.checked_sub(span)?.checked_div(s)? + 1)
 }
 
 /// The im2col columns `[b, c·kh·kw, ho·wo]` of `x` (`[b, c, h, w]`, not tracked) under zero
@@ -211,8 +220,6 @@ fn im2col_host(
     [sh, sw]: [usize; 2],
     [dh, dw]: [usize; 2],
 ) -> Option<(Vec<f32>, [usize; 3])> {
-    let out_len =
-        |n: usize, pad: usize, k: usize, s: usize, d: usize| Some((n + pad).checked_sub(d * (k - 1) + 1)? / s + 1);
     let (ho, wo) = (out_len(h, top + bottom, kh, sh, dh)?, out_len(w, left + right, kw, sw, dw)?);
     let (k, l) = (c * kh * kw, ho * wo);
     let mut cols = vec![0.0f32; b * k * l];
