@@ -228,42 +228,14 @@ pub fn clip_block(
     Ok(())
 }
 
+crate::kernel! {
 /// `acc += Σᵣ round(w[r] · rows[r])` (each product rounded to the nearest integer) for
 /// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
 /// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). Works in
 /// column blocks that stay in L1, so `acc` is read and written once per call and every row is
-/// read once. Runs with AVX-512 or AVX2 where the processor has them (detected at run time; the
-/// result is the same integers on every path: the arithmetic is IEEE f64 either way).
+/// read once. Compiled for AVX-512 and AVX2 ([`crate::simd`]; the result is the same integers on
+/// every path: the arithmetic is IEEE f64 either way).
 pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the processor supports AVX-512F, checked just above.
-            return unsafe { add_rounded_avx512(rows, p, w, acc) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor supports AVX2, checked just above.
-            return unsafe { add_rounded_avx2(rows, p, w, acc) };
-        }
-    }
-    add_rounded_portable(rows, p, w, acc);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn add_rounded_avx512(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
-    add_rounded_portable(rows, p, w, acc);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn add_rounded_avx2(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
-    add_rounded_portable(rows, p, w, acc);
-}
-
-/// The kernel of [`add_rounded`], inlined into each instruction-set variant.
-#[inline(always)]
-fn add_rounded_portable(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
     const BLOCK: usize = 512;
     debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
     let magic = ROUND_MAGIC.to_bits() as i64;
@@ -280,9 +252,11 @@ fn add_rounded_portable(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
         }
     }
 }
+}
 
-/// Σ x² with exact f32 products accumulated in eight f64 lanes (vectorises to AVX-512/AVX2);
-/// relative error ~1e-12. Infinite or NaN for a row with a non-finite entry.
+crate::kernel! {
+/// Σ x² with exact f32 products accumulated in eight f64 lanes (compiled for AVX-512 and AVX2:
+/// [`crate::simd`]); relative error ~1e-12. Infinite or NaN for a row with a non-finite entry.
 #[must_use]
 pub fn squared_norm(x: &[f32]) -> f64 {
     let mut lanes = [0.0f64; 8];
@@ -295,6 +269,7 @@ pub fn squared_norm(x: &[f32]) -> f64 {
         }
     }
     lanes.iter().sum::<f64>() + tail.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>()
+}
 }
 
 /// `acc += a · x` (vectorises).

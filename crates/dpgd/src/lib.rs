@@ -75,6 +75,7 @@ pub mod nn;
 pub mod noise;
 pub mod per_example;
 pub mod plot;
+pub mod simd;
 pub mod sweep;
 pub mod train;
 

@@ -58,7 +58,7 @@ impl Geometry {
     /// matrix (row = output position, columns in the weights' (channel, i, j) order): columns
     /// `segment + j_lo .. segment + j_hi` read input values `source ..` of the channel-major
     /// input; the rest of the segment (or all of it when `source` is `None`) is padding.
-    #[inline]
+    #[inline(always)]
     fn segments(&self, mut f: impl FnMut(usize, usize, usize, Option<usize>)) {
         let Geometry { cin, hin, win, k, stride: s, pad, hout, wout } = *self;
         let kk = self.patch();
@@ -82,12 +82,32 @@ impl Geometry {
     }
 
     /// One example's im2col matrix from its channel-major input.
+    #[inline(always)]
     fn im2col(&self, x: &[f32], cols: &mut [f32]) {
+        // Hot path: a window row of a common kernel size is copied at a size known to the
+        // compiler (a few vector moves, not a call to memmove per row).
+        match self.k {
+            2 => self.im2col_k::<2>(x, cols),
+            3 => self.im2col_k::<3>(x, cols),
+            4 => self.im2col_k::<4>(x, cols),
+            5 => self.im2col_k::<5>(x, cols),
+            8 => self.im2col_k::<8>(x, cols),
+            _ => self.im2col_k::<0>(x, cols),
+        }
+    }
+
+    /// [`im2col`](Self::im2col) for kernel size `K` (`K = 0`: any size).
+    #[inline(always)]
+    fn im2col_k<const K: usize>(&self, x: &[f32], cols: &mut [f32]) {
         let k = self.k;
         self.segments(|seg, lo, hi, source| {
             let s = &mut cols[seg..seg + k];
             match source {
                 None => s.fill(0.0),
+                Some(src) if K > 0 && lo == 0 && hi == K => {
+                    let (to, from): (&mut [f32; K], &[f32; K]) = fixed(s, &x[src..src + K]);
+                    *to = *from;
+                }
                 Some(src) => {
                     s[..lo].fill(0.0);
                     s[lo..hi].copy_from_slice(&x[src..src + (hi - lo)]);
@@ -99,14 +119,43 @@ impl Geometry {
 
     /// The adjoint of [`im2col`](Self::im2col): scatter-adds column gradients onto the input
     /// gradient.
+    #[inline(always)]
     fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
+        match self.k {
+            2 => self.col2im_k::<2>(dcols, dx),
+            3 => self.col2im_k::<3>(dcols, dx),
+            4 => self.col2im_k::<4>(dcols, dx),
+            5 => self.col2im_k::<5>(dcols, dx),
+            8 => self.col2im_k::<8>(dcols, dx),
+            _ => self.col2im_k::<0>(dcols, dx),
+        }
+    }
+
+    /// [`col2im`](Self::col2im) for kernel size `K` (`K = 0`: any size).
+    #[inline(always)]
+    fn col2im_k<const K: usize>(&self, dcols: &[f32], dx: &mut [f32]) {
         self.segments(|seg, lo, hi, source| {
-            if let Some(src) = source {
+            let Some(src) = source else { return };
+            if K > 0 && lo == 0 && hi == K {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut dx[src..src + K], &dcols[seg..seg + K]);
+                for (d, v) in to.iter_mut().zip(from) {
+                    *d += v;
+                }
+            } else {
                 for (d, v) in dx[src..src + (hi - lo)].iter_mut().zip(&dcols[seg + lo..seg + hi]) {
                     *d += v;
                 }
             }
         });
+    }
+}
+
+/// Two slices of length `K` as arrays (callers slice exactly `K` values).
+#[inline(always)]
+fn fixed<'a, 'b, const K: usize>(to: &'a mut [f32], from: &'b [f32]) -> (&'a mut [f32; K], &'b [f32; K]) {
+    match (<&mut [f32; K]>::try_from(to), <&[f32; K]>::try_from(from)) {
+        (Ok(t), Ok(f)) => (t, f),
+        _ => unreachable!("callers slice exactly K values"),
     }
 }
 
@@ -150,18 +199,14 @@ impl Rule for Conv2d {
         let (t, kk, cout, b) = (g.positions(), g.patch(), self.cout, f.b);
         let n_in = g.cin * g.hin * g.win;
         let cols = &mut f.own.cols[..b * t * kk];
-        for e in 0..b {
-            g.im2col(&f.input[e * n_in..(e + 1) * n_in], &mut cols[e * t * kk..(e + 1) * t * kk]);
-        }
+        im2col_batch(g, &f.input[..b * n_in], cols);
         // hwc[b·T × cout] = cols[b·T × K] · Wᵀ, then to channel-major
         let hwc = &mut f.shared.hwc[..b * t * cout];
         let weights = MatRef::row_major(&f.theta[self.w..self.w + cout * kk], cout, kk);
         matmul(MatMut::row_major(hwc, b * t, cout), MatRef::row_major(cols, b * t, kk), weights.t(), false);
         transpose_planes(hwc, f.output, t, cout);
         if let Some(bo) = self.b {
-            for (plane, bv) in f.output.chunks_exact_mut(t).zip(f.theta[bo..bo + cout].iter().cycle()) {
-                plane.iter_mut().for_each(|v| *v += bv);
-            }
+            add_bias(f.output, &f.theta[bo..bo + cout], t);
         }
     }
 
@@ -180,9 +225,7 @@ impl Rule for Conv2d {
                 false,
             );
             if let Some(bo) = self.b {
-                for (gb, plane) in row[bo..bo + cout].iter_mut().zip(dye.chunks_exact(t)) {
-                    *gb = plane.iter().sum();
-                }
+                plane_sums(&mut row[bo..bo + cout], dye, t);
             }
         }
         if let Some(dx) = g.dx {
@@ -193,14 +236,52 @@ impl Rule for Conv2d {
             let weights = MatRef::row_major(&g.theta[self.w..self.w + cout * kk], cout, kk);
             matmul(MatMut::row_major(dcols, b * t, kk), MatRef::row_major(hwc, b * t, cout), weights, false);
             let n_in = geo.cin * geo.hin * geo.win;
-            dx.iter_mut().for_each(|v| *v = 0.0);
-            for e in 0..b {
-                geo.col2im(&dcols[e * t * kk..(e + 1) * t * kk], &mut dx[e * n_in..(e + 1) * n_in]);
-            }
+            col2im_batch(geo, dcols, &mut dx[..b * n_in]);
         }
     }
 }
 
+crate::kernel! {
+/// The im2col matrices of the examples of `x` (one after the other) into `cols`.
+fn im2col_batch(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+    let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    for (xe, ce) in x.chunks_exact(n_in).zip(cols.chunks_exact_mut(n_cols)) {
+        g.im2col(xe, ce);
+    }
+}
+}
+
+crate::kernel! {
+/// The input gradients of the examples of `dcols` (one after the other) into `dx`, overwritten.
+fn col2im_batch(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+    dx.fill(0.0);
+    let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    for (ce, de) in dcols.chunks_exact(n_cols).zip(dx.chunks_exact_mut(n_in)) {
+        g.col2im(ce, de);
+    }
+}
+}
+
+crate::kernel! {
+/// Adds `bias[c]` to every value of plane `c` (planes of `t` values, channel after channel,
+/// example after example).
+fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
+    for (plane, bv) in planes.chunks_exact_mut(t).zip(bias.iter().cycle()) {
+        plane.iter_mut().for_each(|v| *v += bv);
+    }
+}
+}
+
+crate::kernel! {
+/// `sums[c] = Σ plane c` of one example's planes of `t` values.
+fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+    for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
+        *s = plane.iter().sum();
+    }
+}
+}
+
+crate::kernel! {
 /// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major).
 fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
     if rows == 1 || cols == 1 {
@@ -214,6 +295,7 @@ fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
             }
         }
     }
+}
 }
 
 #[cfg(test)]

@@ -82,11 +82,7 @@ impl Rule for Linear {
         for e in 0..b {
             let row = &mut g.grads[e * p..(e + 1) * p];
             let (a, d) = (&g.input[e * din..(e + 1) * din], &g.dy[e * dout..(e + 1) * dout]);
-            for (o, &dov) in d.iter().enumerate() {
-                for (gw, &av) in row[self.w + o * din..self.w + (o + 1) * din].iter_mut().zip(a) {
-                    *gw = dov * av;
-                }
-            }
+            outer(&mut row[self.w..self.w + dout * din], d, a);
             if let Some(bo) = self.b {
                 row[bo..bo + dout].copy_from_slice(d);
             }
@@ -96,4 +92,18 @@ impl Rule for Linear {
             matmul(MatMut::row_major(dx, b, din), MatRef::row_major(g.dy, b, dout), weights, false);
         }
     }
+}
+
+crate::kernel! {
+/// `w[o, i] = d[o] · a[i]` (row-major `w`): one example's weight gradient.
+fn outer(w: &mut [f32], d: &[f32], a: &[f32]) {
+    if a.is_empty() {
+        return;
+    }
+    for (wo, &dov) in w.chunks_exact_mut(a.len()).zip(d) {
+        for (gw, &av) in wo.iter_mut().zip(a) {
+            *gw = dov * av;
+        }
+    }
+}
 }

@@ -38,32 +38,112 @@ impl MaxPool2d {
         };
         Ok(Self { c, k, stride, hin: h, win: w, hout, wout })
     }
+}
 
-    /// One example's pool, recording the arg-max input index of each output.
-    fn pool(&self, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
-        let MaxPool2d { c, k, stride: s, hin, win, hout, wout } = *self;
-        for ch in 0..c {
-            let plane = &x[ch * hin * win..(ch + 1) * hin * win];
-            for oh in 0..hout {
-                for ow in 0..wout {
-                    let o = (ch * hout + oh) * wout + ow;
-                    let first = (oh * s) * win + ow * s;
-                    let (mut best, mut best_v) = (first, plane[first]);
-                    for i in 0..k {
-                        let r = (oh * s + i) * win + ow * s;
-                        for (j, &v) in plane[r..r + k].iter().enumerate() {
-                            if v > best_v {
-                                (best, best_v) = (r + j, v);
-                            }
-                        }
-                    }
-                    out[o] = best_v;
-                    // Fits: Network::new keeps every activation below 2^40 values per example
-                    // and the arg-max indexes one example's input plane.
-                    argmax[o] = (ch * hin * win + best) as u32;
+crate::kernel! {
+/// The pools of `b` examples ([`pool`]), compiled for AVX-512 and AVX2 ([`crate::simd`]).
+fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
+    let (n_in, n_out) = (p.c * p.hin * p.win, p.c * p.hout * p.wout);
+    // The running maxima of one plane, flattened (see `pool_stride1`).
+    let flat = if p.stride == 1 && p.k > 1 { p.hin * p.win } else { 0 };
+    let (mut best_v, mut best) = (vec![0.0f32; flat], vec![0u32; flat]);
+    for e in 0..b {
+        let (x, out, argmax) =
+            (&x[e * n_in..(e + 1) * n_in], &mut out[e * n_out..(e + 1) * n_out], &mut argmax[e * n_out..(e + 1) * n_out]);
+        if flat > 0 {
+            pool_stride1(p, x, out, argmax, (&mut best_v, &mut best));
+        } else {
+            pool(p, x, out, argmax);
+        }
+    }
+}
+}
+
+/// [`pool`] for stride 1 (and a window of at least 2), the same values and arg-maxes: the
+/// window offsets but the last are applied to each plane as one flat vector (output position
+/// (oh, ow) at oh·win + ow; positions with ow ≥ wout are computed and ignored), so the
+/// compare-and-select runs over the whole plane rather than over rows of a few values; the
+/// last offset writes each output row.
+#[inline(always)]
+fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], scratch: (&mut [f32], &mut [u32])) {
+    let MaxPool2d { c, k, hin, win, hout, wout, .. } = *p;
+    // The last output position is (hout−1)·win + wout − 1; its window ends at hin·win − 1.
+    let flat = (hout - 1) * win + wout;
+    let (best_v, best) = (&mut scratch.0[..flat], &mut scratch.1[..flat]);
+    let last = (k - 1) * win + (k - 1);
+    for ch in 0..c {
+        let base = ch * hin * win;
+        let plane = &x[base..base + hin * win];
+        for i in 0..k {
+            for j in 0..k {
+                let off = i * win + j;
+                if off != last {
+                    select_row(best_v, best, &plane[off..off + flat], (base + off) as u32, off == 0);
                 }
             }
         }
+        for oh in 0..hout {
+            let (q, o) = (oh * win, (ch * hout + oh) * wout);
+            let row = &plane[q + last..q + last + wout];
+            let (bv, bi) = (&best_v[q..q + wout], &best[q..q + wout]);
+            let (ov, oi) = (&mut out[o..o + wout], &mut argmax[o..o + wout]);
+            for (ow, ((((ov, oi), &v), &bv), &bi)) in
+                ov.iter_mut().zip(oi.iter_mut()).zip(row).zip(bv).zip(bi).enumerate()
+            {
+                let take = v > bv;
+                *ov = if take { v } else { bv };
+                *oi = if take { (base + q + last + ow) as u32 } else { bi };
+            }
+        }
+    }
+}
+
+/// One example's pool, recording the arg-max input index of each output: the first
+/// largest value of the window in row-major order (a later value replaces the best only if
+/// strictly larger, so a NaN never does, and a NaN first in its window stays).
+///
+/// Hot path: the window's offsets are the outer loops and the output row the inner one, so
+/// that the compare-and-select over a row vectorises (contiguous for stride 1).
+#[inline(always)]
+fn pool(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
+    let MaxPool2d { c, k, stride: s, hin, win, hout, wout } = *p;
+    for ch in 0..c {
+        let base = ch * hin * win;
+        let plane = &x[base..base + hin * win];
+        for oh in 0..hout {
+            let o = (ch * hout + oh) * wout;
+            let (best_v, best) = (&mut out[o..o + wout], &mut argmax[o..o + wout]);
+            for i in 0..k {
+                for j in 0..k {
+                    // Fits: Network::new keeps every activation below 2^40 values per
+                    // example, and the arg-max indexes one example's input.
+                    let start = (oh * s + i) * win + j;
+                    let first = i == 0 && j == 0;
+                    if s == 1 {
+                        select_row(best_v, best, &plane[start..start + wout], (base + start) as u32, first);
+                    } else {
+                        for (ow, (bv, bi)) in best_v.iter_mut().zip(best.iter_mut()).enumerate() {
+                            let at = start + ow * s;
+                            let v = plane[at];
+                            if first || v > *bv {
+                                (*bv, *bi) = (v, (base + at) as u32);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `best_v[ow] = row[ow]` (with index `start + ow`) where `first` or `row[ow] > best_v[ow]`:
+/// branch-free, so it vectorises.
+#[inline(always)]
+fn select_row(best_v: &mut [f32], best: &mut [u32], row: &[f32], start: u32, first: bool) {
+    for (ow, ((bv, bi), &v)) in best_v.iter_mut().zip(best.iter_mut()).zip(row).enumerate() {
+        let take = first || v > *bv;
+        *bv = if take { v } else { *bv };
+        *bi = if take { start + ow as u32 } else { *bi };
     }
 }
 
@@ -77,15 +157,7 @@ impl Rule for MaxPool2d {
     }
 
     fn forward(&self, f: Forward<'_>) {
-        let (n_in, n_out) = (self.c * self.hin * self.win, self.out_len());
-        let argmax = &mut f.own.argmax[..f.b * n_out];
-        for e in 0..f.b {
-            self.pool(
-                &f.input[e * n_in..(e + 1) * n_in],
-                &mut f.output[e * n_out..(e + 1) * n_out],
-                &mut argmax[e * n_out..(e + 1) * n_out],
-            );
-        }
+        pool_batch(self, f.input, f.output, &mut f.own.argmax, f.b);
     }
 
     fn backward(&self, g: Backward<'_>) {
@@ -97,6 +169,61 @@ impl Rule for MaxPool2d {
             for (&i, &d) in g.own.argmax[e * n_out..(e + 1) * n_out].iter().zip(&g.dy[e * n_out..(e + 1) * n_out]) {
                 dxe[i as usize] += d;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The window scanned value by value in row-major order, the first strictly largest kept.
+    fn reference(p: &MaxPool2d, x: &[f32]) -> (Vec<f32>, Vec<u32>) {
+        let (mut out, mut arg) = (Vec::new(), Vec::new());
+        for ch in 0..p.c {
+            for oh in 0..p.hout {
+                for ow in 0..p.wout {
+                    let at = |i: usize, j: usize| ch * p.hin * p.win + (oh * p.stride + i) * p.win + ow * p.stride + j;
+                    let (mut bi, mut bv) = (at(0, 0), x[at(0, 0)]);
+                    for i in 0..p.k {
+                        for j in 0..p.k {
+                            if x[at(i, j)] > bv {
+                                (bi, bv) = (at(i, j), x[at(i, j)]);
+                            }
+                        }
+                    }
+                    out.push(bv);
+                    arg.push(bi as u32);
+                }
+            }
+        }
+        (out, arg)
+    }
+
+    /// Ties, NaN (first in a window or later) and −∞, at strides 1 and 2: the vectorised pool
+    /// picks exactly the reference's arg-max.
+    #[test]
+    fn pool_keeps_the_first_strict_maximum() {
+        for (c, k, stride, hin, win) in [(2, 2, 1, 6, 5), (3, 3, 2, 7, 9), (1, 2, 2, 4, 4), (2, 3, 1, 5, 7)] {
+            let (hout, wout) = ((hin - k) / stride + 1, (win - k) / stride + 1);
+            let p = MaxPool2d { c, k, stride, hin, win, hout, wout };
+            let specials = [f32::NAN, f32::NEG_INFINITY, 1.0, 1.0, 0.0];
+            let x: Vec<f32> = (0..c * hin * win)
+                .map(|i| if i % 7 == 3 { specials[(i / 7) % specials.len()] } else { ((i * 5) % 4) as f32 })
+                .collect();
+            let (want, want_arg) = reference(&p, &x);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            // One example by the generic pool; two (the second the first negated) by the batch
+            // kernel, which takes the flat path at stride 1.
+            let (mut out, mut arg) = (vec![0.0; p.out_len()], vec![0; p.out_len()]);
+            pool(&p, &x, &mut out, &mut arg);
+            assert_eq!((arg, bits(&out)), (want_arg.clone(), bits(&want)), "{p:?}");
+            let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+            let (want2, want2_arg) = reference(&p, &neg);
+            let (mut out, mut arg) = (vec![0.0; 2 * p.out_len()], vec![0; 2 * p.out_len()]);
+            pool_batch(&p, &[x.clone(), neg].concat(), &mut out, &mut arg, 2);
+            assert_eq!(arg, [want_arg, want2_arg].concat(), "{p:?}");
+            assert_eq!(bits(&out), bits(&[want, want2].concat()), "{p:?}");
         }
     }
 }

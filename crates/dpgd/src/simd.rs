@@ -1,0 +1,23 @@
+//! The instruction sets the hot kernels are compiled for: [`kernel!`](crate::kernel) compiles a
+//! function once per level below and picks, at run time, the first the processor has (through
+//! the `multiversion` crate): AVX-512 (F, BW, DQ, VL), AVX2 with FMA, else the build's baseline.
+//! A release build targets baseline x86-64 (SSE2) so that it runs anywhere; without this, the
+//! compiler vectorises a kernel's loops four floats wide on a machine with sixteen.
+//!
+//! Every variant computes the same values: the kernels use IEEE arithmetic in a fixed order and
+//! Rust never fuses a multiply and an add on its own, so a fixed-seed run is reproducible
+//! across machines with different instruction sets (and the sum's sensitivity argument, which
+//! rests on each example's own rounded row, does not depend on which variant ran).
+
+/// Wraps a free function so that it is compiled for AVX-512 and AVX2 as well as the baseline,
+/// and dispatched at run time. Functions it calls should be `#[inline]` so that they are
+/// compiled into each variant.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! kernel {
+    ($(#[$meta:meta])* $vis:vis fn $($rest:tt)*) => {
+        $(#[$meta])*
+        #[::multiversion::multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+        $vis fn $($rest)*
+    };
+}
