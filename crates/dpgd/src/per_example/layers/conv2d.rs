@@ -81,6 +81,56 @@ impl Geometry {
         }
     }
 
+    /// The same windows over the input with its zero border made part of it (no padding).
+    fn padded(&self) -> Geometry {
+        let (hin, win) = (self.hin + 2 * self.pad, self.win + 2 * self.pad);
+        Geometry { hin, win, pad: 0, ..*self }
+    }
+
+    /// Copies one example's input into the interior of a [`padded`](Self::padded) plane (its
+    /// border stays as it is: zero).
+    #[inline(always)]
+    fn pad_into(&self, x: &[f32], plane: &mut [f32]) {
+        let (pw, ph) = (self.win + 2 * self.pad, self.hin + 2 * self.pad);
+        for (ch, src) in x.chunks_exact(self.hin * self.win).enumerate() {
+            for (r, row) in src.chunks_exact(self.win).enumerate() {
+                let at = (ch * ph + r + self.pad) * pw + self.pad;
+                plane[at..at + self.win].copy_from_slice(row);
+            }
+        }
+    }
+
+    /// The interior of a [`padded`](Self::padded) plane: the inverse of
+    /// [`pad_into`](Self::pad_into).
+    #[inline(always)]
+    fn crop_from(&self, plane: &[f32], x: &mut [f32]) {
+        let (pw, ph) = (self.win + 2 * self.pad, self.hin + 2 * self.pad);
+        for (ch, dst) in x.chunks_exact_mut(self.hin * self.win).enumerate() {
+            for (r, row) in dst.chunks_exact_mut(self.win).enumerate() {
+                let at = (ch * ph + r + self.pad) * pw + self.pad;
+                row.copy_from_slice(&plane[at..at + self.win]);
+            }
+        }
+    }
+
+    /// [`segments`](Self::segments) without padding (every window inside the input) for kernel
+    /// size `K = k`: `f(segment, source)` for each whole window row, in the same order.
+    #[inline(always)]
+    fn windows<const K: usize>(&self, mut f: impl FnMut(usize, usize)) {
+        let Geometry { cin, hin, win, stride: s, hout, wout, .. } = *self;
+        let kk = cin * K * K;
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * kk;
+                for ch in 0..cin {
+                    for i in 0..K {
+                        f(row + (ch * K + i) * K, (ch * hin + oh * s + i) * win + ow * s);
+                    }
+                }
+            }
+        }
+    }
+
     /// One example's im2col matrix from its channel-major input.
     #[inline(always)]
     fn im2col(&self, x: &[f32], cols: &mut [f32]) {
@@ -99,6 +149,14 @@ impl Geometry {
     /// [`im2col`](Self::im2col) for kernel size `K` (`K = 0`: any size).
     #[inline(always)]
     fn im2col_k<const K: usize>(&self, x: &[f32], cols: &mut [f32]) {
+        if K > 0 && self.pad == 0 {
+            // Every window lies inside the input: no clamping, whole rows only.
+            self.windows::<K>(|seg, src| {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut cols[seg..seg + K], &x[src..src + K]);
+                *to = *from;
+            });
+            return;
+        }
         let k = self.k;
         self.segments(|seg, lo, hi, source| {
             let s = &mut cols[seg..seg + k];
@@ -134,6 +192,15 @@ impl Geometry {
     /// [`col2im`](Self::col2im) for kernel size `K` (`K = 0`: any size).
     #[inline(always)]
     fn col2im_k<const K: usize>(&self, dcols: &[f32], dx: &mut [f32]) {
+        if K > 0 && self.pad == 0 {
+            self.windows::<K>(|seg, src| {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut dx[src..src + K], &dcols[seg..seg + K]);
+                for (d, v) in to.iter_mut().zip(from) {
+                    *d += v;
+                }
+            });
+            return;
+        }
         self.segments(|seg, lo, hi, source| {
             let Some(src) = source else { return };
             if K > 0 && lo == 0 && hi == K {
@@ -242,22 +309,41 @@ impl Rule for Conv2d {
 }
 
 crate::kernel! {
-/// The im2col matrices of the examples of `x` (one after the other) into `cols`.
+/// The im2col matrices of the examples of `x` (one after the other) into `cols`. With padding,
+/// each example is first copied into a zero-bordered plane, so that every window row is read
+/// whole (no partial rows at the borders).
 fn im2col_batch(g: &Geometry, x: &[f32], cols: &mut [f32]) {
     let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    let padded = g.padded();
+    let mut plane = vec![0.0f32; if g.pad > 0 { padded.cin * padded.hin * padded.win } else { 0 }];
     for (xe, ce) in x.chunks_exact(n_in).zip(cols.chunks_exact_mut(n_cols)) {
-        g.im2col(xe, ce);
+        if g.pad > 0 {
+            g.pad_into(xe, &mut plane);
+            padded.im2col(&plane, ce);
+        } else {
+            g.im2col(xe, ce);
+        }
     }
 }
 }
 
 crate::kernel! {
 /// The input gradients of the examples of `dcols` (one after the other) into `dx`, overwritten.
+/// With padding, through a zero-bordered plane whose border is then dropped: each input value
+/// receives the same terms in the same order as without it.
 fn col2im_batch(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
     dx.fill(0.0);
     let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    let padded = g.padded();
+    let mut plane = vec![0.0f32; if g.pad > 0 { padded.cin * padded.hin * padded.win } else { 0 }];
     for (ce, de) in dcols.chunks_exact(n_cols).zip(dx.chunks_exact_mut(n_in)) {
-        g.col2im(ce, de);
+        if g.pad > 0 {
+            plane.fill(0.0);
+            padded.col2im(ce, &mut plane);
+            g.crop_from(&plane, de);
+        } else {
+            g.col2im(ce, de);
+        }
     }
 }
 }
@@ -289,9 +375,10 @@ fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
         return;
     }
     for (s, d) in src.chunks_exact(rows * cols).zip(dst.chunks_exact_mut(rows * cols)) {
-        for r in 0..rows {
-            for c in 0..cols {
-                d[c * rows + r] = s[r * cols + c];
+        // Row by row of the destination: contiguous writes, strided reads without index checks.
+        for (c, dcol) in d.chunks_exact_mut(rows).enumerate() {
+            for (v, &x) in dcol.iter_mut().zip(s[c..].iter().step_by(cols)) {
+                *v = x;
             }
         }
     }
@@ -319,6 +406,14 @@ mod tests {
             let lhs: f32 = cols.iter().zip(&c).map(|(a, b)| a * b).sum();
             let rhs: f32 = x.iter().zip(&dx).map(|(a, b)| a * b).sum();
             assert_eq!(lhs, rhs, "geometry {g:?}");
+            // The batch kernels (through a zero-bordered plane when padded) give the same
+            // values, bit for bit.
+            let mut batch_cols = vec![1.0; c.len()];
+            im2col_batch(&g, &x, &mut batch_cols);
+            assert_eq!(batch_cols, cols, "geometry {g:?}");
+            let mut batch_dx = vec![1.0; x.len()];
+            col2im_batch(&g, &c, &mut batch_dx);
+            assert_eq!(batch_dx, dx, "geometry {g:?}");
         }
     }
 }
