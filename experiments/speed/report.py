@@ -32,6 +32,18 @@ for label, s, mem in rows:
     ratio = "" if o is None else f"{o / s:.2f}x"
     print(f"| {label} | {s:.2f} | {60000 / s:,.0f} | {s / t:.2f}x | {ratio} | {'' if mem is None else f'{mem:.0f}'} |")
 print()
+# The fast engine against the machine: FP32 work per example counted from the model's products
+# (Network::flops_per_example: forward, per-example weight gradient and input gradients, a
+# multiply-add as two; 2.1 MFLOP for the Opacus CNN), and the practical peak measured in the same
+# process (one 1024^3 gemm product per thread at once, the engine's own kernels).
+print("| fast engine, 60,000 examples | threads | s/step | GFLOP/s (products) | GEMM peak GFLOP/s, same run | % of that peak |")
+print("|---|---|---|---|---|---|")
+for name in ("dpgd-60000-t1.json", "dpgd-60000.json"):
+    r = load(name)
+    if r and r.get("gflops"):
+        print(f"| opacus-cnn, {r['flop_per_example'] / 1e6:.2f} MFLOP/example | {r['threads']} | {r['step_s']['median']:.3f} | "
+              f"{r['gflops']:.0f} | {r['gemm_peak_gflops']:.0f} | {100 * r['gflops'] / r['gemm_peak_gflops']:.0f} % |")
+print()
 print("| dpgd examples | s/step | peak RSS MiB |")
 print("|---|---|---|")
 for n in (10000, 30000, 60000):

@@ -18,6 +18,9 @@ for n in 10000 30000 60000; do
   echo "dpgd full step, $n examples ..." >&2
   "${DPGD[@]}" bench-step --examples "$n" --reps "$REPS" > "$OUT/dpgd-$n.json"
 done
+# One thread, for the fast engine's scaling and its rate against one core's peak.
+echo "dpgd full step, 60000 examples, 1 thread ..." >&2
+"${DPGD[@]}" bench-step --examples 60000 --reps "$REPS" --threads 1 > "$OUT/dpgd-60000-t1.json"
 # The burn engine (the same Opacus CNN as burn modules of dpgd::nn layers, on flex): 10k and 60k
 # examples, for its time and to show its memory does not grow with the dataset; chunk 64 (64 and
 # 128 measured fastest of 32-1024 here, 256 about 15 % slower).

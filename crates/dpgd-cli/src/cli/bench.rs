@@ -48,6 +48,9 @@ pub(crate) struct BenchArgs {
     /// The burn device of the burn engine.
     #[arg(long, default_value = "flex")]
     device: DeviceKind,
+    /// The model's work per example (set from the model, not an option).
+    #[arg(skip)]
+    flops: Option<u64>,
 }
 
 /// Which engine `bench-step` times.
@@ -79,6 +82,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let grid = SumGrid::fixed_point(1.0, n)?;
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let name = a.model.name();
+    let a = BenchArgs { flops: Some(net.flops_per_example()), ..a };
     match a.engine {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
@@ -125,6 +129,9 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
         }
     }
     times.sort_by(f64::total_cmp);
+    // The step's memory, read before the peak measurement allocates its matrices.
+    let rss = peak_rss_mib();
+    let peak = gemm_gflops(&pool);
     // `--reps` is at least 1 (its parser refuses 0), so `times` is not empty.
     let (min, median, max) = (times[0], times[times.len() / 2], times[times.len() - 1]);
     println!(
@@ -135,10 +142,55 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
             "threads": pool.current_num_threads(), "reps": reps,
             "step_s": { "median": median, "min": min, "max": max },
             "examples_per_s": n as f64 / median,
-            "peak_rss_mib": peak_rss_mib(),
+            "flop_per_example": a.flops, "gflops": a.flops.map(|f| f as f64 * n as f64 / median / 1e9),
+            "gemm_peak_gflops": peak,
+            "peak_rss_mib": rss,
         })
     );
     Ok(())
+}
+
+/// The FP32 rate this machine reaches on large matrix products, one per thread of `pool` at
+/// once (1024³ each, the same `gemm` crate and kernels as the fast engine, best of three): the
+/// practical peak the engine's rate is compared with.
+fn gemm_gflops(pool: &rayon::ThreadPool) -> f64 {
+    const N: usize = 1024;
+    let threads = pool.current_num_threads();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        pool.broadcast(|_| {
+            let (a, b, mut c) = (vec![0.5f32; N * N], vec![0.25f32; N * N], vec![0.0f32; N * N]);
+            // SAFETY: three distinct N×N column-major buffers of exactly N·N values, unit
+            // row stride and column stride N, as gemm's contract requires.
+            unsafe {
+                gemm::gemm(
+                    N,
+                    N,
+                    N,
+                    c.as_mut_ptr(),
+                    N as isize,
+                    1,
+                    false,
+                    a.as_ptr(),
+                    N as isize,
+                    1,
+                    b.as_ptr(),
+                    N as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+            std::hint::black_box(&c);
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    2.0 * (N * N * N * threads) as f64 / best / 1e9
 }
 
 /// The process's peak resident set (VmHWM), in MiB.

@@ -256,6 +256,13 @@ impl Rule for Conv2d {
         Some(Params { weight: self.w, weight_len: self.cout * kk, bias: self.b, bias_len: self.cout, fan_in: kk })
     }
 
+    /// Forward T·K·cout multiply-adds, the weight gradient Δᵢ·colsᵢ as many, the column
+    /// gradients Δᵢᵀ·W as many again.
+    fn flops(&self, input_grad: bool) -> u64 {
+        let one = 2 * (self.geometry.positions() * self.geometry.patch() * self.cout) as u64;
+        one * if input_grad { 3 } else { 2 }
+    }
+
     fn needs(&self) -> Needs {
         let (t, kk) = (self.geometry.positions(), self.geometry.patch());
         Needs { cols: t * kk, argmax: 0, hwc: self.out_len(), dcols: t * kk }

@@ -60,6 +60,13 @@ impl Rule for Linear {
         })
     }
 
+    /// Forward din·dout multiply-adds, the weight gradient δᵢ aᵢᵀ din·dout multiplies, the input
+    /// gradient Wᵀδᵢ din·dout multiply-adds.
+    fn flops(&self, input_grad: bool) -> u64 {
+        let macs = (self.din * self.dout) as u64;
+        2 * macs + macs + if input_grad { 2 * macs } else { 0 }
+    }
+
     fn forward(&self, f: Forward<'_>) {
         let (b, din, dout) = (f.b, self.din, self.dout);
         let weights = MatRef::row_major(&f.theta[self.w..self.w + dout * din], dout, din);

@@ -110,6 +110,14 @@ pub(crate) trait Rule {
     fn forward(&self, f: Forward<'_>);
     /// Input gradient (if `dx` is given) and per-example parameter gradients.
     fn backward(&self, g: Backward<'_>);
+    /// Floating-point operations of its products for one example: forward, per-example
+    /// parameter gradient and (when `input_grad`) input gradient; a multiply-add counts two.
+    /// Element-wise work (activations, pooling, bias, clipping) is not counted: the figure is
+    /// the work a dense-math peak is measured on.
+    fn flops(&self, input_grad: bool) -> u64 {
+        let _ = input_grad;
+        0
+    }
     /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
     fn squared_norm(&self, grad_row: &[f32]) -> f64 {
         self.params().map_or(0.0, |p| {
@@ -177,6 +185,12 @@ macro_rules! layers {
 
             pub(crate) fn backward(&self, g: Backward<'_>) {
                 match self { $( Layer::$variant(l) => l.backward(g), )* }
+            }
+
+            /// Floating-point operations of its products for one example (see `Rule::flops`).
+            #[must_use]
+            pub fn flops(&self, input_grad: bool) -> u64 {
+                self.rule().flops(input_grad)
             }
 
             /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
