@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::convert::{Conversion, ToApproxDp};
 use crate::error::{AccountingError, Result, positive, probability};
 use crate::measure::{GaussianDp, Rdp, Zcdp};
-use crate::numeric::{add_up, div_up, mul_up, sqrt_up, u64_up};
+use crate::numeric::{add_up, div_up, mul_down, mul_up, sqrt_up, u64_up};
 use crate::pld::{Direction, Pld, Rounding};
 use crate::subsampled;
 
@@ -358,7 +358,9 @@ impl ZcdpAccountant {
         match event {
             DpEvent::Gaussian { noise_multiplier } => {
                 let s = positive("sigma", *noise_multiplier)?;
-                Ok(div_up(1.0, (2.0 * s * s * (1.0 - f64::EPSILON)).max(f64::MIN_POSITIVE)))
+                // 1/(2σ²) with σ² rounded down and the quotient up: never below the exact ρ,
+                // and exact where it is representable (σ = 8: ρ = 1/128).
+                Ok(div_up(1.0, (2.0 * mul_down(s, s)).max(f64::MIN_POSITIVE)))
             }
             DpEvent::PoissonSampled { .. } => Err(AccountingError::UnsupportedEvent {
                 accountant: "zcdp",

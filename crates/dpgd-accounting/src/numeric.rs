@@ -114,6 +114,34 @@ pub fn div_up(a: f64, b: f64) -> f64 {
     if (-q).mul_add(b, a) > 0.0 { q.next_up() } else { q }
 }
 
+/// `a·b` rounded towards −∞ for a, b ≥ 0 (never above the exact product; below about 4e-292
+/// it is rounded down by one ulp unconditionally).
+#[must_use]
+pub fn mul_down(a: f64, b: f64) -> f64 {
+    let p = a * b;
+    if !p.is_finite() || p == 0.0 {
+        return p;
+    }
+    if p < TINY {
+        return p.next_down().max(0.0);
+    }
+    if a.mul_add(b, -p) < 0.0 { p.next_down() } else { p }
+}
+
+/// `a/b` rounded towards −∞ for a ≥ 0, b > 0 (never above the exact quotient).
+#[must_use]
+pub fn div_down(a: f64, b: f64) -> f64 {
+    let q = a / b;
+    if !q.is_finite() || b <= 0.0 || a == 0.0 {
+        return q;
+    }
+    if q < TINY {
+        return q.next_down().max(0.0);
+    }
+    // a − q·b exactly: negative means q is above the exact quotient.
+    if (-q).mul_add(b, a) < 0.0 { q.next_down() } else { q }
+}
+
 /// `√x` rounded towards +∞ (never below the exact root). For x below about 4e-292 the root
 /// is rounded up by one ulp unconditionally.
 #[must_use]
@@ -318,6 +346,19 @@ mod tests {
         assert_eq!(sub_down(1.0, 1e-17), 1.0f64.next_down());
         assert_eq!(add_up(2.0, 3.0), 5.0);
         assert_eq!(sub_down(5.0, 3.0), 2.0);
+    }
+
+    #[test]
+    fn downward_products_and_quotients_never_overshoot() {
+        for (a, b) in [(0.1, 0.3), (1.0 / 3.0, 3.0), (7.0, 1e-17), (2.0, 8.0), (1.3, 1.3)] {
+            let p = mul_down(a, b);
+            assert!(p <= a * b && p.next_up() >= a * b);
+            assert!(a.mul_add(b, -p) >= 0.0, "{a}·{b} rounded above the exact product");
+            let q = div_down(a, b);
+            assert!((-q).mul_add(b, a) >= 0.0, "{a}/{b} rounded above the exact quotient");
+        }
+        assert_eq!((mul_down(8.0, 8.0), div_down(3.0, 2.0)), (64.0, 1.5));
+        assert_eq!(mul_down(1e-200, 1e-200), 0.0);
     }
 
     #[test]

@@ -470,7 +470,7 @@ impl TrainConfig {
         // says what it did.
         config.stopping.rule = Some(config.stop_rule());
         let conversion_given = table.get("privacy").and_then(|p| p.get("conversion")).is_some();
-        if config.privacy.method.is_sgd() && !conversion_given {
+        if config.privacy.method.imp().samples() && !conversion_given {
             config.privacy.conversion = Conversion::Cks; // an RDP curve has no exact GDP curve
         }
         Ok(config)
@@ -546,7 +546,7 @@ impl TrainConfig {
         }
         // Its backend must be compiled in: found now, not when the finished run is saved.
         self.train.device.device()?;
-        if let (Some(q), false) = (p.sample_rate, p.method.is_sgd()) {
+        if let (Some(q), false) = (p.sample_rate, p.method.imp().samples()) {
             return Err(Error::config(
                 "privacy.sample_rate",
                 format!(
@@ -682,7 +682,7 @@ impl TrainConfig {
                 crate::accounting::sampling::DiscreteGaussian::new(r.sigma).map_err(|e| field(f, e))?;
             }
         }
-        if p.method.is_sgd() {
+        if p.method.imp().samples() {
             return self.sgd_plan(releases);
         }
         let mut plan = GdPlan::new(p.worst_case_steps as f64).map_err(|e| field("privacy.worst_case_steps", e))?;

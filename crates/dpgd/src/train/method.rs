@@ -48,13 +48,6 @@ impl Method {
     pub fn describe(self) -> &'static str {
         self.imp().describe()
     }
-
-    /// Whether each step works on a Poisson sample (DP-SGD, with or without individual
-    /// accounting).
-    #[must_use]
-    pub fn is_sgd(self) -> bool {
-        self.imp().samples()
-    }
 }
 
 /// What a training method does, as the rest of the crate asks it. A method built from the steps
