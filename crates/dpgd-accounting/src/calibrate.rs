@@ -9,7 +9,9 @@
 //! [`convert`](super::convert#why-gaussian-exact-is-valid-for-private-gd-with-filtering)).
 //! With B_norm = k·C² (k = the worst-case number of steps, the steps plain private GD would
 //! take) the clip cancels: μ = √k/σ. Under the replace-one relation the clipped sum's
-//! sensitivity doubles ([`Neighbours::sum_sensitivity`]), so μ = 2√k/σ.
+//! sensitivity doubles ([`Neighbours::sum_sensitivity`]), so μ = 2√k/σ. The guarantee is
+//! computed from the run's events ([`GdPlan::event`]: k Gaussian steps; a fractional k counts as
+//! ⌈k⌉, which only overstates it).
 //!
 //! Everything here rounds towards overstating privacy loss: μ and ρ are rounded up, a
 //! calibrated σ is rounded up and then confirmed with the forward conversion.
@@ -254,7 +256,8 @@ impl GdPlan {
     /// [DRS19]: https://arxiv.org/abs/1905.02383
     #[must_use]
     pub fn event(&self, sigma: f64) -> DpEvent {
-        let training = DpEvent::gaussian(sigma / self.neighbours.sum_sensitivity()).repeated(self.whole_steps());
+        let multiplier = div_down(sigma, self.neighbours.sum_sensitivity());
+        let training = DpEvent::gaussian(multiplier).repeated(self.whole_steps());
         let mut events = vec![training];
         events.extend(self.releases.iter().map(GaussianRelease::event));
         DpEvent::Composed { events }
@@ -385,6 +388,15 @@ mod tests {
     fn extreme_parameters_are_errors_not_infinities() {
         let e = PrivateGd::new(1e-200, 1.0, 100.0).unwrap_err().to_string();
         assert!(e.contains("sigma") && e.contains("too small"), "{e}");
+        // One step at a σ whose square underflows: the guarantee (μ = 1e200) is not finite as
+        // ρ; it must be refused, not capped at a smaller μ (it once came out as 9.5e153).
+        for neighbours in [Neighbours::ZeroOut, Neighbours::ReplaceOne] {
+            for sigma in [1e-200, 1e-160, 1e-155] {
+                let run = PrivateGd::new(sigma, 1.0, 1.0).and_then(|r| r.with_neighbours(neighbours));
+                let plan = GdPlan::new(1.0).unwrap().with_neighbours(neighbours).guarantee(sigma);
+                assert!(run.is_err() && plan.is_err(), "sigma {sigma}: {run:?} {plan:?}");
+            }
+        }
         assert!(PrivateGd::new(1.0, 1e300, 100.0).unwrap_err().to_string().contains("clip"));
         assert!(PrivateGd::new(1.0, 1e-300, 100.0).unwrap_err().to_string().contains("clip"));
         assert!(GaussianRelease::new(1e-200, 1.0, 3).is_err());

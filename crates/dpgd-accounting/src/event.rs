@@ -359,8 +359,18 @@ impl ZcdpAccountant {
             DpEvent::Gaussian { noise_multiplier } => {
                 let s = positive("sigma", *noise_multiplier)?;
                 // 1/(2σ²) with σ² rounded down and the quotient up: never below the exact ρ,
-                // and exact where it is representable (σ = 8: ρ = 1/128).
-                Ok(div_up(1.0, (2.0 * mul_down(s, s)).max(f64::MIN_POSITIVE)))
+                // and exact where it is representable (σ = 8: ρ = 1/128). Where 2σ² is not a
+                // normal number its reciprocal would overflow or lose its bound: refused.
+                let twice_square = 2.0 * mul_down(s, s);
+                if twice_square < f64::MIN_POSITIVE {
+                    return Err(AccountingError::InvalidParameter {
+                        name: "sigma",
+                        value: s,
+                        expected: "a noise multiplier whose square is a normal float (above about 1e-154): a \
+                                   smaller one gives no meaningful guarantee",
+                    });
+                }
+                Ok(div_up(1.0, twice_square))
             }
             DpEvent::PoissonSampled { .. } => Err(AccountingError::UnsupportedEvent {
                 accountant: "zcdp",

@@ -37,6 +37,11 @@ use crate::noise::NoiseSampler;
 /// norm (≤ P·2⁻⁵³ relative for P parameters) and of the products xⱼ·f (2⁻⁵³) with a wide margin.
 pub const FACTOR_SHRINK: f64 = 1.0 - 1.0 / (1u64 << 20) as f64;
 
+/// The most parameters a clipped row may have: [`FACTOR_SHRINK`] covers the squared norm's
+/// rounding, ≤ P·2⁻⁵³ relative, only while that is below 2⁻²⁰ (here with a factor 2 to spare;
+/// θ alone would take 16 GiB). A gradient sum refuses a larger model before computing anything.
+pub const MAX_CLIPPED_PARAMS: usize = 1 << 32;
+
 /// 1.5·2⁵²: for |y| < 2⁵¹, `y + ROUND_MAGIC` lies in [2⁵², 2⁵³), where doubles are the integers,
 /// so the addition rounds y to the nearest integer (ties to even) and the difference of the bit
 /// patterns is that integer. Branch-free and vectorisable, unlike `f64::round` and `as i64`.
@@ -228,7 +233,7 @@ pub fn clip_block(
     Ok(())
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// `acc += Σᵣ round(w[r] · rows[r])` (each product rounded to the nearest integer) for
 /// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
 /// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). Works in
@@ -254,12 +259,12 @@ pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
 }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// Σ x² with exact f32 products accumulated in 32 f64 lanes (four independent vector sums, so
 /// the additions do not wait on each other; compiled for AVX-512 and AVX2: [`crate::simd`]),
 /// the lanes then added in a fixed order; relative error ≤ P·2⁻⁵³ for P values, as for any
-/// order of the sum ([`FACTOR_SHRINK`] covers it). Infinite or NaN for a row with a non-finite
-/// entry.
+/// order of the sum ([`FACTOR_SHRINK`] covers it up to [`MAX_CLIPPED_PARAMS`]). Infinite or
+/// NaN for a row with a non-finite entry.
 #[must_use]
 pub fn squared_norm(x: &[f32]) -> f64 {
     const LANES: usize = 32;

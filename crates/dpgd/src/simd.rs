@@ -1,19 +1,20 @@
-//! The instruction sets the hot kernels are compiled for: [`kernel!`](crate::kernel) compiles a
+//! The instruction sets the hot kernels are compiled for: `kernel!` compiles a
 //! function once per level below and picks, at run time, the first the processor has (through
 //! the `multiversion` crate): AVX-512 (F, BW, DQ, VL), AVX2 with FMA, else the build's baseline.
 //! A release build targets baseline x86-64 (SSE2) so that it runs anywhere; without this, the
 //! compiler vectorises a kernel's loops four floats wide on a machine with sixteen.
 //!
-//! Every variant computes the same values: the kernels use IEEE arithmetic in a fixed order and
-//! Rust never fuses a multiply and an add on its own, so a fixed-seed run is reproducible
-//! across machines with different instruction sets (and the sum's sensitivity argument, which
-//! rests on each example's own rounded row, does not depend on which variant ran).
+//! Every variant of a `kernel!` function computes the same values: the kernels use IEEE
+//! arithmetic in a fixed order and Rust never fuses a multiply and an add on its own (so the
+//! sum's sensitivity argument, which rests on each example's own rounded row, does not depend on
+//! which variant ran). The matrix products are the `gemm` crate's, which also picks its kernels
+//! by instruction set, with their own order of accumulation: a fixed-seed run is reproducible
+//! bit for bit on one machine (at any thread count), not across machines with different
+//! instruction sets.
 
 /// Wraps a free function so that it is compiled for AVX-512 and AVX2 as well as the baseline,
 /// and dispatched at run time. Functions it calls should be `#[inline]` so that they are
 /// compiled into each variant.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! kernel {
     ($(#[$meta:meta])* $vis:vis fn $($rest:tt)*) => {
         $(#[$meta])*
@@ -21,3 +22,5 @@ macro_rules! kernel {
         $vis fn $($rest)*
     };
 }
+
+pub(crate) use kernel;

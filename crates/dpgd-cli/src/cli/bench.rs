@@ -48,9 +48,6 @@ pub(crate) struct BenchArgs {
     /// The burn device of the burn engine.
     #[arg(long, default_value = "flex")]
     device: DeviceKind,
-    /// The model's work per example (set from the model, not an option).
-    #[arg(skip)]
-    flops: Option<u64>,
 }
 
 /// Which engine `bench-step` times.
@@ -82,11 +79,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let grid = SumGrid::fixed_point(1.0, n)?;
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let name = a.model.name();
-    let a = BenchArgs { flops: Some(net.flops_per_example()), ..a };
+    let flops = net.flops_per_example();
     match a.engine {
-        Engine::Fast => {
-            time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
-        }
+        Engine::Fast => time(
+            &a,
+            GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize),
+            theta,
+            (name, flops),
+        ),
         Engine::Burn | Engine::BurnFallback => {
             let device = a.device.device()?;
             let model = BurnModel::from_params(&net, &theta, &device)?;
@@ -97,13 +97,24 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 BurnEngine::with_fallback(model, &device, input, classes)?
             };
             let theta = engine.current_params()?;
-            time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize), theta, name)
+            time(
+                &a,
+                GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize),
+                theta,
+                (name, flops),
+            )
         }
     }
 }
 
-/// Times `a.reps` full steps of `plan` (after one warm-up) and prints the JSON summary.
-fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<f32>, model: &str) -> Result<()> {
+/// Times `a.reps` full steps of `plan` (after one warm-up) and prints the JSON summary, with
+/// the rate of the model's `flops` per example against the machine's GEMM peak.
+fn time<E: PerExample>(
+    a: &BenchArgs,
+    plan: GradientPlan<'_, E>,
+    mut theta: Vec<f32>,
+    (model, flops): (&str, u64),
+) -> Result<()> {
     let (chunk, reps, n) = (a.chunk as usize, a.reps as usize, plan.examples());
     // A budget no example exhausts, so every step does the full work.
     let mut ledger = IndividualFilter::new(n, 1e12)?;
@@ -142,7 +153,7 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
             "threads": pool.current_num_threads(), "reps": reps,
             "step_s": { "median": median, "min": min, "max": max },
             "examples_per_s": n as f64 / median,
-            "flop_per_example": a.flops, "gflops": a.flops.map(|f| f as f64 * n as f64 / median / 1e9),
+            "flop_per_example": flops, "gflops": flops as f64 * n as f64 / median / 1e9,
             "gemm_peak_gflops": peak,
             "peak_rss_mib": rss,
         })
@@ -156,11 +167,16 @@ fn time<E: PerExample>(a: &BenchArgs, plan: GradientPlan<'_, E>, mut theta: Vec<
 fn gemm_gflops(pool: &rayon::ThreadPool) -> f64 {
     const N: usize = 1024;
     let threads = pool.current_num_threads();
+    // Each thread's matrices, allocated and written before the timing.
+    let buffers: Vec<std::sync::Mutex<[Vec<f32>; 3]>> = (0..threads)
+        .map(|_| std::sync::Mutex::new([vec![0.5f32; N * N], vec![0.25; N * N], vec![0.0; N * N]]))
+        .collect();
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let t0 = Instant::now();
-        pool.broadcast(|_| {
-            let (a, b, mut c) = (vec![0.5f32; N * N], vec![0.25f32; N * N], vec![0.0f32; N * N]);
+        pool.broadcast(|ctx| {
+            let mut guard = buffers[ctx.index()].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let [a, b, c] = &mut *guard;
             // SAFETY: three distinct N×N column-major buffers of exactly N·N values, unit
             // row stride and column stride N, as gemm's contract requires.
             unsafe {
@@ -186,7 +202,6 @@ fn gemm_gflops(pool: &rayon::ThreadPool) -> f64 {
                     gemm::Parallelism::None,
                 );
             }
-            std::hint::black_box(&c);
         });
         best = best.min(t0.elapsed().as_secs_f64());
     }

@@ -12,7 +12,7 @@ use super::config::ValidConfig;
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::clip::{BlockStats, NonFinitePolicy, SumGrid, axpy, clip_block};
+use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, SumGrid, axpy, clip_block};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, add_gaussian, gaussian};
@@ -250,6 +250,12 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 ledger.len(),
                 theta.len(),
                 sample.map_or(n, <[bool]>::len),
+                self.net.num_params()
+            )));
+        }
+        if matches!(self.aggregation, Aggregation::Clip { .. }) && self.net.num_params() > MAX_CLIPPED_PARAMS {
+            return Err(Error::State(format!(
+                "the model has {} parameters; clipping is exact only up to {MAX_CLIPPED_PARAMS}",
                 self.net.num_params()
             )));
         }

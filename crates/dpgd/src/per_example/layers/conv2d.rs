@@ -11,6 +11,22 @@ use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Needs, Params, Rule};
 use crate::arch::kinds;
 
+/// Calls `geometry.method::<K>(args)` with the kernel size as a constant for the common sizes
+/// (2, 3, 4, 5, 8), `K = 0` (any size) otherwise. Hot path: a window row of a size known to the
+/// compiler is copied with a few vector moves, not a call to memmove per row.
+macro_rules! by_kernel_size {
+    ($g:expr, $method:ident($($arg:expr),*)) => {
+        match $g.k {
+            2 => $g.$method::<2>($($arg),*),
+            3 => $g.$method::<3>($($arg),*),
+            4 => $g.$method::<4>($($arg),*),
+            5 => $g.$method::<5>($($arg),*),
+            8 => $g.$method::<8>($($arg),*),
+            _ => $g.$method::<0>($($arg),*),
+        }
+    };
+}
+
 /// A compiled convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv2d {
@@ -81,9 +97,22 @@ impl Geometry {
         }
     }
 
+    /// The values of one example's zero-bordered plane, where the batch kernels use one: padding
+    /// narrower than the kernel (the usual "same" padding), so that the plane is within a few
+    /// times the input and im2col matrix (both bounded when the network is compiled); `None`
+    /// without padding, or for wider padding (the per-segment path then allocates nothing).
+    fn padded_plane(&self) -> Option<usize> {
+        if self.pad == 0 || self.pad >= self.k {
+            return None;
+        }
+        let side = |n: usize| n.checked_add(self.pad.checked_mul(2)?);
+        self.cin.checked_mul(side(self.hin)?)?.checked_mul(side(self.win)?)
+    }
+
     /// The same windows over the input with its zero border made part of it (no padding).
     fn padded(&self) -> Geometry {
-        let (hin, win) = (self.hin + 2 * self.pad, self.win + 2 * self.pad);
+        // Used only where `padded_plane` is Some, i.e. these sizes fit.
+        let (hin, win) = (self.hin.saturating_add(2 * self.pad), self.win.saturating_add(2 * self.pad));
         Geometry { hin, win, pad: 0, ..*self }
     }
 
@@ -134,16 +163,7 @@ impl Geometry {
     /// One example's im2col matrix from its channel-major input.
     #[inline(always)]
     fn im2col(&self, x: &[f32], cols: &mut [f32]) {
-        // Hot path: a window row of a common kernel size is copied at a size known to the
-        // compiler (a few vector moves, not a call to memmove per row).
-        match self.k {
-            2 => self.im2col_k::<2>(x, cols),
-            3 => self.im2col_k::<3>(x, cols),
-            4 => self.im2col_k::<4>(x, cols),
-            5 => self.im2col_k::<5>(x, cols),
-            8 => self.im2col_k::<8>(x, cols),
-            _ => self.im2col_k::<0>(x, cols),
-        }
+        by_kernel_size!(self, im2col_k(x, cols))
     }
 
     /// [`im2col`](Self::im2col) for kernel size `K` (`K = 0`: any size).
@@ -179,14 +199,7 @@ impl Geometry {
     /// gradient.
     #[inline(always)]
     fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
-        match self.k {
-            2 => self.col2im_k::<2>(dcols, dx),
-            3 => self.col2im_k::<3>(dcols, dx),
-            4 => self.col2im_k::<4>(dcols, dx),
-            5 => self.col2im_k::<5>(dcols, dx),
-            8 => self.col2im_k::<8>(dcols, dx),
-            _ => self.col2im_k::<0>(dcols, dx),
-        }
+        by_kernel_size!(self, col2im_k(dcols, dx))
     }
 
     /// [`col2im`](Self::col2im) for kernel size `K` (`K = 0`: any size).
@@ -315,26 +328,26 @@ impl Rule for Conv2d {
     }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// The im2col matrices of the examples of `x` (one after the other) into `cols`. With padding,
-/// each example is first copied into a zero-bordered plane, so that every window row is read
-/// whole (no partial rows at the borders).
+/// each example is first copied into a zero-bordered plane ([`Geometry::padded_plane`]), so
+/// that every window row is read whole (no partial rows at the borders).
 fn im2col_batch(g: &Geometry, x: &[f32], cols: &mut [f32]) {
     let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
     let padded = g.padded();
-    let mut plane = vec![0.0f32; if g.pad > 0 { padded.cin * padded.hin * padded.win } else { 0 }];
+    let mut plane = vec![0.0f32; g.padded_plane().unwrap_or(0)];
     for (xe, ce) in x.chunks_exact(n_in).zip(cols.chunks_exact_mut(n_cols)) {
-        if g.pad > 0 {
+        if plane.is_empty() {
+            g.im2col(xe, ce);
+        } else {
             g.pad_into(xe, &mut plane);
             padded.im2col(&plane, ce);
-        } else {
-            g.im2col(xe, ce);
         }
     }
 }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// The input gradients of the examples of `dcols` (one after the other) into `dx`, overwritten.
 /// With padding, through a zero-bordered plane whose border is then dropped: each input value
 /// receives the same terms in the same order as without it.
@@ -342,20 +355,20 @@ fn col2im_batch(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
     dx.fill(0.0);
     let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
     let padded = g.padded();
-    let mut plane = vec![0.0f32; if g.pad > 0 { padded.cin * padded.hin * padded.win } else { 0 }];
+    let mut plane = vec![0.0f32; g.padded_plane().unwrap_or(0)];
     for (ce, de) in dcols.chunks_exact(n_cols).zip(dx.chunks_exact_mut(n_in)) {
-        if g.pad > 0 {
+        if plane.is_empty() {
+            g.col2im(ce, de);
+        } else {
             plane.fill(0.0);
             padded.col2im(ce, &mut plane);
             g.crop_from(&plane, de);
-        } else {
-            g.col2im(ce, de);
         }
     }
 }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// Adds `bias[c]` to every value of plane `c` (planes of `t` values, channel after channel,
 /// example after example).
 fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
@@ -365,7 +378,7 @@ fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
 }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// `sums[c] = Σ plane c` of one example's planes of `t` values.
 fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
     for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
@@ -374,7 +387,7 @@ fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
 }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major).
 fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
     if rows == 1 || cols == 1 {
@@ -400,7 +413,16 @@ mod tests {
     #[test]
     fn im2col_and_col2im_are_adjoint() {
         for (cin, hin, win, k, stride, pad) in
-            [(1, 5, 4, 3, 1, 1), (2, 7, 7, 2, 2, 0), (3, 6, 5, 4, 2, 3), (1, 2, 2, 5, 1, 2)]
+            // The last two pad at least the kernel's width: the per-segment path (the second
+            // would need a plane of 4.4·10¹² values).
+            [
+                (1, 5, 4, 3, 1, 1),
+                (2, 7, 7, 2, 2, 0),
+                (3, 6, 5, 4, 2, 3),
+                (1, 2, 2, 5, 1, 2),
+                (1, 4, 4, 2, 3, 2),
+                (1, 28, 28, 1, 1 << 20, 1 << 20),
+            ]
         {
             let (hout, wout) = ((hin + 2 * pad - k) / stride + 1, (win + 2 * pad - k) / stride + 1);
             let g = Geometry { cin, hin, win, k, stride, pad, hout, wout };

@@ -101,7 +101,7 @@ impl Rule for Linear {
     }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// `w[o, i] = d[o] · a[i]` (row-major `w`): one example's weight gradient.
 fn outer(w: &mut [f32], d: &[f32], a: &[f32]) {
     if a.is_empty() {

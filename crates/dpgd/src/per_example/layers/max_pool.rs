@@ -40,7 +40,7 @@ impl MaxPool2d {
     }
 }
 
-crate::kernel! {
+crate::simd::kernel! {
 /// The pools of `b` examples ([`pool`]), compiled for AVX-512 and AVX2 ([`crate::simd`]).
 fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
     let (n_in, n_out) = (p.c * p.hin * p.win, p.c * p.hout * p.wout);
@@ -67,6 +67,7 @@ fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: 
 #[inline(always)]
 fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], scratch: (&mut [f32], &mut [u32])) {
     let MaxPool2d { c, k, hin, win, hout, wout, .. } = *p;
+    debug_assert!(hout > 0 && wout > 0, "a compiled pool has at least one output");
     // The last output position is (hout−1)·win + wout − 1; its window ends at hin·win − 1.
     let flat = (hout - 1) * win + wout;
     let (best_v, best) = (&mut scratch.0[..flat], &mut scratch.1[..flat]);
@@ -102,8 +103,8 @@ fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], s
 /// largest value of the window in row-major order (a later value replaces the best only if
 /// strictly larger, so a NaN never does, and a NaN first in its window stays).
 ///
-/// Hot path: the window's offsets are the outer loops and the output row the inner one, so
-/// that the compare-and-select over a row vectorises (contiguous for stride 1).
+/// The window's offsets are the outer loops and the output row the inner one, so that the
+/// compare-and-select over a row vectorises (the batch kernel takes [`pool_stride1`] at stride 1).
 #[inline(always)]
 fn pool(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
     let MaxPool2d { c, k, stride: s, hin, win, hout, wout } = *p;
