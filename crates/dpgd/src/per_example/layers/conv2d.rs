@@ -111,8 +111,10 @@ impl Geometry {
 
     /// The same windows over the input with its zero border made part of it (no padding).
     fn padded(&self) -> Geometry {
-        // Used only where `padded_plane` is Some, i.e. these sizes fit.
-        let (hin, win) = (self.hin.saturating_add(2 * self.pad), self.win.saturating_add(2 * self.pad));
+        // Used only where `padded_plane` is Some (these sizes then fit); saturating, so that a
+        // huge padding cannot overflow while the batch kernels decide.
+        let border = self.pad.saturating_mul(2);
+        let (hin, win) = (self.hin.saturating_add(border), self.win.saturating_add(border));
         Geometry { hin, win, pad: 0, ..*self }
     }
 
