@@ -98,7 +98,7 @@ impl Network {
             losses[e] = softmax_xent_grad(z, usize::from(labels[e]), &mut d_out[e * classes..]);
         }
         // The first layer with parameters: nothing before it needs a gradient.
-        let first = self.layers().iter().position(|l| l.params().is_some()).unwrap_or(0);
+        let first = self.first_with_params();
         for (l, layer) in self.layers().iter().enumerate().rev() {
             let n_in = ws.acts[l].len() / ws.batch;
             let n_out = layer.out_len();

@@ -111,9 +111,14 @@ impl Network {
     /// 2.1 MFLOP for the Opacus CNN (a unit test).
     #[must_use]
     pub fn flops_per_example(&self) -> u64 {
-        // Layers before the first with parameters need no input gradient, nor does that one.
-        let first = self.layers.iter().position(|l| l.params().is_some()).unwrap_or(0);
+        let first = self.first_with_params();
         self.layers.iter().enumerate().map(|(l, layer)| layer.flops(l > first)).sum()
+    }
+
+    /// The index of the first layer with parameters (0 if none): the backward pass stops there,
+    /// as neither it nor a layer before it needs an input gradient.
+    pub(crate) fn first_with_params(&self) -> usize {
+        self.layers.iter().position(|l| l.params().is_some()).unwrap_or(0)
     }
 
     /// The per-example squared gradient norm of each layer with parameters, from one

@@ -114,8 +114,7 @@ pub(crate) trait Rule {
     /// parameter gradient and (when `input_grad`) input gradient; a multiply-add counts two.
     /// Element-wise work (activations, pooling, bias, clipping) is not counted: the figure is
     /// the work a dense-math peak is measured on.
-    fn flops(&self, input_grad: bool) -> u64 {
-        let _ = input_grad;
+    fn flops(&self, _input_grad: bool) -> u64 {
         0
     }
     /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
