@@ -178,3 +178,34 @@ fn an_example_gradient_row_does_not_depend_on_the_rest_of_its_micro_batch() {
     // computes every micro-batch at one size (privacy_releases.rs tests the sum it releases).
     assert!(whole.iter().enumerate().any(|(i, row)| &rows_of(&net, &theta, &x, &labels, &[i])[0] != row));
 }
+
+/// `Network::profile` (what `dpgd bench-step --layers` and the layer benchmarks time) runs the
+/// same passes as training: the same gradient rows and losses bit for bit, a time for every
+/// layer's forward pass, and a backward time exactly for the layers from the first with
+/// parameters on (none before it runs a backward pass).
+#[test]
+fn profiling_computes_what_training_computes_and_times_every_pass() {
+    let mut spec = ModelSpec::opacus_cnn();
+    spec.layers.insert(0, LayerSpec::Relu(dpgd::arch::kinds::Relu)); // a layer before the first with parameters
+    let net = Network::new(&spec).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let theta = net.init_params(&mut rng);
+    let b = 6;
+    let x: Vec<f32> = (0..b * net.input_len()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let labels: Vec<u8> = (0..b).map(|i| (i % spec.classes) as u8).collect();
+    let all: Vec<usize> = (0..b).collect();
+    let want = rows_of(&net, &theta, &x, &labels, &all);
+    let mut ws = net.workspace(b);
+    let (mut grads, mut losses) = (vec![0.0f32; b * net.num_params()], vec![0.0f32; b]);
+    let times = net.profile(&theta, &mut ws, &x, &labels, &mut grads, &mut losses);
+    let got: Vec<Vec<f32>> = grads.chunks_exact(net.num_params()).map(<[f32]>::to_vec).collect();
+    assert!(got == want, "profiling changed the gradient rows");
+    let mut plain_losses = vec![0.0f32; b];
+    net.forward(&theta, &mut ws, &x, b);
+    net.backward(&theta, &mut ws, &labels, &mut grads, &mut plain_losses);
+    assert_eq!(losses, plain_losses);
+    assert_eq!(times.len(), net.layers().len());
+    assert!(times.iter().all(|t| !t.forward.is_zero()), "{times:?}");
+    assert!(times[0].backward.is_zero(), "the relu before the first parameters runs no backward pass");
+    assert!(times[1..].iter().all(|t| !t.backward.is_zero()), "{times:?}");
+}

@@ -48,6 +48,10 @@ pub(crate) struct BenchArgs {
     /// The burn device of the burn engine.
     #[arg(long, default_value = "flex")]
     device: DeviceKind,
+    /// Also time each layer of the fast engine on one thread (forward and backward, seconds per
+    /// example over the first 2,000 examples) and print where the model's time goes.
+    #[arg(long)]
+    layers: bool,
 }
 
 /// Which engine `bench-step` times.
@@ -80,12 +84,19 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let name = a.model.name();
     let flops = net.flops_per_example();
+    if a.layers && a.engine != Engine::Fast {
+        anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
+    }
+    let layers = a.layers.then(|| layer_profile(&net, &train, &theta, a.chunk as usize));
+    if let Some(rows) = &layers {
+        print_layers(rows);
+    }
     match a.engine {
         Engine::Fast => time(
             &a,
             GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize),
             theta,
-            (name, flops),
+            (name, flops, layers),
         ),
         Engine::Burn | Engine::BurnFallback => {
             let device = a.device.device()?;
@@ -101,7 +112,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 &a,
                 GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize),
                 theta,
-                (name, flops),
+                (name, flops, None),
             )
         }
     }
@@ -113,7 +124,7 @@ fn time<E: PerExample>(
     a: &BenchArgs,
     plan: GradientPlan<'_, E>,
     mut theta: Vec<f32>,
-    (model, flops): (&str, u64),
+    (model, flops, layers): (&str, u64, Option<Vec<LayerRow>>),
 ) -> Result<()> {
     let (chunk, reps, n) = (a.chunk as usize, a.reps as usize, plan.examples());
     // A budget no example exhausts, so every step does the full work.
@@ -156,9 +167,66 @@ fn time<E: PerExample>(
             "flop_per_example": flops, "gflops": flops as f64 * n as f64 / median / 1e9,
             "gemm_peak_gflops": peak,
             "peak_rss_mib": rss,
+            "layers": layers.map(|rows| rows.iter().map(|r| json!({
+                "index": r.index, "kind": r.kind, "forward_s": r.forward_s, "backward_s": r.backward_s,
+            })).collect::<Vec<_>>()),
         })
     );
     Ok(())
+}
+
+/// One layer's time per example in [`layer_profile`].
+#[derive(Debug)]
+struct LayerRow {
+    index: usize,
+    kind: &'static str,
+    forward_s: f64,
+    backward_s: f64,
+}
+
+/// Each layer's forward and backward time per example on this thread, over the first (up to)
+/// 2,000 examples of `train` in micro-batches of `chunk`.
+fn layer_profile(net: &Network, train: &dpgd::data::Examples<'_>, theta: &[f32], chunk: usize) -> Vec<LayerRow> {
+    let n = train.len().min(2000);
+    let chunk = chunk.clamp(1, n.max(1));
+    let mut ws = net.workspace(chunk);
+    let (mut x, mut grads) = (vec![0.0f32; chunk * net.input_len()], vec![0.0f32; chunk * net.num_params()]);
+    let mut losses = vec![0.0f32; chunk];
+    let mut total = vec![dpgd::per_example::LayerTimes::default(); net.layers().len()];
+    for start in (0..n).step_by(chunk) {
+        let b = chunk.min(n - start);
+        train.normalised_into(start..start + b, &Normalize::MNIST, &mut x[..b * net.input_len()]);
+        let labels = &train.labels()[start..start + b];
+        let times = net.profile(theta, &mut ws, &x[..b * net.input_len()], labels, &mut grads, &mut losses);
+        for (t, l) in total.iter_mut().zip(times) {
+            t.forward += l.forward;
+            t.backward += l.backward;
+        }
+    }
+    let per = |d: std::time::Duration| d.as_secs_f64() / n.max(1) as f64;
+    net.spec()
+        .layers
+        .iter()
+        .zip(total)
+        .enumerate()
+        .map(|(index, (spec, t))| LayerRow {
+            index,
+            kind: spec.name(),
+            forward_s: per(t.forward),
+            backward_s: per(t.backward),
+        })
+        .collect()
+}
+
+/// The per-layer table on stderr (the JSON on stdout carries the same rows).
+fn print_layers(rows: &[LayerRow]) {
+    let total: f64 = rows.iter().map(|r| r.forward_s + r.backward_s).sum();
+    eprintln!("layer                 forward µs/ex  backward µs/ex  share");
+    for r in rows {
+        let share = if total > 0.0 { 100.0 * (r.forward_s + r.backward_s) / total } else { 0.0 };
+        let name = format!("{} {}", r.index, r.kind);
+        eprintln!("{name:<22}{:>14.2}{:>16.2}{share:>6.1} %", 1e6 * r.forward_s, 1e6 * r.backward_s);
+    }
 }
 
 /// The FP32 rate this machine reaches on large matrix products, one per thread of `pool` at

@@ -6,9 +6,20 @@
 //! ([`super::layers`]: one file per rule). No autodiff and no per-example weight copies: memory
 //! is O(batch × (P + activations)).
 
+use std::time::{Duration, Instant};
+
 use super::layers::{Backward, Forward, LayerScratch, Shared};
 use super::loss::softmax_xent_grad;
 use super::network::Network;
+
+/// One layer's wall time in a [`Network::profile`] pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerTimes {
+    /// Its forward pass.
+    pub forward: Duration,
+    /// Its backward pass: input gradient and per-example parameter gradients.
+    pub backward: Duration,
+}
 
 /// Reusable buffers for one micro-batch (one per worker thread).
 #[derive(Debug, Clone)]
@@ -69,6 +80,18 @@ impl Network {
     /// Forward pass of `b` examples (`x`: `b × input_len`, channel-major like the dataset).
     /// Returns the logits, `b × classes`.
     pub fn forward<'w>(&self, theta: &[f32], ws: &'w mut Workspace, x: &[f32], b: usize) -> &'w [f32] {
+        self.forward_timed(theta, ws, x, b, None)
+    }
+
+    /// [`forward`](Self::forward), adding each layer's time to `times[l].forward` when given.
+    fn forward_timed<'w>(
+        &self,
+        theta: &[f32],
+        ws: &'w mut Workspace,
+        x: &[f32],
+        b: usize,
+        mut times: Option<&mut [LayerTimes]>,
+    ) -> &'w [f32] {
         // Internal: callers size x, θ and the workspace from this network (never from input).
         assert!(b <= ws.batch && x.len() == b * self.input_len() && theta.len() == self.num_params());
         ws.acts[0][..x.len()].copy_from_slice(x);
@@ -76,7 +99,11 @@ impl Network {
             let (inputs, outputs) = ws.acts.split_at_mut(l + 1);
             let input = &inputs[l];
             let output = &mut outputs[0][..b * layer.out_len()];
+            let start = times.is_some().then(Instant::now);
             layer.forward(Forward { theta, input, output, b, own: &mut ws.own[l], shared: &mut ws.shared });
+            if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                t[l].forward += start.elapsed();
+            }
         }
         &ws.acts[self.layers().len()][..b * self.classes()]
     }
@@ -85,6 +112,56 @@ impl Network {
     /// the last [`forward`](Self::forward), written row by row into `grads` (`b × P`).
     /// Returns the per-example losses in `losses[..b]`.
     pub fn backward(&self, theta: &[f32], ws: &mut Workspace, labels: &[u8], grads: &mut [f32], losses: &mut [f32]) {
+        self.backward_timed(theta, ws, labels, grads, losses, None);
+    }
+
+    /// [`forward`](Self::forward) then [`backward`](Self::backward) of `x` (`labels.len()`
+    /// examples), returning each layer's wall time in both passes (the loss's own time is in
+    /// neither). Layers before the first with parameters run no backward pass (nothing needs
+    /// their gradients): their `backward` is zero. For finding where a model's time goes
+    /// (`dpgd bench-step --layers`, `cargo bench --bench layers`); the training step never
+    /// times itself.
+    ///
+    /// # Examples
+    /// ```
+    /// use dpgd::arch::ModelSpec;
+    /// use dpgd::per_example::Network;
+    /// use rand::SeedableRng;
+    ///
+    /// let net = Network::new(&ModelSpec::logistic()).unwrap();
+    /// let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(0));
+    /// let mut ws = net.workspace(2);
+    /// let x = vec![0.5f32; 2 * net.input_len()];
+    /// let (mut grads, mut losses) = (vec![0.0f32; 2 * net.num_params()], vec![0.0f32; 2]);
+    /// let times = net.profile(&theta, &mut ws, &x, &[3, 7], &mut grads, &mut losses);
+    /// assert_eq!(times.len(), net.layers().len());
+    /// ```
+    #[must_use]
+    pub fn profile(
+        &self,
+        theta: &[f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        labels: &[u8],
+        grads: &mut [f32],
+        losses: &mut [f32],
+    ) -> Vec<LayerTimes> {
+        let mut times = vec![LayerTimes::default(); self.layers().len()];
+        self.forward_timed(theta, ws, x, labels.len(), Some(&mut times));
+        self.backward_timed(theta, ws, labels, grads, losses, Some(&mut times));
+        times
+    }
+
+    /// [`backward`](Self::backward), adding each layer's time to `times[l].backward` when given.
+    fn backward_timed(
+        &self,
+        theta: &[f32],
+        ws: &mut Workspace,
+        labels: &[u8],
+        grads: &mut [f32],
+        losses: &mut [f32],
+        mut times: Option<&mut [LayerTimes]>,
+    ) {
         let b = labels.len();
         let p = self.num_params();
         // Internal: as in `forward`, every size comes from this network.
@@ -102,6 +179,7 @@ impl Network {
         for (l, layer) in self.layers().iter().enumerate().rev() {
             let n_in = ws.acts[l].len() / ws.batch;
             let n_out = layer.out_len();
+            let start = times.is_some().then(Instant::now);
             layer.backward(Backward {
                 theta,
                 input: &ws.acts[l],
@@ -114,6 +192,9 @@ impl Network {
                 own: &ws.own[l],
                 shared: &mut ws.shared,
             });
+            if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                t[l].backward += start.elapsed();
+            }
             if l == first {
                 break;
             }

@@ -18,7 +18,7 @@ mod matrix;
 mod network;
 
 pub use burn_engine::{Backprop, BurnEngine, BurnScratch, TrainableParam};
-pub use engine::Workspace;
+pub use engine::{LayerTimes, Workspace};
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 

@@ -142,6 +142,10 @@ macro_rules! layers {
         }
 
         impl Layer {
+            /// The engine's layer kinds (the [`LayerSpec`] variants it has a rule for), in
+            /// registration order.
+            pub const KINDS: &'static [&'static str] = &[$(stringify!($variant)),*];
+
             /// Compiles `spec` for `input` (the layer at index `at`), allocating its parameters.
             pub(crate) fn compile(spec: LayerSpec, input: Shape, output: Shape, at: usize, alloc: &mut super::network::Alloc) -> Result<Layer, ShapeError> {
                 match spec {
