@@ -16,6 +16,11 @@ use dpgd::per_example::{Layer, LayerTimes, Network};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// The allocator the `dpgd` binary uses (gemm allocates its packing buffers per product: with
+/// the system allocator each would be fresh pages).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BATCH: usize = 16;
 
 /// Reads one pass's time of a layer.

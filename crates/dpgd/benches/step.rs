@@ -16,6 +16,11 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+/// The allocator the `dpgd` binary uses (gemm allocates its packing buffers per product: with
+/// the system allocator each would be fresh pages).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Real MNIST when it is at hand (`$DPGD_DATASETS/mnist` or `datasets/mnist` of the repository), else a
 /// synthetic dataset of the same shape (the timings do not depend on the pixel values).
 fn mnist() -> Dataset {
