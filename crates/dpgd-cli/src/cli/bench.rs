@@ -48,8 +48,9 @@ pub(crate) struct BenchArgs {
     /// The burn device of the burn engine.
     #[arg(long, default_value = "flex")]
     device: DeviceKind,
-    /// Also time each layer of the fast engine on one thread (forward and backward, seconds per
-    /// example over the first 2,000 examples) and print where the model's time goes.
+    /// Also time each layer of the fast engine on one thread (forward and backward per example,
+    /// over the first 2,000 examples) and print where the model's time goes (µs; seconds in the
+    /// JSON).
     #[arg(long)]
     layers: bool,
 }
@@ -65,7 +66,13 @@ pub(crate) enum Engine {
     BurnFallback,
 }
 
+/// How many examples `--layers` times.
+const PROFILE_EXAMPLES: usize = 2000;
+
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
+    if a.layers && a.engine != Engine::Fast {
+        anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
+    }
     let net = Network::new(&a.model.spec())?;
     let data = Dataset::load(&a.data, Some(net.classes()))?;
     let train = data.train.head(a.examples);
@@ -84,20 +91,15 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
     let name = a.model.name();
     let flops = net.flops_per_example();
-    if a.layers && a.engine != Engine::Fast {
-        anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
-    }
     let layers = a.layers.then(|| layer_profile(&net, &train, &theta, a.chunk as usize));
     if let Some(rows) = &layers {
         print_layers(rows);
     }
+    let chunk = micro_batch(&a, train.len());
     match a.engine {
-        Engine::Fast => time(
-            &a,
-            GradientPlan::new(net, train, Normalize::MNIST, aggregation, a.chunk as usize),
-            theta,
-            (name, flops, layers),
-        ),
+        Engine::Fast => {
+            time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, layers))
+        }
         Engine::Burn | Engine::BurnFallback => {
             let device = a.device.device()?;
             let model = BurnModel::from_params(&net, &theta, &device)?;
@@ -108,12 +110,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 BurnEngine::with_fallback(model, &device, input, classes)?
             };
             let theta = engine.current_params()?;
-            time(
-                &a,
-                GradientPlan::new(engine, train, Normalize::MNIST, aggregation, a.chunk as usize),
-                theta,
-                (name, flops, None),
-            )
+            time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, None))
         }
     }
 }
@@ -126,7 +123,8 @@ fn time<E: PerExample>(
     mut theta: Vec<f32>,
     (model, flops, layers): (&str, u64, Option<Vec<LayerRow>>),
 ) -> Result<()> {
-    let (chunk, reps, n) = (a.chunk as usize, a.reps as usize, plan.examples());
+    let (reps, n) = (a.reps as usize, plan.examples());
+    let chunk = micro_batch(a, n);
     // A budget no example exhausts, so every step does the full work.
     let mut ledger = IndividualFilter::new(n, 1e12)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads as usize).build()?;
@@ -175,6 +173,11 @@ fn time<E: PerExample>(
     Ok(())
 }
 
+/// `--chunk`, but never more than the `n` examples: each thread allocates chunk × P values.
+fn micro_batch(a: &BenchArgs, n: usize) -> usize {
+    (a.chunk as usize).min(n.max(1))
+}
+
 /// One layer's time per example in [`layer_profile`].
 #[derive(Debug)]
 struct LayerRow {
@@ -185,16 +188,17 @@ struct LayerRow {
 }
 
 /// Each layer's forward and backward time per example on this thread, over the first (up to)
-/// 2,000 examples of `train` in micro-batches of `chunk`.
+/// [`PROFILE_EXAMPLES`] of `train` in micro-batches of `chunk`.
 fn layer_profile(net: &Network, train: &dpgd::data::Examples<'_>, theta: &[f32], chunk: usize) -> Vec<LayerRow> {
-    let n = train.len().min(2000);
+    let n = train.len().min(PROFILE_EXAMPLES);
     let chunk = chunk.clamp(1, n.max(1));
     let mut ws = net.workspace(chunk);
     let (mut x, mut grads) = (vec![0.0f32; chunk * net.input_len()], vec![0.0f32; chunk * net.num_params()]);
     let mut losses = vec![0.0f32; chunk];
     let mut total = vec![dpgd::per_example::LayerTimes::default(); net.layers().len()];
     // One untimed pass first: a process's first products pay one-time set-up (gemm's cache
-    // queries and buffers, page faults), which would be charged to whichever layer came first.
+    // queries and buffers, page faults), which would be charged to whichever layer first
+    // triggers each.
     let b0 = chunk.min(n);
     if b0 > 0 {
         train.normalised_into(0..b0, &Normalize::MNIST, &mut x[..b0 * net.input_len()]);
