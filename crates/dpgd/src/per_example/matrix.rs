@@ -44,13 +44,52 @@ impl<'a> MatMut<'a> {
     }
 }
 
+/// The most values of `b` for which a product takes the register-tiled AVX-512 kernel
+/// ([`avx512`]): 1 MiB, so that `b` stays in the core's L2 cache while every row tile of `a`
+/// streams over it (the kernel does no cache blocking). Larger products go to `gemm`.
+const TILED_MAX_B: usize = 1 << 18;
+
+/// The most values of a `b` with non-unit column stride (a transposed weight matrix) that the
+/// tiled kernel copies row-major on each call: a 16- or 32-channel filter bank of a few hundred
+/// weights per channel. A larger transposed `b` (a linear layer's weights) goes to `gemm`,
+/// whose packing is faster than a strided copy per call.
+const PACKED_MAX_B: usize = 1 << 13;
+
 /// `c = a · b`, or `c += a · b` when `accumulate`, on the calling thread (callers parallelise
 /// over examples).
 ///
+/// On a processor with AVX-512 and a `b` that fits in L2 ([`TILED_MAX_B`]), the product runs in
+/// [`avx512`]'s kernel: the engine's products are small and skinny (a micro-batch of im2col
+/// rows times a 16- or 32-channel filter bank, one example's 16×196 by 196×64 weight gradient),
+/// where `gemm` spends much of its time packing and in edge kernels. Otherwise, and on other
+/// processors, in `gemm`'s kernels. Each path accumulates in its own fixed order, so a result
+/// is reproducible bit for bit on one machine.
+///
 /// Panics if the shapes do not match or a view does not fit its slice: every call site builds
 /// its views from a compiled network's shapes, never from input, so this is an internal
-/// invariant, checked because the kernel below is unsafe.
+/// invariant, checked because the kernels below are unsafe.
 pub(crate) fn matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    check_shapes(&c, &a, &b);
+    let (m, n, k) = (c.rows, c.cols, a.cols);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.data.iter_mut().for_each(|x| *x = 0.0);
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if c.cs == 1 && k.saturating_mul(n) <= if b.cs == 1 { TILED_MAX_B } else { PACKED_MAX_B } && avx512::available() {
+        avx512::matmul(c, a, b, accumulate);
+        return;
+    }
+    gemm_matmul(c, a, b, accumulate);
+}
+
+/// The shape and bounds checks every product path relies on.
+fn check_shapes(c: &MatMut<'_>, a: &MatRef<'_>, b: &MatRef<'_>) {
     let (m, n, k) = (c.rows, c.cols, a.cols);
     assert!(
         a.rows == m && b.rows == k && b.cols == n,
@@ -66,16 +105,13 @@ pub(crate) fn matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bo
             && span(k, n, b.rs, b.cs) <= b.data.len(),
         "matmul view out of bounds"
     );
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            c.data.iter_mut().for_each(|x| *x = 0.0);
-        }
-        return;
-    }
-    // SAFETY: the assertions above keep every accessed element inside its slice; `c` is
+}
+
+/// [`matmul`] in the `gemm` crate's kernels (shapes checked, `m`, `n`, `k` > 0).
+fn gemm_matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    check_shapes(&c, &a, &b);
+    let (m, n, k) = (c.rows, c.cols, a.cols);
+    // SAFETY: `check_shapes` keeps every accessed element inside its slice; `c` is
     // exclusively borrowed and so does not alias `a` or `b`.
     unsafe {
         gemm::gemm(
@@ -102,9 +138,241 @@ pub(crate) fn matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bo
     }
 }
 
+/// A register-tiled product for AVX-512 (written by hand: `gemm`, the one pure-Rust GEMM with
+/// AVX-512 kernels, packs its operands on every call and runs the engine's 16-row products in
+/// edge kernels; `faer` and `matrixmultiply` build on the same approach).
+///
+/// `c[i, j..j+16·NV]` for `MR` rows `i` lives in `MR × NV` vector registers while the kernel
+/// walks `k`: per step, `NV` loads of a row of `b` and `MR` broadcasts of `a[i, p]`, `MR·NV`
+/// fused multiply-adds (24 of the 32 registers for the widest tile). Columns come in panels of
+/// up to 64; a last partial vector is read and written under a mask, so any `n` works. Rows past
+/// `m` in a last tile repeat row `m − 1` of `a` and are never stored.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::{
+        __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+        _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    };
+    use std::cell::RefCell;
+
+    use super::{MatMut, MatRef, check_shapes};
+
+    thread_local! {
+        /// `b` copied row-major when a caller passes it with non-unit column stride (a
+        /// transposed weight matrix); at most [`super::PACKED_MAX_B`] values per thread when
+        /// called through [`super::matmul`].
+        static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Whether this processor runs the kernel (detected once, then a cached load).
+    pub(super) fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+    }
+
+    /// [`super::matmul`] for `c` with unit column stride, `m`, `n`, `k` > 0, on a processor
+    /// with AVX-512F.
+    pub(super) fn matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+        check_shapes(&c, &a, &b);
+        assert!(c.cs == 1 && available(), "the tiled kernel needs AVX-512F and unit column stride");
+        let mut run = |b_ptr: *const f32, brs: usize| {
+            // SAFETY: AVX-512F is present (checked above); `check_shapes` keeps the accesses
+            // of `a`, `c` inside their slices, and `b_ptr`/`brs` address a `k × n` row-major
+            // matrix with unit column stride inside its slice (the caller's `b` or the packed
+            // copy); masked lanes are never touched; `c` does not alias `a` or `b`.
+            unsafe {
+                product(
+                    Dims { m: c.rows, n: c.cols, k: a.cols },
+                    c.data.as_mut_ptr(),
+                    c.rs,
+                    (a.data.as_ptr(), a.rs, a.cs),
+                    (b_ptr, brs),
+                    accumulate,
+                );
+            }
+        };
+        if b.cs == 1 {
+            run(b.data.as_ptr(), b.rs);
+            return;
+        }
+        PACKED.with_borrow_mut(|packed| {
+            let (k, n) = (b.rows, b.cols);
+            packed.clear();
+            packed.resize(k * n, 0.0);
+            for (j, col) in (0..n).map(|j| j * b.cs).enumerate() {
+                for (p, x) in packed[j..].iter_mut().step_by(n).enumerate() {
+                    *x = b.data[col + p * b.rs];
+                }
+            }
+            run(packed.as_ptr(), n);
+        });
+    }
+
+    /// A product's sizes: `c[m × n] = a[m × k] · b[k × n]`.
+    #[derive(Clone, Copy)]
+    struct Dims {
+        m: usize,
+        n: usize,
+        k: usize,
+    }
+
+    /// The product over column panels of up to 64, each with the widest tile that fits.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn product(
+        d: Dims,
+        c: *mut f32,
+        crs: usize,
+        a: (*const f32, usize, usize),
+        b: (*const f32, usize),
+        accumulate: bool,
+    ) {
+        let mut j = 0;
+        while j < d.n {
+            let width = (d.n - j).min(64);
+            let vectors = width.div_ceil(16);
+            let tail = width - 16 * (vectors - 1);
+            let mask: __mmask16 = if tail == 16 { u16::MAX } else { (1u16 << tail) - 1 };
+            // SAFETY: columns j..j + width of `b` and `c` exist (width ≤ n − j).
+            let (cj, bj) = unsafe { (c.add(j), (b.0.add(j), b.1)) };
+            let panel = Panel { k: d.k, c: cj, crs, a, b: bj, mask, accumulate };
+            // SAFETY: as for `product`; each tile stays within the panel's columns.
+            unsafe {
+                match vectors {
+                    4 => panel.rows::<6, 4, 4>(d.m),
+                    3 => panel.rows::<8, 4, 3>(d.m),
+                    2 => panel.rows::<12, 6, 2>(d.m),
+                    _ => panel.rows::<14, 7, 1>(d.m),
+                }
+            }
+            j += width;
+        }
+    }
+
+    /// One column panel: `NV` vectors wide, the last under `mask`.
+    struct Panel {
+        k: usize,
+        c: *mut f32,
+        crs: usize,
+        a: (*const f32, usize, usize),
+        b: (*const f32, usize),
+        mask: __mmask16,
+        accumulate: bool,
+    }
+
+    impl Panel {
+        /// Rows in tiles of `MR`, a last short tile in one of `MH` (≤ `MR`) when it fits.
+        #[target_feature(enable = "avx512f")]
+        unsafe fn rows<const MR: usize, const MH: usize, const NV: usize>(&self, m: usize) {
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                // SAFETY: rows i..i + rows of `a` and `c` exist.
+                unsafe {
+                    if rows <= MH {
+                        self.tile::<MH, NV>(i, rows);
+                    } else {
+                        self.tile::<MR, NV>(i, rows);
+                    }
+                }
+                i += rows;
+            }
+        }
+
+        /// Rows `i..i + rows` (`rows ≤ MR`) of the panel.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        unsafe fn tile<const MR: usize, const NV: usize>(&self, i: usize, rows: usize) {
+            let (a, ars, acs) = self.a;
+            let (b, brs) = self.b;
+            let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+            let mut ar = [a; MR];
+            for (r, p) in ar.iter_mut().enumerate() {
+                // SAFETY: row i + min(r, rows − 1) < m of `a`.
+                *p = unsafe { a.add((i + r.min(rows - 1)) * ars) };
+            }
+            for p in 0..self.k {
+                // SAFETY: row p < k of `b`; the last vector reads only the mask's lanes.
+                let bp = unsafe { b.add(p * brs) };
+                let mut bv = [_mm512_setzero_ps(); NV];
+                for (v, x) in bv.iter_mut().enumerate() {
+                    *x = unsafe {
+                        if v + 1 == NV {
+                            _mm512_maskz_loadu_ps(self.mask, bp.add(16 * v))
+                        } else {
+                            _mm512_loadu_ps(bp.add(16 * v))
+                        }
+                    };
+                }
+                for r in 0..MR {
+                    // SAFETY: element (row, p) of `a`.
+                    let x = _mm512_set1_ps(unsafe { *ar[r].add(p * acs) });
+                    for v in 0..NV {
+                        acc[r][v] = _mm512_fmadd_ps(x, bv[v], acc[r][v]);
+                    }
+                }
+            }
+            for (r, acc_r) in acc.iter().enumerate() {
+                if r >= rows {
+                    break;
+                }
+                // SAFETY: row i + r < m of `c`; the last vector touches only the mask's lanes.
+                let cr = unsafe { self.c.add((i + r) * self.crs) };
+                for (v, &sum) in acc_r.iter().enumerate() {
+                    let mask = if v + 1 == NV { self.mask } else { u16::MAX };
+                    unsafe {
+                        let out: __m512 = if self.accumulate {
+                            _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, cr.add(16 * v)))
+                        } else {
+                            sum
+                        };
+                        _mm512_mask_storeu_ps(cr.add(16 * v), mask, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both product paths against a naive product, over shapes with partial tiles and
+    /// partial vectors, strided and transposed operands, overwriting and accumulating.
+    #[test]
+    fn both_paths_match_a_naive_product() {
+        type Path = fn(MatMut<'_>, MatRef<'_>, MatRef<'_>, bool);
+        let mut paths: Vec<(&str, Path)> = vec![("gemm", gemm_matmul), ("dispatch", matmul)];
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() {
+            paths.push(("avx512", avx512::matmul));
+        }
+        for (m, n, k) in
+            [(1, 1, 1), (5, 7, 3), (16, 64, 196), (13, 16, 64), (400, 256, 32), (7, 33, 5), (20, 81, 9), (3, 150, 2)]
+        {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 23) as f32 * 0.25 - 2.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 19) as f32 * 0.5 - 4.0).collect();
+            for (name, path) in &paths {
+                for (transposed_b, accumulate) in [(false, false), (true, false), (false, true), (true, true)] {
+                    // b stored as itself or as its transpose
+                    let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+                    let bv = if transposed_b { MatRef::row_major(&bt, n, k).t() } else { MatRef::row_major(&b, k, n) };
+                    let mut c = vec![1.5f32; m * n];
+                    path(MatMut::row_major(&mut c, m, n), MatRef::row_major(&a, m, k), bv, accumulate);
+                    for i in 0..m {
+                        for j in 0..n {
+                            let dot: f32 = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
+                            let want = dot + if accumulate { 1.5 } else { 0.0 };
+                            let got = c[i * n + j];
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "{name} {m}x{n}x{k} t={transposed_b} acc={accumulate} at ({i},{j}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn matches_naive_product_with_transposes() {
