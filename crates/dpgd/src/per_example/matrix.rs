@@ -138,6 +138,25 @@ fn gemm_matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
     }
 }
 
+/// `dst[c·rows + r] = src[r·cols + c]`: the `[rows × cols]` row-major `src` transposed into
+/// `dst` (activations channel-last ⇄ channel-major). In 16×16 register blocks on a processor
+/// with AVX-512 (a strided scalar copy moves about one value per cycle), element by element
+/// otherwise; the same values either way.
+pub(crate) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+    let len = rows * cols;
+    assert!(src.len() >= len && dst.len() >= len, "transpose out of bounds");
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        avx512::transpose(&src[..len], &mut dst[..len], rows, cols);
+        return;
+    }
+    for (c, out) in dst[..len].chunks_exact_mut(rows.max(1)).enumerate() {
+        for (v, &x) in out.iter_mut().zip(src[c..].iter().step_by(cols.max(1))) {
+            *v = x;
+        }
+    }
+}
+
 /// A register-tiled product for AVX-512 (written by hand: `gemm`, the one pure-Rust GEMM with
 /// AVX-512 kernels, packs its operands on every call and runs the engine's 16-row products in
 /// edge kernels; `faer` and `matrixmultiply` build on the same approach).
@@ -150,8 +169,9 @@ fn gemm_matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::{
-        __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
-        _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        __m512, __mmask16, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
+        _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
     };
     use std::cell::RefCell;
 
@@ -205,6 +225,74 @@ mod avx512 {
             }
             run(packed.as_ptr(), n);
         });
+    }
+
+    /// [`super::transpose`] of exactly `rows × cols` values, on a processor with AVX-512F: blocks
+    /// of up to 16×16, the rows and columns past the matrix's edge masked out.
+    pub(super) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+        assert!(src.len() == rows * cols && dst.len() == rows * cols && available(), "transpose: sizes or AVX-512F");
+        // SAFETY: AVX-512F is present (checked above).
+        unsafe { transpose_blocks(src, dst, rows, cols) }
+    }
+
+    /// [`transpose`] in a function compiled for AVX-512F (so that the intrinsics inline).
+    #[target_feature(enable = "avx512f")]
+    fn transpose_blocks(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+        let mask = |n: usize| if n >= 16 { u16::MAX } else { (1u16 << n) - 1 };
+        for r0 in (0..rows).step_by(16) {
+            let nr = (rows - r0).min(16);
+            for c0 in (0..cols).step_by(16) {
+                let nc = (cols - c0).min(16);
+                // SAFETY: block rows r0..r0 + nr and columns c0..c0 + nc lie inside both
+                // matrices (both `rows × cols`), and the masks confine every access to them.
+                unsafe {
+                    let mut v = [_mm512_setzero_ps(); 16];
+                    for (i, x) in v.iter_mut().enumerate().take(nr) {
+                        *x = _mm512_maskz_loadu_ps(mask(nc), src.as_ptr().add((r0 + i) * cols + c0));
+                    }
+                    transpose16(&mut v);
+                    for (j, &x) in v.iter().enumerate().take(nc) {
+                        _mm512_mask_storeu_ps(dst.as_mut_ptr().add((c0 + j) * rows + r0), mask(nr), x);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Transposes 16 rows of 16 values in registers: pairs of rows interleaved, then pairs of
+    /// pairs, then 128-bit lanes twice.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn transpose16(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            // [a0 b0 a1 b1 | a4 b4 a5 b5 | …], [a2 b2 a3 b3 | …]
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        for i in 0..4 {
+            // [a0 b0 c0 d0 | a4 b4 c4 d4 | a8 … | a12 …], then columns 1, 2, 3 likewise
+            let (lo, hi) = (_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2]));
+            r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+            let (lo, hi) = (_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3]));
+            r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi));
+            r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi));
+        }
+        for i in 0..4 {
+            // [abcd i | abcd 8+i | efgh i | efgh 8+i], [abcd 4+i | abcd 12+i | efgh 4+i | …]
+            t[i] = _mm512_shuffle_f32x4::<0x88>(r[i], r[4 + i]);
+            t[4 + i] = _mm512_shuffle_f32x4::<0xDD>(r[i], r[4 + i]);
+            t[8 + i] = _mm512_shuffle_f32x4::<0x88>(r[8 + i], r[12 + i]);
+            t[12 + i] = _mm512_shuffle_f32x4::<0xDD>(r[8 + i], r[12 + i]);
+        }
+        for i in 0..4 {
+            // column i: [abcd i | efgh i | ijkl i | mnop i]
+            r[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
+            r[8 + i] = _mm512_shuffle_f32x4::<0xDD>(t[i], t[8 + i]);
+            r[4 + i] = _mm512_shuffle_f32x4::<0x88>(t[4 + i], t[12 + i]);
+            r[12 + i] = _mm512_shuffle_f32x4::<0xDD>(t[4 + i], t[12 + i]);
+        }
     }
 
     /// A product's sizes: `c[m × n] = a[m × k] · b[k × n]`.
@@ -370,6 +458,24 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Both transpose paths, over sizes with partial blocks in each direction.
+    #[test]
+    fn transpose_matches_the_definition() {
+        for (rows, cols) in [(1, 1), (16, 16), (196, 16), (25, 32), (32, 25), (3, 40), (17, 33), (0, 5)] {
+            let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let want: Vec<f32> = (0..rows * cols).map(|i| src[(i % rows.max(1)) * cols + i / rows.max(1)]).collect();
+            let mut got = vec![-1.0; rows * cols];
+            transpose(&src, &mut got, rows, cols);
+            assert_eq!(got, want, "{rows}x{cols}");
+            #[cfg(target_arch = "x86_64")]
+            if avx512::available() {
+                let mut got = vec![-1.0; rows * cols];
+                avx512::transpose(&src, &mut got, rows, cols);
+                assert_eq!(got, want, "{rows}x{cols} (AVX-512)");
             }
         }
     }

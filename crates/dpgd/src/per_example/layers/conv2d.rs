@@ -6,7 +6,7 @@
 //! example), ∂ℓᵢ/∂b = Σ_positions Δᵢ; input gradient col2im(Δᵢᵀ W). im2col and its adjoint
 //! col2im walk the same [`Geometry::segments`], so they cannot drift apart.
 
-use super::super::matrix::{MatMut, MatRef, matmul};
+use super::super::matrix::{MatMut, MatRef, matmul, transpose};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Needs, Params, Rule};
 use crate::arch::kinds;
@@ -381,30 +381,30 @@ fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
 }
 
 crate::simd::kernel! {
-/// `sums[c] = Σ plane c` of one example's planes of `t` values.
+/// `sums[c] = Σ plane c` of one example's planes of `t` values, each in 16 running lanes (so
+/// that the additions vectorise) added in a fixed order at the end.
 fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+    const LANES: usize = 16;
     for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
-        *s = plane.iter().sum();
+        let mut lanes = [0.0f32; LANES];
+        let chunks = plane.chunks_exact(LANES);
+        for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+            *l += v;
+        }
+        for c in chunks {
+            lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v);
+        }
+        *s = lanes.iter().sum();
     }
 }
 }
 
-crate::simd::kernel! {
 /// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major).
 fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
-    if rows == 1 || cols == 1 {
-        dst[..src.len()].copy_from_slice(src);
-        return;
+    let n = rows * cols;
+    for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+        transpose(s, d, rows, cols);
     }
-    for (s, d) in src.chunks_exact(rows * cols).zip(dst.chunks_exact_mut(rows * cols)) {
-        // Row by row of the destination: contiguous writes, strided reads without index checks.
-        for (c, dcol) in d.chunks_exact_mut(rows).enumerate() {
-            for (v, &x) in dcol.iter_mut().zip(s[c..].iter().step_by(cols)) {
-                *v = x;
-            }
-        }
-    }
-}
 }
 
 #[cfg(test)]
