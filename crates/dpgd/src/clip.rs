@@ -165,7 +165,19 @@ pub fn clip_factor(
     policy: NonFinitePolicy,
     grid: SumGrid,
 ) -> Result<(f64, ClipOutcome), NonFiniteGradient> {
-    let sq = squared_norm(row);
+    clip_factor_of(row.len(), squared_norm(row), slot, clip, policy, grid)
+}
+
+/// [`clip_factor`] for a row of `len` values whose squared norm `sq` was computed where the row
+/// was written (see [`clip_block_with_norms`] for what `sq` must be).
+fn clip_factor_of(
+    len: usize,
+    sq: f64,
+    slot: &mut LedgerSlot<'_>,
+    clip: f64,
+    policy: NonFinitePolicy,
+    grid: SumGrid,
+) -> Result<(f64, ClipOutcome), NonFiniteGradient> {
     if !sq.is_finite() {
         return match policy {
             NonFinitePolicy::Error => Err(NonFiniteGradient),
@@ -176,7 +188,7 @@ pub fn clip_factor(
         return Ok((0.0, ClipOutcome { norm: 0.0, granted: 0.0 }));
     }
     let granted = slot.grant(sq.min(clip * clip));
-    let room = granted.sqrt() - (row.len() as f64).sqrt() * grid.gamma / 2.0;
+    let room = granted.sqrt() - (len as f64).sqrt() * grid.gamma / 2.0;
     // room/γ ≤ 2⁵⁰ first: the quotient by ‖gᵢ‖ then stays in range for any row and clip.
     let f = if room > 0.0 { room / grid.gamma * FACTOR_SHRINK / sq.sqrt() } else { 0.0 };
     Ok((f, ClipOutcome { norm: sq.sqrt(), granted }))
@@ -202,8 +214,9 @@ impl BlockStats {
 /// The clipping kernel over a block of `slots.len()` rows of length `p` (row r is
 /// `rows[r·p..(r+1)·p]`, charged to `slots[r]`): charges each example ([`clip_factor`]), then
 /// adds the rounded clipped rows to `acc` (integers in units of the grid's γ) in groups of up to
-/// 64 rows, so that the accumulator (8 bytes per parameter) is swept once per micro-batch. Rows with factor 0 are never read into the sum. The
-/// integer sum is exact, so blocks may be combined in any order.
+/// 64 rows, so that the accumulator (8 bytes per parameter) is swept once per micro-batch. Rows
+/// with factor 0 are never read into the sum. The integer sum is exact, so blocks may be
+/// combined in any order.
 ///
 /// # Errors
 /// The index (within the block) of the first non-finite row under [`NonFinitePolicy::Error`];
@@ -219,11 +232,46 @@ pub fn clip_block(
     acc: &mut [i64],
     stats: &mut BlockStats,
 ) -> Result<(), usize> {
+    let norms: Vec<f64> = rows.chunks_exact(p.max(1)).take(slots.len()).map(squared_norm).collect();
+    clip_block_with_norms(rows, p, &norms, slots, clip, policy, grid, acc, stats)
+}
+
+/// [`clip_block`] with each row's squared norm given: `norms[r]` must be the f64 sum of the
+/// squares of exactly the f32 values of row r, added in any order (what
+/// [`squared_norm`] computes, up to the order of its additions; [`FACTOR_SHRINK`] covers the
+/// rounding of every order). An engine computes it while the rows it writes are still in cache
+/// ([`crate::per_example::PerExample::gradients_with_norms`]); a smaller value would let a row
+/// add more than its example is charged, so debug builds (every test) recompute each norm from
+/// its row and stop on a mismatch.
+///
+/// # Errors
+/// As [`clip_block`].
+#[allow(clippy::too_many_arguments)]
+pub fn clip_block_with_norms(
+    rows: &[f32],
+    p: usize,
+    norms: &[f64],
+    slots: &mut [&mut LedgerSlot<'_>],
+    clip: f64,
+    policy: NonFinitePolicy,
+    grid: SumGrid,
+    acc: &mut [i64],
+    stats: &mut BlockStats,
+) -> Result<(), usize> {
     const GROUP: usize = 64;
+    // Internal: callers size the rows, norms and slots from one micro-batch.
+    assert!(norms.len() >= slots.len() && rows.len() >= slots.len() * p, "a norm and a row per slot");
     for (g, (rows, slots)) in rows.chunks(GROUP * p).zip(slots.chunks_mut(GROUP)).enumerate() {
         let mut w = [0.0f64; GROUP];
         for (k, (row, slot)) in rows.chunks_exact(p).zip(slots.iter_mut()).enumerate() {
-            let (f, out) = clip_factor(row, slot, clip, policy, grid).map_err(|_| g * GROUP + k)?;
+            let sq = norms[g * GROUP + k];
+            debug_assert!(
+                is_squared_norm_of(sq, row),
+                "row {}: norm {sq} given for a row of squared norm {}",
+                g * GROUP + k,
+                squared_norm(row)
+            );
+            let (f, out) = clip_factor_of(p, sq, slot, clip, policy, grid).map_err(|_| g * GROUP + k)?;
             w[k] = f;
             stats.rows += 1;
             stats.skipped_nonfinite += usize::from(out.norm.is_nan());
@@ -231,6 +279,18 @@ pub fn clip_block(
         add_rounded(rows, p, &w[..slots.len()], acc);
     }
     Ok(())
+}
+
+/// Whether `sq` is the squared norm of `row` as far as the order of its additions allows: two
+/// f64 sums of the same p squares (exact in f64 for f32 values) are each within (p−1)·2⁻⁵³
+/// relative of the exact sum; both non-finite alike otherwise. For debug checks of norms
+/// computed elsewhere.
+pub(crate) fn is_squared_norm_of(sq: f64, row: &[f32]) -> bool {
+    let (a, b, p) = (sq, squared_norm(row), row.len());
+    if !(a.is_finite() && b.is_finite()) {
+        return a.is_nan() == b.is_nan() && a.is_infinite() == b.is_infinite();
+    }
+    (a - b).abs() <= 2.0 * p as f64 * f64::EPSILON * a.max(b)
 }
 
 crate::simd::kernel! {
@@ -359,6 +419,58 @@ mod tests {
             ledger = IndividualFilter::new(n, budget).unwrap();
             spent = vec![0.0; n];
         }
+    }
+
+    /// A norm given by an engine that leaves out part of its row (here the last value) is
+    /// caught before the row is charged or summed, in every debug build.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "norm")]
+    fn a_norm_short_of_its_row_is_caught() {
+        let rows = [3.0f32, 4.0, 1.0];
+        let mut ledger = IndividualFilter::new(1, 100.0).unwrap();
+        let mut owned: Vec<LedgerSlot<'_>> = ledger.slots_mut(0..1).collect();
+        let mut refs: Vec<&mut LedgerSlot<'_>> = owned.iter_mut().collect();
+        let grid = SumGrid::fixed_point(10.0, 1).unwrap();
+        let mut acc = vec![0i64; 3];
+        let _ = clip_block_with_norms(
+            &rows,
+            3,
+            &[25.0],
+            &mut refs,
+            10.0,
+            NonFinitePolicy::Skip,
+            grid,
+            &mut acc,
+            &mut BlockStats::default(),
+        );
+    }
+
+    /// Norms given by the caller act as the row's own: the same charges and the same sum.
+    #[test]
+    fn given_norms_clip_as_computed_ones() {
+        let (n, p) = (7, 5);
+        let rows: Vec<f32> = (0..n * p).map(|i| ((i * 13) % 11) as f32 - 5.0).collect();
+        let norms: Vec<f64> =
+            rows.chunks(p).map(|r| r.iter().rev().map(|&v| f64::from(v) * f64::from(v)).sum()).collect();
+        let grid = SumGrid::fixed_point(2.0, n).unwrap();
+        let mut sums = Vec::new();
+        for given in [false, true] {
+            let mut ledger = IndividualFilter::new(n, 30.0).unwrap();
+            let mut owned: Vec<LedgerSlot<'_>> = ledger.slots_mut(0..n).collect();
+            let mut refs: Vec<&mut LedgerSlot<'_>> = owned.iter_mut().collect();
+            let mut acc = vec![0i64; p];
+            let stats = &mut BlockStats::default();
+            if given {
+                clip_block_with_norms(&rows, p, &norms, &mut refs, 2.0, NonFinitePolicy::Skip, grid, &mut acc, stats)
+                    .unwrap();
+            } else {
+                clip_block(&rows, p, &mut refs, 2.0, NonFinitePolicy::Skip, grid, &mut acc, stats).unwrap();
+            }
+            drop(owned);
+            sums.push((acc, (0..n).map(|i| ledger.spent(i)).collect::<Vec<_>>()));
+        }
+        assert_eq!(sums[0], sums[1]);
     }
 
     #[test]

@@ -48,6 +48,16 @@ fn check(spec: ModelSpec, n: usize) {
         let want = dpgd::clip::squared_norm(row);
         assert!((total - want).abs() <= 1e-9 * want.max(1.0), "layer norms {total} vs row {want}");
     }
+    // The norms the engine adds up while it writes the rows (what the clip charges) are the
+    // rows' own, and the rows are the same.
+    net.forward(&theta, &mut ws, &x, n);
+    let (mut again, mut norms) = (vec![f32::NAN; n * p], vec![f64::NAN; n]);
+    net.backward_with_norms(&theta, &mut ws, &labels, &mut again, &mut losses, &mut norms);
+    assert_eq!(again, fast);
+    for (i, &sq) in norms.iter().enumerate() {
+        let want = dpgd::clip::squared_norm(&fast[i * p..(i + 1) * p]);
+        assert!((sq - want).abs() <= 2.0 * p as f64 * f64::EPSILON * want, "example {i}: norm {sq} vs row {want}");
+    }
     // And the round trip through burn modules preserves θ exactly.
     assert_eq!(model.to_params(&net).unwrap(), theta);
 }

@@ -112,7 +112,23 @@ impl Network {
     /// the last [`forward`](Self::forward), written row by row into `grads` (`b × P`).
     /// Returns the per-example losses in `losses[..b]`.
     pub fn backward(&self, theta: &[f32], ws: &mut Workspace, labels: &[u8], grads: &mut [f32], losses: &mut [f32]) {
-        self.backward_timed(theta, ws, labels, grads, losses, None);
+        self.backward_timed(theta, ws, labels, grads, losses, None, None);
+    }
+
+    /// [`backward`](Self::backward), and each row's squared norm into `norms[..b]`: each layer's
+    /// part of the row ([`Layer::squared_norm`](super::Layer::squared_norm), from the values
+    /// just written, while they are in cache), added over the layers with parameters, whose
+    /// parts tile the row.
+    pub fn backward_with_norms(
+        &self,
+        theta: &[f32],
+        ws: &mut Workspace,
+        labels: &[u8],
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) {
+        self.backward_timed(theta, ws, labels, grads, losses, Some(norms), None);
     }
 
     /// [`forward`](Self::forward) then [`backward`](Self::backward) of `x` (`labels.len()`
@@ -148,11 +164,13 @@ impl Network {
     ) -> Vec<LayerTimes> {
         let mut times = vec![LayerTimes::default(); self.layers().len()];
         self.forward_timed(theta, ws, x, labels.len(), Some(&mut times));
-        self.backward_timed(theta, ws, labels, grads, losses, Some(&mut times));
+        self.backward_timed(theta, ws, labels, grads, losses, None, Some(&mut times));
         times
     }
 
-    /// [`backward`](Self::backward), adding each layer's time to `times[l].backward` when given.
+    /// [`backward`](Self::backward), with the rows' squared norms into `norms` and each
+    /// layer's time added to `times[l].backward` when given.
+    #[allow(clippy::too_many_arguments)]
     fn backward_timed(
         &self,
         theta: &[f32],
@@ -160,12 +178,17 @@ impl Network {
         labels: &[u8],
         grads: &mut [f32],
         losses: &mut [f32],
+        mut norms: Option<&mut [f64]>,
         mut times: Option<&mut [LayerTimes]>,
     ) {
         let b = labels.len();
         let p = self.num_params();
         // Internal: as in `forward`, every size comes from this network.
         assert!(b <= ws.batch && grads.len() >= b * p && losses.len() >= b);
+        assert!(norms.as_ref().is_none_or(|n| n.len() >= b));
+        if let Some(norms) = norms.as_deref_mut() {
+            norms[..b].fill(0.0);
+        }
         let classes = self.classes();
         let mut d_out = std::mem::take(&mut ws.grad_a);
         let mut d_in = std::mem::take(&mut ws.grad_b);
@@ -192,6 +215,11 @@ impl Network {
                 own: &ws.own[l],
                 shared: &mut ws.shared,
             });
+            if let (Some(norms), true) = (norms.as_deref_mut(), layer.params().is_some()) {
+                for (n, row) in norms[..b].iter_mut().zip(grads.chunks_exact(p)) {
+                    *n += layer.squared_norm(row);
+                }
+            }
             if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
                 t[l].backward += start.elapsed();
             }

@@ -61,6 +61,27 @@ pub trait PerExample: Send + Sync {
         grads: &mut [f32],
         losses: &mut [f32],
     );
+    /// [`gradients`](Self::gradients), and each row's squared norm into `norms[..b]`: the f64
+    /// sum of the squares of exactly that row's P values, in any order (the clip charges it:
+    /// [`crate::clip::clip_block_with_norms`]). By default computed from the rows afterwards;
+    /// an engine may add them up while it writes the rows, when they are still in cache.
+    #[allow(clippy::too_many_arguments)]
+    fn gradients_with_norms(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        scratch: &mut Self::Scratch,
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) {
+        self.gradients(theta, x, labels, scratch, grads, losses);
+        let p = self.num_params().max(1);
+        for (n, row) in norms.iter_mut().zip(grads.chunks_exact(p)).take(labels.len()) {
+            *n = crate::clip::squared_norm(row);
+        }
+    }
     /// The logits (`b × classes`) of the `b` examples `x` at θ.
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32];
     /// The part of the model holding the most parameters and how many, for advice when a model
@@ -97,6 +118,19 @@ impl PerExample for Network {
     ) {
         self.forward(theta, ws, x, labels.len());
         self.backward(theta, ws, labels, grads, losses);
+    }
+    fn gradients_with_norms(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        ws: &mut Workspace,
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) {
+        self.forward(theta, ws, x, labels.len());
+        self.backward_with_norms(theta, ws, labels, grads, losses, norms);
     }
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, ws: &'s mut Workspace) -> &'s [f32] {
         self.forward(theta, ws, x, b)

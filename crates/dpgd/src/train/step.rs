@@ -12,7 +12,7 @@ use super::config::ValidConfig;
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, SumGrid, axpy, clip_block};
+use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, SumGrid, axpy, clip_block_with_norms};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, add_gaussian, gaussian};
@@ -126,6 +126,8 @@ struct Scratch<W> {
     labels: Vec<u8>,
     grads: Vec<f32>,
     losses: Vec<f32>,
+    /// Each row's squared norm, from the engine.
+    norms: Vec<f64>,
     acc: Vec<f32>,
     grid: Vec<i64>,
     stats: SumStats,
@@ -140,6 +142,7 @@ impl<W> Scratch<W> {
             labels: Vec::with_capacity(chunk),
             grads: vec![0.0; chunk * net.num_params()],
             losses: vec![0.0; chunk],
+            norms: vec![0.0; chunk],
             acc: Vec::new(),
             grid: Vec::new(),
             stats: SumStats::default(),
@@ -374,7 +377,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         s.x[b * px..c * px].fill(0.0);
         s.labels.resize(c, 0);
-        net.gradients(theta, &s.x[..c * px], &s.labels, &mut s.ws, &mut s.grads[..c * p], &mut s.losses);
+        let (x, grads) = (&s.x[..c * px], &mut s.grads[..c * p]);
+        net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
         s.stats.computed += b;
         s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
         let rows = &s.grads[..b * p];
@@ -389,10 +393,12 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
                 // Each row is clipped and added right after its backward pass, while in cache.
                 let clipped = if let Selection::ChargedSample(sample, acc) = selection {
                     let rule = (clip, on_nonfinite, grid);
-                    charged_sample(&mut s.grads[..b * p], p, batch, (sample, acc), rule, &mut s.grid, &mut block)
+                    let rows = (&mut s.grads[..b * p], &mut s.norms[..b]);
+                    charged_sample(rows, p, batch, (sample, acc), rule, &mut s.grid, &mut block)
                 } else {
                     let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
-                    clip_block(rows, p, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
+                    let norms = &s.norms[..b];
+                    clip_block_with_norms(rows, p, norms, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
                 };
                 if let Err(j) = clipped {
                     s.failed = Some(batch[j].0);
@@ -431,7 +437,7 @@ impl Selection<'_> {
 /// not the kernel's to skip or refuse, as it would not be in plain DP-SGD. On a non-finite row
 /// under `on_nonfinite = "error"`, the position in `batch` of the example.
 fn charged_sample(
-    grads: &mut [f32],
+    (grads, norms): (&mut [f32], &mut [f64]),
     p: usize,
     batch: &mut [(usize, &mut LedgerSlot<'_>)],
     (sample, acc): (&[bool], &IndividualSgd),
@@ -442,9 +448,11 @@ fn charged_sample(
     // Invariant: the sampled rows among the first j are at positions 0..kept.len() ≤ j.
     let (mut kept, mut caps) = (Vec::new(), Vec::new());
     for (j, (i, slot)) in batch.iter_mut().enumerate() {
-        let cap = charge_individually(&grads[j * p..(j + 1) * p], slot, clip, acc);
+        debug_assert!(crate::clip::is_squared_norm_of(norms[j], &grads[j * p..(j + 1) * p]), "the norm of row {j}");
+        let cap = charge_individually(norms[j], slot, clip, acc);
         if sample[*i] {
             grads.copy_within(j * p..(j + 1) * p, kept.len() * p);
+            norms[kept.len()] = norms[j];
             kept.push(j);
             caps.push(cap);
         }
@@ -453,15 +461,16 @@ fn charged_sample(
     let mut slots: Vec<LedgerSlot<'_>> =
         caps.iter().zip(spent.iter_mut()).map(|(&cap, sp)| LedgerSlot::with_budget(cap, sp)).collect();
     let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
-    clip_block(&grads[..kept.len() * p], p, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
+    let (rows, norms) = (&grads[..kept.len() * p], &norms[..kept.len()]);
+    clip_block_with_norms(rows, p, norms, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
 }
 
-/// Charges one example the Rényi DP of this step for its clipped gradient `row`
-/// ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
+/// Charges one example the Rényi DP of this step for its clipped gradient, of squared norm
+/// `squared_norm` ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
 /// ledger `slot`; where that does not fit, all it has left, for the largest ratio whose charge
 /// fits. Returns the squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
-fn charge_individually(row: &[f32], slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
-    let norm = crate::clip::squared_norm(row).sqrt();
+fn charge_individually(squared_norm: f64, slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
+    let norm = squared_norm.sqrt();
     let ratio = if norm.is_finite() { (norm / clip).min(1.0) } else { 1.0 };
     let remaining = slot.remaining();
     // Where the charge does not fit, the example pays all it has left (at least the charge of
