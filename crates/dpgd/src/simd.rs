@@ -24,3 +24,11 @@ macro_rules! kernel {
 }
 
 pub(crate) use kernel;
+
+/// Whether this processor has AVX-512F, for the kernels written with its intrinsics (the
+/// engine's products, transposes and pools; each has a portable path beside it). Detected once,
+/// then a cached load.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512f() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+}

@@ -184,10 +184,7 @@ mod avx512 {
         static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// Whether this processor runs the kernel (detected once, then a cached load).
-    pub(super) fn available() -> bool {
-        std::is_x86_feature_detected!("avx512f")
-    }
+    pub(super) use crate::simd::has_avx512f as available;
 
     /// [`super::matmul`] for `c` with unit column stride, `m`, `n`, `k` > 0, on a processor
     /// with AVX-512F.
