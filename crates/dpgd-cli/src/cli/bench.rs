@@ -29,7 +29,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     reps: u32,
     /// Examples per micro-batch.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    #[arg(long, default_value_t = dpgd::train::DEFAULT_CHUNK as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     chunk: u32,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
