@@ -215,9 +215,14 @@ mod avx512 {
             let (k, n) = (b.rows, b.cols);
             packed.clear();
             packed.resize(k * n, 0.0);
-            for (j, col) in (0..n).map(|j| j * b.cs).enumerate() {
-                for (p, x) in packed[j..].iter_mut().step_by(n).enumerate() {
-                    *x = b.data[col + p * b.rs];
+            if b.rs == 1 && b.cs == k {
+                // The transpose of a row-major n × k matrix (a weight matrix): in 16×16 blocks.
+                transpose(&b.data[..n * k], packed, n, k);
+            } else {
+                for (j, col) in (0..n).map(|j| j * b.cs).enumerate() {
+                    for (p, x) in packed[j..].iter_mut().step_by(n).enumerate() {
+                        *x = b.data[col + p * b.rs];
+                    }
                 }
             }
             run(packed.as_ptr(), n);
