@@ -198,21 +198,25 @@ mod avx512 {
         assert!(p.stride == 1 && p.hout + p.k == p.hin + 1 && p.wout + p.k == p.win + 1 && crate::simd::has_avx512f());
         assert!(x.len() >= b * n_in && out.len() >= b * n_out && argmax.len() >= b * n_out);
         for e in 0..b {
+            let (x, out, argmax) =
+                (&x[e * n_in..(e + 1) * n_in], &mut out[e * n_out..(e + 1) * n_out], &mut argmax[e * n_out..(e + 1) * n_out]);
             // SAFETY: AVX-512F is present; the slices hold example e (checked above).
             unsafe {
-                pool(
-                    p,
-                    &x[e * n_in..(e + 1) * n_in],
-                    &mut out[e * n_out..(e + 1) * n_out],
-                    &mut argmax[e * n_out..(e + 1) * n_out],
-                )
+                match p.k {
+                    2 => pool::<2>(p, x, out, argmax),
+                    3 => pool::<3>(p, x, out, argmax),
+                    _ => pool::<0>(p, x, out, argmax),
+                }
             }
         }
     }
 
+    /// One example's pool, for windows of `K = p.k` (the loops over the window then unroll),
+    /// or of any size for `K = 0`.
     #[target_feature(enable = "avx512f")]
-    fn pool(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
-        let MaxPool2d { c, k, hin, win, hout, wout, .. } = *p;
+    fn pool<const K: usize>(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
+        let MaxPool2d { c, hin, win, hout, wout, .. } = *p;
+        let k = if K > 0 { K } else { p.k };
         for ch in 0..c {
             let base = ch * hin * win;
             for oh in 0..hout {
