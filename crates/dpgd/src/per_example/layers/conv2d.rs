@@ -382,7 +382,8 @@ fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
 
 crate::simd::kernel! {
 /// `sums[c] = Σ plane c` of one example's planes of `t` values, each in 16 running lanes (so
-/// that the additions vectorise) added in a fixed order at the end.
+/// that the additions vectorise), the lanes then added pairwise in a fixed tree (a sequential
+/// sum of 16 lanes would wait on each addition in turn).
 fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
     const LANES: usize = 16;
     for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
@@ -394,7 +395,13 @@ fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
         for c in chunks {
             lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v);
         }
-        *s = lanes.iter().sum();
+        let mut width = LANES / 2;
+        while width > 0 {
+            let (low, high) = lanes.split_at_mut(width);
+            low.iter_mut().zip(&high[..width]).for_each(|(l, &h)| *l += h);
+            width /= 2;
+        }
+        *s = lanes[0];
     }
 }
 }
