@@ -311,9 +311,9 @@ fn default_chunk() -> usize {
 }
 
 /// The default `train.chunk`: examples per micro-batch. The fast engine's full step on the
-/// Opacus CNN was fastest at 4–6 (2 threads, this repository's 2-core machine: 0.96–0.99 s per
-/// 60,000 examples against 1.14 s at 16, `experiments/speed/`): a micro-batch's gradient rows,
-/// im2col matrices and activations then stay in the core's L2 cache. The burn engine pays a
+/// Opacus CNN was fastest at 3–4 (`dpgd bench-step --chunk C`, 2 threads on this repository's
+/// 2-core machine: 0.90 s per 60,000 examples at 4, 0.93 at 6, 0.99 at 8, 1.08 at 16): a
+/// micro-batch's gradient rows, im2col matrices and activations then stay in the core's L2. The burn engine pays a
 /// fixed cost per call and prefers 64 (`configs/mnist-groupnorm.toml` sets it).
 pub const DEFAULT_CHUNK: usize = 4;
 fn default_eval() -> usize {
