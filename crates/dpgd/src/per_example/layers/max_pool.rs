@@ -198,8 +198,11 @@ mod avx512 {
         assert!(p.stride == 1 && p.hout + p.k == p.hin + 1 && p.wout + p.k == p.win + 1 && crate::simd::has_avx512f());
         assert!(x.len() >= b * n_in && out.len() >= b * n_out && argmax.len() >= b * n_out);
         for e in 0..b {
-            let (x, out, argmax) =
-                (&x[e * n_in..(e + 1) * n_in], &mut out[e * n_out..(e + 1) * n_out], &mut argmax[e * n_out..(e + 1) * n_out]);
+            let (x, out, argmax) = (
+                &x[e * n_in..(e + 1) * n_in],
+                &mut out[e * n_out..(e + 1) * n_out],
+                &mut argmax[e * n_out..(e + 1) * n_out],
+            );
             // SAFETY: AVX-512F is present; the slices hold example e (checked above).
             unsafe {
                 match p.k {
