@@ -1,7 +1,7 @@
 //! Each layer rule of the fast per-example engine, timed inside a real network: forward and
 //! backward (input gradient and per-example parameter gradients) of every layer of the Opacus
 //! CNN, and of a tanh MLP for the one rule the CNN lacks, over micro-batches of the default
-//! `train.chunk` ([`dpgd::train::DEFAULT_CHUNK`]). Run with `cargo bench --bench layers`; a benchmark's name is
+//! `train.chunk` ([`dpgd::per_example::FAST_ENGINE_CHUNK`]). Run with `cargo bench --bench layers`; a benchmark's name is
 //! `<model>/<layer index>_<kind>_<forward|backward>`.
 //!
 //! Each measurement runs the whole network ([`Network::profile`]) and counts only one layer's
@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const BATCH: usize = dpgd::train::DEFAULT_CHUNK;
+const BATCH: usize = dpgd::per_example::FAST_ENGINE_CHUNK;
 
 /// Reads one pass's time of a layer.
 type Pass = fn(&LayerTimes) -> Duration;

@@ -169,7 +169,9 @@ pub fn clip_factor(
 }
 
 /// [`clip_factor`] for a row of `len` values whose squared norm `sq` was computed where the row
-/// was written (see [`clip_block_with_norms`] for what `sq` must be).
+/// was written (see [`clip_block_with_norms`] for what `sq` must be). A negative `sq` (never the
+/// sum of squares: a broken engine) is treated as a non-finite one: the example is charged the
+/// worst case and adds nothing.
 fn clip_factor_of(
     len: usize,
     sq: f64,
@@ -178,7 +180,7 @@ fn clip_factor_of(
     policy: NonFinitePolicy,
     grid: SumGrid,
 ) -> Result<(f64, ClipOutcome), NonFiniteGradient> {
-    if !sq.is_finite() {
+    if !(sq.is_finite() && sq >= 0.0) {
         return match policy {
             NonFinitePolicy::Error => Err(NonFiniteGradient),
             NonFinitePolicy::Skip => Ok((0.0, ClipOutcome { norm: f64::NAN, granted: slot.grant(clip * clip) })),
@@ -247,7 +249,7 @@ pub fn clip_block(
 /// # Errors
 /// As [`clip_block`].
 #[allow(clippy::too_many_arguments)]
-pub fn clip_block_with_norms(
+pub(crate) fn clip_block_with_norms(
     rows: &[f32],
     p: usize,
     norms: &[f64],
@@ -290,7 +292,8 @@ pub(crate) fn is_squared_norm_of(sq: f64, row: &[f32]) -> bool {
     if !(a.is_finite() && b.is_finite()) {
         return a.is_nan() == b.is_nan() && a.is_infinite() == b.is_infinite();
     }
-    (a - b).abs() <= 2.0 * p as f64 * f64::EPSILON * a.max(b)
+    // each within (p−1)·2⁻⁵³ of the exact sum, so within (p−1)·2⁻⁵² = (p−1)·ε of each other
+    (a - b).abs() <= p as f64 * f64::EPSILON * a.max(b)
 }
 
 crate::simd::kernel! {
@@ -490,6 +493,19 @@ mod tests {
             &mut acc,
             &mut BlockStats::default(),
         );
+    }
+
+    /// A negative given norm (a broken engine; release builds do not recheck norms) is charged
+    /// the worst case and adds nothing. Before, its factor was NaN and added the NaN's bit
+    /// pattern, about 2⁶¹ grid units, to every coordinate of the sum.
+    #[test]
+    fn a_negative_norm_adds_nothing_and_is_charged_in_full() {
+        let mut ledger = IndividualFilter::new(1, 4.0).unwrap();
+        let grid = SumGrid::fixed_point(1.0, 1).unwrap();
+        let (f, out) = clip_factor_of(2, -1.0, &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Skip, grid).unwrap();
+        assert_eq!(f, 0.0);
+        assert_eq!(out.granted, 1.0);
+        assert_eq!(ledger.spent(0), 1.0);
     }
 
     /// Norms given by the caller act as the row's own: the same charges and the same sum.

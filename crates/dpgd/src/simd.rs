@@ -7,10 +7,10 @@
 //! Every variant of a `kernel!` function computes the same values: the kernels use IEEE
 //! arithmetic in a fixed order and Rust never fuses a multiply and an add on its own (so the
 //! sum's sensitivity argument, which rests on each example's own rounded row, does not depend on
-//! which variant ran). The matrix products are the `gemm` crate's, which also picks its kernels
-//! by instruction set, with their own order of accumulation: a fixed-seed run is reproducible
-//! bit for bit on one machine (at any thread count), not across machines with different
-//! instruction sets.
+//! which variant ran). The matrix products run in a hand-written AVX-512 kernel where the
+//! processor has it and in the `gemm` crate's kernels otherwise, each with its own order of
+//! accumulation: a fixed-seed run is reproducible bit for bit on one machine (at any thread
+//! count), not across machines with different instruction sets.
 
 /// Wraps a free function so that it is compiled for AVX-512 and AVX2 as well as the baseline,
 /// and dispatched at run time. Functions it calls should be `#[inline]` so that they are

@@ -29,7 +29,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     reps: u32,
     /// Examples per micro-batch.
-    #[arg(long, default_value_t = dpgd::train::DEFAULT_CHUNK as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    #[arg(long, default_value_t = dpgd::per_example::FAST_ENGINE_CHUNK as u32, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     chunk: u32,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
@@ -242,8 +242,9 @@ fn print_layers(rows: &[LayerRow]) {
 }
 
 /// The FP32 rate this machine reaches on large matrix products, one per thread of `pool` at
-/// once (1024³ each, the same `gemm` crate and kernels as the fast engine, best of three): the
-/// practical peak the engine's rate is compared with.
+/// once (1024³ each, the `gemm` crate's kernels for this instruction set, which the fast engine
+/// uses for its large products; its small ones run in its own tiled AVX-512 kernel; best of
+/// three): the practical peak the engine's rate is compared with.
 fn gemm_gflops(pool: &rayon::ThreadPool) -> f64 {
     const N: usize = 1024;
     let threads = pool.current_num_threads();

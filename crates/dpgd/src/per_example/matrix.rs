@@ -1,5 +1,6 @@
 //! Small typed matrix views over f32 slices (faer's style: a view knows its shape and strides,
-//! `.t()` transposes for free) and one product over the `gemm` crate's single-threaded kernel.
+//! `.t()` transposes for free), one single-threaded product (a register-tiled AVX-512 kernel for
+//! the engine's small products, the `gemm` crate's kernels otherwise) and a transpose.
 
 /// A read-only matrix view: element (r, c) is `data[r·rs + c·cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -50,9 +51,10 @@ impl<'a> MatMut<'a> {
 const TILED_MAX_B: usize = 1 << 18;
 
 /// The most values of a `b` with non-unit column stride (a transposed weight matrix) that the
-/// tiled kernel copies row-major on each call: a 16- or 32-channel filter bank of a few hundred
-/// weights per channel. A larger transposed `b` (a linear layer's weights) goes to `gemm`,
-/// whose packing is faster than a strided copy per call.
+/// tiled kernel copies row-major on each call (32 KiB): a 16- or 32-channel filter bank of a few
+/// hundred weights per channel, copied once per micro-batch. A larger transposed `b` (a linear
+/// layer's 512×32 weights, used on a few rows) goes to `gemm`: at the default chunk the copy per
+/// call would cost more than the product.
 const PACKED_MAX_B: usize = 1 << 13;
 
 /// `c = a · b`, or `c += a · b` when `accumulate`, on the calling thread (callers parallelise
@@ -190,7 +192,10 @@ mod avx512 {
     /// with AVX-512F.
     pub(super) fn matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
         check_shapes(&c, &a, &b);
-        assert!(c.cs == 1 && available(), "the tiled kernel needs AVX-512F and unit column stride");
+        assert!(
+            c.cs == 1 && c.rows > 0 && c.cols > 0 && a.cols > 0 && available(),
+            "the tiled kernel needs AVX-512F, unit column stride and non-empty shapes"
+        );
         let mut run = |b_ptr: *const f32, brs: usize| {
             // SAFETY: AVX-512F is present (checked above); `check_shapes` keeps the accesses
             // of `a`, `c` inside their slices, and `b_ptr`/`brs` address a `k × n` row-major

@@ -22,21 +22,39 @@ pub use engine::{LayerTimes, Workspace};
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 
+/// The micro-batch size (`train.chunk`) of an engine that names none: 64, where the burn
+/// engine's fixed cost per call is spread over enough examples (on flex, 64 and 128 measured
+/// fastest of 32–1024 for the Opacus CNN; `experiments/speed/run.sh`).
+pub const DEFAULT_CHUNK: usize = 64;
+
+/// The fast engine's micro-batch size: its full step on the Opacus CNN was fastest at 3–4
+/// (`dpgd bench-step --chunk C`, 2 threads on this repository's 2-core machine: 0.90 s per
+/// 60,000 examples at 4, 0.93 at 6, 0.99 at 8, 1.08 at 16): a micro-batch's gradient rows,
+/// im2col matrices and activations then stay in the core's L2 cache.
+pub const FAST_ENGINE_CHUNK: usize = 4;
+
 /// The per-example computation the trainer needs: per-example gradients of the cross-entropy
 /// loss for a micro-batch, and logits. One implementation per engine.
 ///
 /// **Contract** (what the privacy proof of the exact sum rests on): for a fixed batch size, the
 /// gradient row an engine writes for example `i` depends only on θ, `xᵢ` and `yᵢ` — never on the
 /// other examples of the batch — and is the same whichever position `i` holds. The trainer
-/// always calls [`gradients`](Self::gradients) with exactly its configured micro-batch size
-/// (zero-padding the last batch), so the rounding of a batched kernel cannot depend on how many
-/// real examples share it.
+/// always calls [`gradients_with_norms`](Self::gradients_with_norms) with exactly its configured
+/// micro-batch size (zero-padding the last batch), so the rounding of a batched kernel cannot
+/// depend on how many real examples share it. The squared norm an engine reports for a row is
+/// what the example is charged: it must be the f64 sum of the squares of exactly that row's
+/// values (the default implementation computes it from the row; debug builds recheck every
+/// norm, release builds trust it).
 pub trait PerExample: Send + Sync {
     /// Buffers one worker thread reuses across micro-batches.
     type Scratch: Send;
 
     /// The number of trainable parameters P (the length of θ and of a gradient row).
     fn num_params(&self) -> usize;
+    /// The micro-batch size this engine runs fastest at, for a run that sets no `train.chunk`.
+    fn preferred_chunk(&self) -> usize {
+        DEFAULT_CHUNK
+    }
     /// The shape of one input example, `[channels, height, width]`.
     fn input_shape(&self) -> [usize; 3];
     /// Values per input example (`c·h·w`, channel-major).
@@ -94,6 +112,9 @@ impl PerExample for Network {
 
     fn num_params(&self) -> usize {
         Network::num_params(self)
+    }
+    fn preferred_chunk(&self) -> usize {
+        FAST_ENGINE_CHUNK
     }
     fn input_shape(&self) -> [usize; 3] {
         self.spec().input

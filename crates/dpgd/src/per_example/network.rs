@@ -54,6 +54,22 @@ impl Network {
         if alloc.next == 0 {
             return Err(ShapeError { layer: None, reason: "the model has no trainable parameters".into() });
         }
+        // The per-example squared norm the clip charges is added up over the layers' parameter
+        // ranges (`Network::backward_with_norms`): they must tile θ exactly, each value once.
+        let mut ranges: Vec<(usize, usize)> = layers
+            .iter()
+            .filter_map(|l| l.params())
+            .flat_map(|q| {
+                [(q.weight, q.weight_len), (q.bias.unwrap_or(0), if q.bias.is_some() { q.bias_len } else { 0 })]
+            })
+            .filter(|&(_, len)| len > 0)
+            .collect();
+        ranges.sort_unstable();
+        let tiled =
+            ranges.iter().try_fold(0, |at, &(start, len)| (start == at).then_some(at + len)) == Some(alloc.next);
+        if !tiled {
+            return Err(ShapeError { layer: None, reason: "internal: the layers' parameters do not tile θ".into() });
+        }
         Ok(Self { spec: spec.clone(), layers, inputs, num_params: alloc.next })
     }
 

@@ -222,9 +222,11 @@ pub struct TrainSettings {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub momentum: f64,
     /// Examples per micro-batch whose per-example gradients are held at once
-    /// (memory ≈ threads × chunk × parameters × 4 bytes).
-    #[serde(default = "default_chunk")]
-    pub chunk: usize,
+    /// (memory ≈ threads × chunk × parameters × 4 bytes). Absent: the engine's own
+    /// ([`crate::per_example::PerExample::preferred_chunk`]: 4 on the fast engine, 64 on the burn
+    /// engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<usize>,
     /// Fixed noise seed (reproducible; experiments and tests only — the run is then NOT
     /// private). Absent: keyed from the OS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -306,16 +308,6 @@ fn default_conversion() -> Conversion {
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
-fn default_chunk() -> usize {
-    DEFAULT_CHUNK
-}
-
-/// The default `train.chunk`: examples per micro-batch. The fast engine's full step on the
-/// Opacus CNN was fastest at 3–4 (`dpgd bench-step --chunk C`, 2 threads on this repository's
-/// 2-core machine: 0.90 s per 60,000 examples at 4, 0.93 at 6, 0.99 at 8, 1.08 at 16): a
-/// micro-batch's gradient rows, im2col matrices and activations then stay in the core's L2. The burn engine pays a
-/// fixed cost per call and prefers 64 (`configs/mnist-groupnorm.toml` sets it).
-pub const DEFAULT_CHUNK: usize = 4;
 fn default_eval() -> usize {
     5
 }
@@ -542,7 +534,7 @@ impl TrainConfig {
         if k == 0 {
             return Err(Error::config("privacy.worst_case_steps", "must be >= 1 (B_norm = worst_case_steps * clip^2)"));
         }
-        if self.train.chunk == 0 {
+        if self.train.chunk == Some(0) {
             return Err(Error::config("train.chunk", "must be >= 1"));
         }
         if self.train.threads > MAX_THREADS {

@@ -18,8 +18,8 @@ mod trainer;
 
 pub(crate) use config::field_differences;
 pub use config::{
-    ActiveRelease, DEFAULT_CHUNK, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override,
-    PrivacyConfig, RENAMED, ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
+    ActiveRelease, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
+    ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
 };
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};

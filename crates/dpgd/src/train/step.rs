@@ -28,7 +28,7 @@ pub enum Aggregation {
         /// Non-finite gradient policy.
         on_nonfinite: NonFinitePolicy,
         /// The grid the clipped rows are rounded onto and summed on exactly
-        /// ([`crate::clip::clip_block`]).
+        /// ([`crate::clip::clip_block`], with the norms the engine computed).
         grid: SumGrid,
     },
     /// The plain sum, no clipping, no ledger. NOT PRIVATE.

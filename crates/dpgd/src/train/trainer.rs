@@ -310,7 +310,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             .num_threads(threads)
             .build()
             .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
-        check_memory(&net, c.train.chunk, pool.current_num_threads(), train.len())?;
+        let chunk = c.train.chunk.unwrap_or_else(|| net.preferred_chunk());
+        check_memory(&net, chunk, pool.current_num_threads(), train.len())?;
         let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
         if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
             *section = model;
@@ -329,7 +330,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             None => data.default_normalize(),
         };
         norm.check(data.shape()[0])?;
-        let plan = GradientPlan::new(net, train, norm.clone(), aggregation, c.train.chunk);
+        let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
         // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
         let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
         let mut t = Self {

@@ -104,7 +104,8 @@ fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], s
 /// strictly larger, so a NaN never does, and a NaN first in its window stays).
 ///
 /// The window's offsets are the outer loops and the output row the inner one, so that the
-/// compare-and-select over a row vectorises (the batch kernel takes [`pool_stride1`] at stride 1).
+/// compare-and-select over a row vectorises (the batch kernel takes [`pool_stride1`] at stride 1,
+/// and on a processor with AVX-512 the layer takes `avx512::pool_batch` at stride 1 instead).
 #[inline(always)]
 fn pool(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
     let MaxPool2d { c, k, stride: s, hin, win, hout, wout } = *p;
