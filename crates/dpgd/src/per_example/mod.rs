@@ -81,7 +81,7 @@ pub trait PerExample: Send + Sync {
     );
     /// [`gradients`](Self::gradients), and each row's squared norm into `norms[..b]`: the f64
     /// sum of the squares of exactly that row's P values, in any order (the clip charges it:
-    /// [`crate::clip::clip_block_with_norms`]). By default computed from the rows afterwards;
+    /// `clip::clip_block_with_norms`). By default computed from the rows afterwards;
     /// an engine may add them up while it writes the rows, when they are still in cache.
     #[allow(clippy::too_many_arguments)]
     fn gradients_with_norms(
