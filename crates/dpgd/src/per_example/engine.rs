@@ -116,9 +116,9 @@ impl Network {
     }
 
     /// [`backward`](Self::backward), and each row's squared norm into `norms[..b]`: each layer's
-    /// part of the row ([`Layer::squared_norm`](super::Layer::squared_norm), from the values
-    /// just written, while they are in cache), added over the layers with parameters, whose
-    /// parts tile the row.
+    /// part of the row, added up by the layer as it writes it where its rule does so (the linear
+    /// layer), else from the values just written ([`Layer::squared_norm`](super::Layer::squared_norm)),
+    /// over the layers with parameters, whose parts tile the row ([`Network::new`] checks).
     pub fn backward_with_norms(
         &self,
         theta: &[f32],
@@ -203,6 +203,7 @@ impl Network {
             let n_in = ws.acts[l].len() / ws.batch;
             let n_out = layer.out_len();
             let start = times.is_some().then(Instant::now);
+            let fused = norms.is_some() && layer.adds_norms();
             layer.backward(Backward {
                 theta,
                 input: &ws.acts[l],
@@ -214,8 +215,9 @@ impl Network {
                 b,
                 own: &ws.own[l],
                 shared: &mut ws.shared,
+                norms: if fused { norms.as_deref_mut() } else { None },
             });
-            if let (Some(norms), true) = (norms.as_deref_mut(), layer.params().is_some()) {
+            if let (Some(norms), true, false) = (norms.as_deref_mut(), layer.params().is_some(), fused) {
                 for (n, row) in norms[..b].iter_mut().zip(grads.chunks_exact(p)) {
                     *n += layer.squared_norm(row);
                 }

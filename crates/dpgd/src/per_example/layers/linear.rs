@@ -84,14 +84,22 @@ impl Rule for Linear {
         }
     }
 
-    fn backward(&self, g: Backward<'_>) {
+    fn adds_norms(&self) -> bool {
+        true
+    }
+
+    fn backward(&self, mut g: Backward<'_>) {
         let (b, din, dout, p) = (g.b, self.din, self.dout, g.p);
         for e in 0..b {
             let row = &mut g.grads[e * p..(e + 1) * p];
             let (a, d) = (&g.input[e * din..(e + 1) * din], &g.dy[e * dout..(e + 1) * dout]);
-            outer(&mut row[self.w..self.w + dout * din], d, a);
+            let mut sq = outer(&mut row[self.w..self.w + dout * din], d, a);
             if let Some(bo) = self.b {
                 row[bo..bo + dout].copy_from_slice(d);
+                sq += crate::clip::squared_norm(&row[bo..bo + dout]);
+            }
+            if let Some(norms) = g.norms.as_deref_mut() {
+                norms[e] += sq;
             }
         }
         if let Some(dx) = g.dx {
@@ -102,15 +110,30 @@ impl Rule for Linear {
 }
 
 crate::simd::kernel! {
-/// `w[o, i] = d[o] · a[i]` (row-major `w`): one example's weight gradient.
-fn outer(w: &mut [f32], d: &[f32], a: &[f32]) {
+/// `w[o, i] = d[o] · a[i]` (row-major `w`): one example's weight gradient. Returns the f64 sum
+/// of the squares of the values written, added up while they are in registers (in 32 lanes, as
+/// [`crate::clip::squared_norm`] does), for the row's squared norm.
+fn outer(w: &mut [f32], d: &[f32], a: &[f32]) -> f64 {
+    const LANES: usize = 32;
     if a.is_empty() {
-        return;
+        return 0.0;
     }
+    let mut lanes = [0.0f64; LANES];
     for (wo, &dov) in w.chunks_exact_mut(a.len()).zip(d) {
-        for (gw, &av) in wo.iter_mut().zip(a) {
-            *gw = dov * av;
+        let (mut wc, mut ac) = (wo.chunks_exact_mut(LANES), a.chunks_exact(LANES));
+        for (cw, ca) in (&mut wc).zip(&mut ac) {
+            for ((l, gw), &av) in lanes.iter_mut().zip(cw).zip(ca) {
+                let v = dov * av;
+                *gw = v;
+                *l += f64::from(v) * f64::from(v);
+            }
+        }
+        for ((l, gw), &av) in lanes.iter_mut().zip(wc.into_remainder()).zip(ac.remainder()) {
+            let v = dov * av;
+            *gw = v;
+            *l += f64::from(v) * f64::from(v);
         }
     }
+    crate::clip::sum_lanes(lanes)
 }
 }

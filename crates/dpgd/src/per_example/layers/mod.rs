@@ -88,6 +88,10 @@ pub(crate) struct Backward<'a> {
     pub dx: Option<&'a mut [f32]>,
     /// Per-example parameter gradients, `b` rows of `p`.
     pub grads: &'a mut [f32],
+    /// Given only to a layer whose [`Rule::adds_norms`] is true, when the engine is asked for
+    /// the rows' squared norms: the layer adds to `norms[e]` the f64 sum of the squares of
+    /// exactly the parameter-gradient values it wrote for example `e`, while they are in cache.
+    pub norms: Option<&'a mut [f64]>,
     pub p: usize,
     pub b: usize,
     pub own: &'a LayerScratch,
@@ -110,6 +114,12 @@ pub(crate) trait Rule {
     fn forward(&self, f: Forward<'_>);
     /// Input gradient (if `dx` is given) and per-example parameter gradients.
     fn backward(&self, g: Backward<'_>);
+    /// Whether [`backward`](Self::backward) adds up its rows' squared norms itself (see
+    /// [`Backward::norms`]); otherwise the engine computes them from the rows afterwards
+    /// ([`squared_norm`](Self::squared_norm)).
+    fn adds_norms(&self) -> bool {
+        false
+    }
     /// Floating-point operations of its products for one example: forward, per-example
     /// parameter gradient and (when `input_grad`) input gradient; a multiply-add counts two.
     /// Element-wise work (activations, pooling, bias, clipping) is not counted: the figure is
@@ -188,6 +198,10 @@ macro_rules! layers {
 
             pub(crate) fn backward(&self, g: Backward<'_>) {
                 match self { $( Layer::$variant(l) => l.backward(g), )* }
+            }
+
+            pub(crate) fn adds_norms(&self) -> bool {
+                self.rule().adds_norms()
             }
 
             /// Floating-point operations of its products for one example (see `Rule::flops`).
