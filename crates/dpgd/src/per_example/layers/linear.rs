@@ -1,7 +1,9 @@
 //! Fully connected layer `y = W a + b`, weights `[dout, din]` then the bias in θ.
 //!
-//! Per example: ∂ℓᵢ/∂W = δᵢ aᵢᵀ (an outer product), ∂ℓᵢ/∂b = δᵢ; its squared norm is
-//! ‖δᵢ‖²‖aᵢ‖² + ‖δᵢ‖² without forming the product. Input gradient: Wᵀ δᵢ, batched.
+//! Per example: ∂ℓᵢ/∂W = δᵢ aᵢᵀ (an outer product), ∂ℓᵢ/∂b = δᵢ. The clip charges the squared
+//! norm of the f32 values actually written, added up as the outer product is written; in exact
+//! arithmetic it is ‖δᵢ‖²‖aᵢ‖² + ‖δᵢ‖² ([`Linear::ghost_squared_norm`], which forms no product,
+//! for diagnostics). Input gradient: Wᵀ δᵢ, batched.
 
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
