@@ -364,17 +364,12 @@ pub fn squared_norm(x: &[f32]) -> f64 {
 }
 
 /// The running lanes of a sum of squares ([`squared_norm`], and engines that add up the squares
-/// of what they write), added pairwise in a fixed tree: a sequential sum of 32 would wait on
-/// each addition in turn, and the engine sums one slice per layer part and example.
+/// of what they write), added pairwise in a fixed tree ([`crate::simd::pairwise_sum`]): a
+/// sequential sum of 32 would wait on each addition in turn, and the engine sums one slice per
+/// layer part and example.
 #[inline(always)]
-pub(crate) fn sum_lanes(mut lanes: [f64; 32]) -> f64 {
-    let mut width = lanes.len() / 2;
-    while width > 0 {
-        let (low, high) = lanes.split_at_mut(width);
-        low.iter_mut().zip(&high[..width]).for_each(|(l, &h)| *l += h);
-        width /= 2;
-    }
-    lanes[0]
+pub(crate) fn sum_lanes(lanes: [f64; 32]) -> f64 {
+    crate::simd::pairwise_sum(lanes)
 }
 
 /// `acc += a · x` (vectorises).

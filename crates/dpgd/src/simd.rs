@@ -25,6 +25,27 @@ macro_rules! kernel {
 
 pub(crate) use kernel;
 
+/// The sum of `lanes` added pairwise in a fixed tree (lane i with lane i + N/2, and so on down;
+/// `N` a power of two): the same value on every variant and run, and no chain of N dependent
+/// additions at the end of a lane-wise sum. Kernels call it for their running lanes.
+#[inline(always)]
+pub(crate) fn pairwise_sum<T: Copy + std::ops::AddAssign, const N: usize>(mut lanes: [T; N]) -> T {
+    debug_assert!(N.is_power_of_two());
+    let mut width = N / 2;
+    while width > 0 {
+        let (low, high) = lanes.split_at_mut(width);
+        low.iter_mut().zip(&high[..width]).for_each(|(l, &h)| *l += h);
+        width /= 2;
+    }
+    lanes[0]
+}
+
+/// The AVX-512 mask of the first `n` of 16 lanes (all 16 for `n ≥ 16`): a last partial vector.
+#[inline(always)]
+pub(crate) fn first_lanes(n: usize) -> u16 {
+    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
+}
+
 /// Whether this processor has AVX-512F, for the kernels written with its intrinsics (the
 /// engine's products, transposes and pools; each has a portable path beside it). Detected once,
 /// then a cached load.

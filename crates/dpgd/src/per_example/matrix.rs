@@ -178,6 +178,7 @@ mod avx512 {
     use std::cell::RefCell;
 
     use super::{MatMut, MatRef, check_shapes};
+    use crate::simd::first_lanes;
 
     thread_local! {
         /// `b` copied row-major when a caller passes it with non-unit column stride (a
@@ -245,7 +246,6 @@ mod avx512 {
     /// [`transpose`] in a function compiled for AVX-512F (so that the intrinsics inline).
     #[target_feature(enable = "avx512f")]
     fn transpose_blocks(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
-        let mask = |n: usize| if n >= 16 { u16::MAX } else { (1u16 << n) - 1 };
         for r0 in (0..rows).step_by(16) {
             let nr = (rows - r0).min(16);
             for c0 in (0..cols).step_by(16) {
@@ -255,11 +255,11 @@ mod avx512 {
                 unsafe {
                     let mut v = [_mm512_setzero_ps(); 16];
                     for (i, x) in v.iter_mut().enumerate().take(nr) {
-                        *x = _mm512_maskz_loadu_ps(mask(nc), src.as_ptr().add((r0 + i) * cols + c0));
+                        *x = _mm512_maskz_loadu_ps(first_lanes(nc), src.as_ptr().add((r0 + i) * cols + c0));
                     }
                     transpose16(&mut v);
                     for (j, &x) in v.iter().enumerate().take(nc) {
-                        _mm512_mask_storeu_ps(dst.as_mut_ptr().add((c0 + j) * rows + r0), mask(nr), x);
+                        _mm512_mask_storeu_ps(dst.as_mut_ptr().add((c0 + j) * rows + r0), first_lanes(nr), x);
                     }
                 }
             }
@@ -325,7 +325,7 @@ mod avx512 {
             let width = (d.n - j).min(64);
             let vectors = width.div_ceil(16);
             let tail = width - 16 * (vectors - 1);
-            let mask: __mmask16 = if tail == 16 { u16::MAX } else { (1u16 << tail) - 1 };
+            let mask: __mmask16 = first_lanes(tail);
             // SAFETY: columns j..j + width of `b` and `c` exist (width ≤ n − j).
             let (cj, bj) = unsafe { (c.add(j), (b.0.add(j), b.1)) };
             let panel = Panel { k: d.k, c: cj, crs, a, b: bj, mask, accumulate };

@@ -378,7 +378,13 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         s.x[b * px..c * px].fill(0.0);
         s.labels.resize(c, 0);
         let (x, grads) = (&s.x[..c * px], &mut s.grads[..c * p]);
-        net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
+        // The norms only where the clip charges them.
+        match self.aggregation {
+            Aggregation::UnclippedNonPrivate => net.gradients(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses),
+            Aggregation::Clip { .. } => {
+                net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
+            }
+        }
         s.stats.computed += b;
         s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
         let rows = &s.grads[..b * p];

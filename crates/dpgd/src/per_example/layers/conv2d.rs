@@ -395,13 +395,7 @@ fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
         for c in chunks {
             lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v);
         }
-        let mut width = LANES / 2;
-        while width > 0 {
-            let (low, high) = lanes.split_at_mut(width);
-            low.iter_mut().zip(&high[..width]).for_each(|(l, &h)| *l += h);
-            width /= 2;
-        }
-        *s = lanes[0];
+        *s = crate::simd::pairwise_sum(lanes);
     }
 }
 }

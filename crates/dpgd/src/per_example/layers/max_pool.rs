@@ -177,11 +177,6 @@ mod avx512 {
     use super::super::Rule;
     use super::MaxPool2d;
 
-    /// Lanes `0..n` (n ≤ 16).
-    fn lanes(n: usize) -> u16 {
-        if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
-    }
-
     /// 0, 1, …, 15 plus `start` (indices wrap as the portable kernels' `as u32` casts do).
     #[target_feature(enable = "avx512f")]
     fn iota(start: usize) -> __m512i {
@@ -225,7 +220,7 @@ mod avx512 {
             let base = ch * hin * win;
             for oh in 0..hout {
                 for ow in (0..wout).step_by(16) {
-                    let m = lanes(wout - ow);
+                    let m = crate::simd::first_lanes(wout - ow);
                     let start = base + oh * win + ow;
                     let o = (ch * hout + oh) * wout + ow;
                     // SAFETY: lane l < wout − ow of offset (i, j) reads x[start + i·win + j + l],
