@@ -53,3 +53,25 @@ pub(crate) fn first_lanes(n: usize) -> u16 {
 pub(crate) fn has_avx512f() -> bool {
     std::is_x86_feature_detected!("avx512f")
 }
+
+/// [`pairwise_sum`] of a vector's 16 lanes, in the same tree (so the same value as the portable
+/// kernels' running lanes): halves added to halves down to one lane.
+///
+/// # Safety
+/// The processor has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn pairwise_sum_ps(v: std::arch::x86_64::__m512) -> f32 {
+    use std::arch::x86_64::{
+        _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps, _mm256_castpd_ps,
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm512_castps_pd, _mm512_castps512_ps256,
+        _mm512_extractf64x4_pd,
+    };
+    // lane i + lane i + 8, then i + 4, i + 2, i + 1
+    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let v8 = _mm256_add_ps(_mm512_castps512_ps256(v), high);
+    let v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps::<1>(v8));
+    let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps::<1>(v2, v2)))
+}

@@ -219,7 +219,8 @@ mod avx512 {
         }
         PACKED.with_borrow_mut(|packed| {
             let (k, n) = (b.rows, b.cols);
-            packed.clear();
+            // Every value is overwritten below: resized, never cleared (a fill of the whole
+            // buffer per call cost as much as the transpose).
             packed.resize(k * n, 0.0);
             if b.rs == 1 && b.cs == k {
                 // The transpose of a row-major n × k matrix (a weight matrix): in 16×16 blocks.

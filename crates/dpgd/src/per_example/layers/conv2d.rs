@@ -165,6 +165,11 @@ impl Geometry {
     /// One example's im2col matrix from its channel-major input.
     #[inline(always)]
     fn im2col(&self, x: &[f32], cols: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::groups(self) {
+            avx512::im2col(self, x, cols);
+            return;
+        }
         by_kernel_size!(self, im2col_k(x, cols))
     }
 
@@ -201,6 +206,11 @@ impl Geometry {
     /// gradient.
     #[inline(always)]
     fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::groups(self) {
+            avx512::col2im(self, dcols, dx);
+            return;
+        }
         by_kernel_size!(self, col2im_k(dcols, dx))
     }
 
@@ -385,6 +395,11 @@ crate::simd::kernel! {
 /// that the additions vectorise), the lanes then added pairwise in a fixed tree (a sequential
 /// sum of 16 lanes would wait on each addition in turn).
 fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512f() {
+        avx512::plane_sums(sums, planes, t);
+        return;
+    }
     const LANES: usize = 16;
     for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
         let mut lanes = [0.0f32; LANES];
@@ -408,9 +423,185 @@ fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
     }
 }
 
+/// The conv kernels in AVX-512 vectors, each giving the same values as its portable form (a
+/// test): the lanes of a plane sum, and whole 16-value runs of an im2col row moved at once. The
+/// portable kernels move one k-wide window row at a time, with an index computation and bounds
+/// checks per row of four or eight values.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::{
+        __m512, _mm_add_ps, _mm_loadu_ps, _mm_storeu_ps, _mm256_add_ps, _mm256_castpd_ps, _mm256_castps_pd,
+        _mm256_loadu_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_castps128_ps512,
+        _mm512_castps256_ps512, _mm512_castps512_ps128, _mm512_castps512_ps256, _mm512_extractf32x4_ps,
+        _mm512_extractf64x4_pd, _mm512_insertf32x4, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_maskz_loadu_ps,
+        _mm512_storeu_ps,
+    };
+
+    use super::Geometry;
+    use crate::simd::{first_lanes, has_avx512f, pairwise_sum_ps};
+
+    /// [`super::plane_sums`]: the same 16 lanes (the partial last chunk first, then the
+    /// chunks in order) and the same tree, so the same sums.
+    pub(super) fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+        assert!(has_avx512f() && planes.len() >= sums.len() * t, "plane sums: sizes or AVX-512F");
+        // SAFETY: AVX-512F is present (checked above).
+        unsafe { plane_sums_in(sums, planes, t) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn plane_sums_in(sums: &mut [f32], planes: &[f32], t: usize) {
+        let (full, tail) = (t / 16, t % 16);
+        for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t.max(1))) {
+            let p = plane.as_ptr();
+            // SAFETY: `plane` holds `t` values: `full` whole vectors, then `tail` under the mask.
+            unsafe {
+                let mut acc = _mm512_maskz_loadu_ps(first_lanes(tail), p.add(16 * full));
+                for c in 0..full {
+                    acc = _mm512_add_ps(acc, _mm512_loadu_ps(p.add(16 * c)));
+                }
+                *s = pairwise_sum_ps(acc);
+            }
+        }
+    }
+
+    /// Whether [`im2col`] and [`col2im`] take `g`: no padding (the batch kernels pad into a
+    /// plane first), windows 4 or 8 wide (16 values of a row are then 4 or 2 window rows of
+    /// one channel), and AVX-512F.
+    pub(super) fn groups(g: &Geometry) -> bool {
+        g.pad == 0 && (g.k == 4 || g.k == 8) && has_avx512f()
+    }
+
+    /// Checks that every window of `g` (unpadded) lies inside an input of `n_in` values and
+    /// that `n_cols` holds the im2col matrix: what the unchecked accesses below rest on.
+    fn check(g: &Geometry, n_in: usize, n_cols: usize) {
+        let inside = |out: usize, len: usize| out == 0 || (out - 1) * g.stride + g.k <= len;
+        assert!(
+            groups(g)
+                && inside(g.hout, g.hin)
+                && inside(g.wout, g.win)
+                && n_in >= g.cin * g.hin * g.win
+                && n_cols >= g.positions() * g.patch(),
+            "grouped im2col: geometry {g:?} does not fit its buffers"
+        );
+    }
+
+    /// Calls `f(dst, src)` for every 16 values of the im2col matrix (in the portable kernels'
+    /// order): `dst` the offset of the run, `src` the input offset of its first window row;
+    /// the run's window rows follow `win` apart.
+    #[inline(always)]
+    fn runs(g: &Geometry, mut f: impl FnMut(usize, usize)) {
+        let Geometry { cin, hin, win, k, stride: s, hout, wout, .. } = *g;
+        let (kk, per_run) = (g.patch(), 16 / k);
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * kk;
+                for ch in 0..cin {
+                    for i in (0..k).step_by(per_run) {
+                        f(row + (ch * k + i) * k, (ch * hin + oh * s + i) * win + ow * s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Geometry::im2col`] for a geometry [`groups`] takes.
+    pub(super) fn im2col(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+        check(g, x.len(), cols.len());
+        // SAFETY: AVX-512F is present and the windows fit (checked above).
+        unsafe { im2col_in(g, x, cols) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn im2col_in(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+        let (xp, cp, win) = (x.as_ptr(), cols.as_mut_ptr(), g.win);
+        runs(g, |dst, src| {
+            // SAFETY: each window row read lies inside `x` and each run inside `cols` (`check`).
+            unsafe {
+                let p = xp.add(src);
+                let v = if g.k == 4 {
+                    let v = _mm512_castps128_ps512(_mm_loadu_ps(p));
+                    let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(p.add(win)));
+                    let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(p.add(2 * win)));
+                    _mm512_insertf32x4::<3>(v, _mm_loadu_ps(p.add(3 * win)))
+                } else {
+                    let high = _mm256_castps_pd(_mm256_loadu_ps(p.add(win)));
+                    let v = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(p)));
+                    _mm512_castpd_ps(_mm512_insertf64x4::<1>(v, high))
+                };
+                _mm512_storeu_ps(cp.add(dst), v);
+            }
+        });
+    }
+
+    /// [`Geometry::col2im`] for a geometry [`groups`] takes: each window row added in the
+    /// portable kernel's order, so the same sums.
+    pub(super) fn col2im(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+        check(g, dx.len(), dcols.len());
+        // SAFETY: AVX-512F is present and the windows fit (checked above).
+        unsafe { col2im_in(g, dcols, dx) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn col2im_in(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+        let (cp, xp, win) = (dcols.as_ptr(), dx.as_mut_ptr(), g.win);
+        runs(g, |dst, src| {
+            // SAFETY: as in `im2col_in`; the window rows of one run are distinct rows of `dx`.
+            unsafe {
+                let v: __m512 = _mm512_loadu_ps(cp.add(dst));
+                let p = xp.add(src);
+                if g.k == 4 {
+                    let add = |at: *mut f32, part| _mm_storeu_ps(at, _mm_add_ps(_mm_loadu_ps(at), part));
+                    add(p, _mm512_castps512_ps128(v));
+                    add(p.add(win), _mm512_extractf32x4_ps::<1>(v));
+                    add(p.add(2 * win), _mm512_extractf32x4_ps::<2>(v));
+                    add(p.add(3 * win), _mm512_extractf32x4_ps::<3>(v));
+                } else {
+                    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+                    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm512_castps512_ps256(v)));
+                    let q = p.add(win);
+                    _mm256_storeu_ps(q, _mm256_add_ps(_mm256_loadu_ps(q), high));
+                }
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The im2col and col2im a geometry dispatches to (the AVX-512 runs for 4- and 8-wide
+    /// windows on a processor with it) give the portable per-segment kernels' values, bit for
+    /// bit; so do the plane sums.
+    #[test]
+    fn dispatched_kernels_match_the_portable_ones() {
+        for (cin, hin, win, k, stride) in [(16, 13, 13, 4, 2), (1, 34, 34, 8, 2), (3, 9, 11, 4, 1), (2, 20, 18, 8, 3)] {
+            let (hout, wout) = ((hin - k) / stride + 1, (win - k) / stride + 1);
+            let g = Geometry { cin, hin, win, k, stride, pad: 0, hout, wout };
+            let x: Vec<f32> = (0..cin * hin * win).map(|i| ((i * 7) % 11) as f32 * 0.37 - 2.0).collect();
+            let c: Vec<f32> = (0..g.positions() * g.patch()).map(|i| ((i * 5) % 13) as f32 * 0.29 - 1.5).collect();
+            let (mut got, mut want) = (vec![1.0; c.len()], vec![2.0; c.len()]);
+            g.im2col(&x, &mut got);
+            g.im2col_k::<0>(&x, &mut want);
+            assert_eq!(got, want, "im2col {g:?}");
+            let (mut got, mut want) = (vec![0.5; x.len()], vec![0.5; x.len()]);
+            g.col2im(&c, &mut got);
+            g.col2im_k::<0>(&c, &mut want);
+            assert_eq!(got, want, "col2im {g:?}");
+        }
+        for t in [1, 15, 16, 25, 196] {
+            let planes: Vec<f32> = (0..3 * t).map(|i| ((i * 7) % 19) as f32 * 0.13 - 1.1).collect();
+            let mut got = [0.0f32; 3];
+            plane_sums(&mut got, &planes, t);
+            for (s, plane) in got.iter().zip(planes.chunks_exact(t)) {
+                let mut lanes = [0.0f32; 16];
+                let chunks = plane.chunks_exact(16);
+                lanes.iter_mut().zip(chunks.remainder()).for_each(|(l, &v)| *l += v);
+                chunks.for_each(|c| lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v));
+                assert_eq!(*s, crate::simd::pairwise_sum(lanes), "t = {t}");
+            }
+        }
+    }
 
     /// ⟨im2col(x), c⟩ = ⟨x, col2im(c)⟩ for every geometry: the two stay adjoint.
     #[test]
