@@ -309,7 +309,13 @@ impl Rule for Conv2d {
         }
     }
 
-    fn backward(&self, g: Backward<'_>) {
+    /// Each example's weight and bias gradients are added up right after they are written,
+    /// while they are in L1 (a pass over the micro-batch's rows afterwards reads them from L2).
+    fn adds_norms(&self) -> bool {
+        true
+    }
+
+    fn backward(&self, mut g: Backward<'_>) {
         let geo = &self.geometry;
         let (t, kk, cout, b, p) = (geo.positions(), geo.patch(), self.cout, g.b, g.p);
         let cols = &g.own.cols;
@@ -325,6 +331,9 @@ impl Rule for Conv2d {
             );
             if let Some(bo) = self.b {
                 plane_sums(&mut row[bo..bo + cout], dye, t);
+            }
+            if let Some(norms) = g.norms.as_deref_mut() {
+                norms[e] += self.squared_norm(row);
             }
         }
         if let Some(dx) = g.dx {
