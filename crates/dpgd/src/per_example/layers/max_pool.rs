@@ -179,6 +179,7 @@ mod avx512 {
 
     /// 0, 1, …, 15 plus `start` (indices wrap as the portable kernels' `as u32` casts do).
     #[target_feature(enable = "avx512f")]
+    #[inline]
     fn iota(start: usize) -> __m512i {
         _mm512_add_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -229,17 +230,14 @@ mod avx512 {
                     unsafe {
                         let mut best = _mm512_maskz_loadu_ps(m, x.as_ptr().add(start));
                         let mut idx = iota(start);
-                        for i in 0..k {
-                            for j in 0..k {
-                                let at = start + i * win + j;
-                                if at == start {
-                                    continue;
-                                }
-                                let v = _mm512_maskz_loadu_ps(m, x.as_ptr().add(at));
-                                let gt = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m, v, best);
-                                best = _mm512_mask_blend_ps(gt, best, v);
-                                idx = _mm512_mask_blend_epi32(gt, idx, iota(at));
-                            }
+                        // The window's offsets after the first, in row-major order (one loop
+                        // of constant trip count for K > 0, so that it unrolls).
+                        for w in 1..k * k {
+                            let at = start + (w / k) * win + w % k;
+                            let v = _mm512_maskz_loadu_ps(m, x.as_ptr().add(at));
+                            let gt = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(m, v, best);
+                            best = _mm512_mask_blend_ps(gt, best, v);
+                            idx = _mm512_mask_blend_epi32(gt, idx, iota(at));
                         }
                         _mm512_mask_storeu_ps(out.as_mut_ptr().add(o), m, best);
                         _mm512_mask_storeu_epi32(argmax.as_mut_ptr().add(o).cast(), m, idx);
