@@ -252,15 +252,20 @@ mod avx512 {
             for c0 in (0..cols).step_by(16) {
                 let nc = (cols - c0).min(16);
                 // SAFETY: block rows r0..r0 + nr and columns c0..c0 + nc lie inside both
-                // matrices (both `rows × cols`), and the masks confine every access to them.
+                // matrices (both `rows × cols`), and the masks confine every access to them:
+                // rows past nr and columns past nc have an empty mask (never accessed, so their
+                // addresses, which may lie past the end, are formed with wrapping arithmetic).
+                // Every loop runs 16 times, so that it unrolls and the block stays in registers.
                 unsafe {
                     let mut v = [_mm512_setzero_ps(); 16];
-                    for (i, x) in v.iter_mut().enumerate().take(nr) {
-                        *x = _mm512_maskz_loadu_ps(first_lanes(nc), src.as_ptr().add((r0 + i) * cols + c0));
+                    for (i, x) in v.iter_mut().enumerate() {
+                        let mask = if i < nr { first_lanes(nc) } else { 0 };
+                        *x = _mm512_maskz_loadu_ps(mask, src.as_ptr().wrapping_add((r0 + i) * cols + c0));
                     }
                     transpose16(&mut v);
-                    for (j, &x) in v.iter().enumerate().take(nc) {
-                        _mm512_mask_storeu_ps(dst.as_mut_ptr().add((c0 + j) * rows + r0), first_lanes(nr), x);
+                    for (j, &x) in v.iter().enumerate() {
+                        let mask = if j < nc { first_lanes(nr) } else { 0 };
+                        _mm512_mask_storeu_ps(dst.as_mut_ptr().wrapping_add((c0 + j) * rows + r0), mask, x);
                     }
                 }
             }
