@@ -145,16 +145,24 @@ fn gemm_matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
 /// with AVX-512 (a strided scalar copy moves about one value per cycle), element by element
 /// otherwise; the same values either way.
 pub(crate) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+    transpose_adding(src, dst, rows, cols, None);
+}
+
+/// [`transpose`], adding `column[c]` to every value of column `c` of `src` (row `c` of `dst`)
+/// when given: a convolution's bias, added as its output goes channel-major (one pass, not two).
+pub(crate) fn transpose_adding(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
     let len = rows * cols;
     assert!(src.len() >= len && dst.len() >= len, "transpose out of bounds");
+    assert!(column.is_none_or(|c| c.len() == cols), "transpose: one addend per column");
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
-        avx512::transpose(&src[..len], &mut dst[..len], rows, cols);
+        avx512::transpose(&src[..len], &mut dst[..len], rows, cols, column);
         return;
     }
     for (c, out) in dst[..len].chunks_exact_mut(rows.max(1)).enumerate() {
+        let add = column.map_or(0.0, |a| a[c]);
         for (v, &x) in out.iter_mut().zip(src[c..].iter().step_by(cols.max(1))) {
-            *v = x;
+            *v = if column.is_some() { x + add } else { x };
         }
     }
 }
@@ -224,7 +232,7 @@ mod avx512 {
             packed.resize(k * n, 0.0);
             if b.rs == 1 && b.cs == k {
                 // The transpose of a row-major n × k matrix (a weight matrix): in 16×16 blocks.
-                transpose(&b.data[..n * k], packed, n, k);
+                transpose(&b.data[..n * k], packed, n, k, None);
             } else {
                 for (j, col) in (0..n).map(|j| j * b.cs).enumerate() {
                     for (p, x) in packed[j..].iter_mut().step_by(n).enumerate() {
@@ -238,19 +246,22 @@ mod avx512 {
 
     /// [`super::transpose`] of exactly `rows × cols` values, on a processor with AVX-512F: blocks
     /// of up to 16×16, the rows and columns past the matrix's edge masked out.
-    pub(super) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+    pub(super) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
         assert!(src.len() == rows * cols && dst.len() == rows * cols && available(), "transpose: sizes or AVX-512F");
+        assert!(column.is_none_or(|c| c.len() == cols), "transpose: one addend per column");
         // SAFETY: AVX-512F is present (checked above).
-        unsafe { transpose_blocks(src, dst, rows, cols) }
+        unsafe { transpose_blocks(src, dst, rows, cols, column) }
     }
 
     /// [`transpose`] in a function compiled for AVX-512F (so that the intrinsics inline).
     #[target_feature(enable = "avx512f")]
-    fn transpose_blocks(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+    fn transpose_blocks(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
         for r0 in (0..rows).step_by(16) {
             let nr = (rows - r0).min(16);
             for c0 in (0..cols).step_by(16) {
                 let nc = (cols - c0).min(16);
+                // SAFETY: columns c0..c0 + nc of the addends exist (one per column).
+                let add = column.map(|a| unsafe { _mm512_maskz_loadu_ps(first_lanes(nc), a.as_ptr().add(c0)) });
                 // SAFETY: block rows r0..r0 + nr and columns c0..c0 + nc lie inside both
                 // matrices (both `rows × cols`), and the masks confine every access to them:
                 // rows past nr and columns past nc have an empty mask (never accessed, so their
@@ -261,6 +272,9 @@ mod avx512 {
                     for (i, x) in v.iter_mut().enumerate() {
                         let mask = if i < nr { first_lanes(nc) } else { 0 };
                         *x = _mm512_maskz_loadu_ps(mask, src.as_ptr().wrapping_add((r0 + i) * cols + c0));
+                        if let Some(add) = add {
+                            *x = _mm512_add_ps(*x, add);
+                        }
                     }
                     transpose16(&mut v);
                     for (j, &x) in v.iter().enumerate() {
@@ -484,11 +498,19 @@ mod tests {
             let mut got = vec![-1.0; rows * cols];
             transpose(&src, &mut got, rows, cols);
             assert_eq!(got, want, "{rows}x{cols}");
+            // with one addend per column of `src`
+            let column: Vec<f32> = (0..cols).map(|c| 0.25 - c as f32).collect();
+            let want_added: Vec<f32> = want.iter().enumerate().map(|(i, &v)| v + column[i / rows.max(1)]).collect();
+            let mut added = vec![-1.0; rows * cols];
+            transpose_adding(&src, &mut added, rows, cols, Some(&column));
+            assert_eq!(added, want_added, "{rows}x{cols} adding");
             #[cfg(target_arch = "x86_64")]
             if avx512::available() {
                 let mut got = vec![-1.0; rows * cols];
-                avx512::transpose(&src, &mut got, rows, cols);
+                avx512::transpose(&src, &mut got, rows, cols, None);
                 assert_eq!(got, want, "{rows}x{cols} (AVX-512)");
+                avx512::transpose(&src, &mut got, rows, cols, Some(&column));
+                assert_eq!(got, want_added, "{rows}x{cols} adding (AVX-512)");
             }
         }
     }

@@ -6,7 +6,7 @@
 //! example), ∂ℓᵢ/∂b = Σ_positions Δᵢ; input gradient col2im(Δᵢᵀ W). im2col and its adjoint
 //! col2im walk the same [`Geometry::segments`], so they cannot drift apart.
 
-use super::super::matrix::{MatMut, MatRef, matmul, transpose};
+use super::super::matrix::{MatMut, MatRef, matmul, transpose, transpose_adding};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Needs, Params, Rule};
 use crate::arch::kinds;
@@ -303,9 +303,10 @@ impl Rule for Conv2d {
         let hwc = &mut f.shared.hwc[..b * t * cout];
         let weights = MatRef::row_major(&f.theta[self.w..self.w + cout * kk], cout, kk);
         matmul(MatMut::row_major(hwc, b * t, cout), MatRef::row_major(cols, b * t, kk), weights.t(), false);
-        transpose_planes(hwc, f.output, t, cout);
-        if let Some(bo) = self.b {
-            add_bias(f.output, &f.theta[bo..bo + cout], t);
+        // to channel-major, the bias added on the way
+        let bias = self.b.map(|bo| &f.theta[bo..bo + cout]);
+        for (s, d) in hwc.chunks_exact(t * cout).zip(f.output.chunks_exact_mut(t * cout)) {
+            transpose_adding(s, d, t, cout, bias);
         }
     }
 
@@ -385,16 +386,6 @@ fn col2im_batch(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
             padded.col2im(ce, &mut plane);
             g.crop_from(&plane, de);
         }
-    }
-}
-}
-
-crate::simd::kernel! {
-/// Adds `bias[c]` to every value of plane `c` (planes of `t` values, channel after channel,
-/// example after example).
-fn add_bias(planes: &mut [f32], bias: &[f32], t: usize) {
-    for (plane, bv) in planes.chunks_exact_mut(t).zip(bias.iter().cycle()) {
-        plane.iter_mut().for_each(|v| *v += bv);
     }
 }
 }
