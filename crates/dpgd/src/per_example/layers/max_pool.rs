@@ -170,12 +170,15 @@ fn unpool_batch(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: us
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::{
-        __m512i, _CMP_GT_OQ, _mm512_add_epi32, _mm512_mask_blend_epi32, _mm512_mask_blend_ps, _mm512_mask_cmp_ps_mask,
-        _mm512_mask_storeu_epi32, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_set1_epi32, _mm512_setr_epi32,
+        __m512i, _CMP_GT_OQ, _mm512_add_epi32, _mm512_mask_add_ps, _mm512_mask_blend_epi32, _mm512_mask_blend_ps,
+        _mm512_mask_cmp_ps_mask, _mm512_mask_cmpeq_epi32_mask, _mm512_mask_storeu_epi32, _mm512_mask_storeu_ps,
+        _mm512_maskz_loadu_epi32, _mm512_maskz_loadu_ps, _mm512_permutexvar_ps, _mm512_set1_epi32, _mm512_setr_epi32,
+        _mm512_setzero_ps, _mm512_sub_epi32,
     };
 
     use super::super::Rule;
     use super::MaxPool2d;
+    use crate::simd::first_lanes;
 
     /// 0, 1, …, 15 plus `start` (indices wrap as the portable kernels' `as u32` casts do).
     #[target_feature(enable = "avx512f")]
@@ -207,6 +210,77 @@ mod avx512 {
                     3 => pool::<3>(p, x, out, argmax),
                     _ => pool::<0>(p, x, out, argmax),
                 }
+            }
+        }
+    }
+
+    /// Whether [`unpool_batch`] takes `p`: stride 1, and an input row that fills most of one
+    /// vector (8 to 16 values; the Opacus CNN's first pool, 14 wide).
+    pub(super) fn unpools(p: &MaxPool2d) -> bool {
+        p.stride == 1 && (8..=16).contains(&p.win) && crate::simd::has_avx512f()
+    }
+
+    /// The input gradients of `b` examples, overwritten, for a pool [`unpools`] takes: the same
+    /// sums as the portable scatter (`super::unpool_batch`), bit for bit (tested).
+    ///
+    /// Each input row is one vector, its sums kept in registers: for each window offset (i, j),
+    /// from the last to the first (so that every input receives its terms in output order),
+    /// output row r − i's gradients are shifted j lanes to the right and added where that
+    /// output's arg-max is this input. The scatter instead adds each output to memory in turn,
+    /// and at stride 1 neighbouring windows often share their arg-max: each add then waits on
+    /// the one before it.
+    pub(super) fn unpool_batch(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: usize) {
+        let (n_in, n_out) = (p.c * p.hin * p.win, p.out_len());
+        assert!(unpools(p) && p.hout + p.k == p.hin + 1 && p.wout + p.k == p.win + 1, "unpool: geometry {p:?}");
+        assert!(argmax.len() >= b * n_out && dy.len() >= b * n_out && dx.len() >= b * n_in, "unpool: sizes");
+        for e in 0..b {
+            let (argmax, dy, dx) = (
+                &argmax[e * n_out..(e + 1) * n_out],
+                &dy[e * n_out..(e + 1) * n_out],
+                &mut dx[e * n_in..(e + 1) * n_in],
+            );
+            // SAFETY: AVX-512F is present (`unpools`); the slices hold example e (checked above).
+            unsafe {
+                match p.k {
+                    2 => unpool::<2>(p, argmax, dy, dx),
+                    3 => unpool::<3>(p, argmax, dy, dx),
+                    _ => unpool::<0>(p, argmax, dy, dx),
+                }
+            }
+        }
+    }
+
+    /// One example's input gradient (see [`unpool_batch`]), for windows of `K = p.k` (or any
+    /// size for `K = 0`).
+    #[target_feature(enable = "avx512f")]
+    fn unpool<const K: usize>(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32]) {
+        let MaxPool2d { c, hin, win, hout, wout, .. } = *p;
+        let k = if K > 0 { K } else { p.k };
+        let (in_lanes, out_lanes) = (first_lanes(win), first_lanes(wout));
+        let lane = iota(0);
+        for ch in 0..c {
+            let base = ch * hin * win;
+            for r in 0..hin {
+                let mut acc = _mm512_setzero_ps();
+                for i in (0..k).rev().filter(|&i| i <= r && r - i < hout) {
+                    let o = (ch * hout + r - i) * wout;
+                    // SAFETY: output row r − i < hout of channel ch: wout values of each.
+                    let (arg, d) = unsafe {
+                        (
+                            _mm512_maskz_loadu_epi32(out_lanes, argmax.as_ptr().add(o).cast()),
+                            _mm512_maskz_loadu_ps(out_lanes, dy.as_ptr().add(o)),
+                        )
+                    };
+                    for j in (0..k).rev() {
+                        // output lane x hits input (r, x + j): its arg-max is that index
+                        let hit = _mm512_mask_cmpeq_epi32_mask(out_lanes, arg, iota(base + r * win + j));
+                        // lane x + j of the input row takes output lane x
+                        let shifted = _mm512_permutexvar_ps(_mm512_sub_epi32(lane, _mm512_set1_epi32(j as i32)), d);
+                        acc = _mm512_mask_add_ps(acc, (hit << j) & in_lanes, acc, shifted);
+                    }
+                }
+                // SAFETY: input row r of channel ch: win ≤ 16 values.
+                unsafe { _mm512_mask_storeu_ps(dx.as_mut_ptr().add(base + r * win), in_lanes, acc) };
             }
         }
     }
@@ -268,6 +342,11 @@ impl Rule for MaxPool2d {
 
     fn backward(&self, g: Backward<'_>) {
         let Some(dx) = g.dx else { return };
+        #[cfg(target_arch = "x86_64")]
+        if avx512::unpools(self) {
+            avx512::unpool_batch(self, &g.own.argmax, g.dy, dx, g.b);
+            return;
+        }
         unpool_batch(self, &g.own.argmax, g.dy, dx, g.b);
     }
 }
@@ -303,9 +382,17 @@ mod tests {
     /// picks exactly the reference's arg-max.
     #[test]
     fn pool_keeps_the_first_strict_maximum() {
-        for (c, k, stride, hin, win) in
-            [(2, 2, 1, 6, 5), (3, 3, 2, 7, 9), (1, 2, 2, 4, 4), (2, 3, 1, 5, 7), (2, 2, 1, 3, 20), (1, 1, 1, 2, 3)]
-        {
+        for (c, k, stride, hin, win) in [
+            (2, 2, 1, 6, 5),
+            (3, 3, 2, 7, 9),
+            (1, 2, 2, 4, 4),
+            (2, 3, 1, 5, 7),
+            (2, 2, 1, 3, 20),
+            (1, 1, 1, 2, 3),
+            (2, 2, 1, 14, 14),
+            (2, 3, 1, 9, 16),
+            (1, 1, 1, 3, 8),
+        ] {
             let (hout, wout) = ((hin - k) / stride + 1, (win - k) / stride + 1);
             let p = MaxPool2d { c, k, stride, hin, win, hout, wout };
             let specials = [f32::NAN, f32::NEG_INFINITY, 1.0, 1.0, 0.0];
@@ -335,6 +422,12 @@ mod tests {
                 want_dx[(o / p.out_len()) * p.c * p.hin * p.win + i as usize] += d;
             }
             assert_eq!(bits(&dx), bits(&want_dx), "{p:?}");
+            #[cfg(target_arch = "x86_64")]
+            if avx512::unpools(&p) {
+                let mut dx = vec![7.0; 2 * p.c * p.hin * p.win];
+                avx512::unpool_batch(&p, &arg, &dy, &mut dx, 2);
+                assert_eq!(bits(&dx), bits(&want_dx), "{p:?} (AVX-512 input gradient)");
+            }
             #[cfg(target_arch = "x86_64")]
             if stride == 1 && crate::simd::has_avx512f() {
                 let (mut out, mut arg) = (vec![0.0; 2 * p.out_len()], vec![0; 2 * p.out_len()]);
