@@ -34,7 +34,9 @@ use crate::accounting::filter::LedgerSlot;
 use crate::noise::NoiseSampler;
 
 /// Relative shrink of every clip factor (2⁻²⁰ ≈ 1e-6): covers the f64 rounding of the squared
-/// norm (≤ P·2⁻⁵³ relative for P parameters) and of the products xⱼ·f (2⁻⁵³) with a wide margin.
+/// norm (≤ P·2⁻⁵³ relative for P parameters) and of the factor's own few operations, with a wide
+/// margin. The products xⱼ·f themselves are not rounded before they are rounded to the grid (one
+/// fused multiply-add: `rounded_bits`), so each coordinate moves by at most ½.
 pub const FACTOR_SHRINK: f64 = 1.0 - 1.0 / (1u64 << 20) as f64;
 
 /// The most parameters a clipped row may have: [`FACTOR_SHRINK`] covers the squared norm's
@@ -142,7 +144,7 @@ impl SumGrid {
 /// c² = min(‖gᵢ‖², C², remaining) and returns the factor f (in grid units) by which the row
 /// enters the sum: the rounded row round(f·gᵢ) has norm at most √granted·γ⁻¹, because
 /// f = (√granted − √p·γ/2)/(‖gᵢ‖·γ), shrunk by [`FACTOR_SHRINK`] for the f64 rounding of ‖gᵢ‖²
-/// and of the products, and rounding moves each coordinate by at most ½. The factor is 0 for a
+/// and of f, and rounding each exact product f·xⱼ moves it by at most ½. The factor is 0 for a
 /// zero, skipped or exhausted example, or when √granted is below the rounding's √p·γ/2.
 ///
 /// ```
