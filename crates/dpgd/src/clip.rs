@@ -34,9 +34,11 @@ use crate::accounting::filter::LedgerSlot;
 use crate::noise::NoiseSampler;
 
 /// Relative shrink of every clip factor (2⁻²⁰ ≈ 1e-6): covers the f64 rounding of the squared
-/// norm (≤ P·2⁻⁵³ relative for P parameters) and of the factor's own few operations, with a wide
-/// margin. The products xⱼ·f themselves are not rounded before they are rounded to the grid (one
-/// fused multiply-add: `rounded_bits`), so each coordinate moves by at most ½.
+/// norm (≤ P·2⁻⁵³ relative for P parameters), of the factor's own few operations and of a product
+/// xⱼ·f rounded to f64 before it is rounded to the grid (2⁻⁵³), with a wide margin. With a
+/// correctly rounded fused multiply-add (`rounded_bits`: the FMA instruction, or glibc's `fma`)
+/// the product is not rounded first and each coordinate moves by at most ½; some C runtimes'
+/// `fma` on processors without FMA round the product first, and the margin covers that too.
 pub const FACTOR_SHRINK: f64 = 1.0 - 1.0 / (1u64 << 20) as f64;
 
 /// The most parameters a clipped row may have: [`FACTOR_SHRINK`] covers the squared norm's
@@ -352,9 +354,10 @@ const MAGIC_BITS: i64 = ROUND_MAGIC.to_bits() as i64;
 /// The bit pattern of `v · w + ROUND_MAGIC` in one fused multiply-add, rounded once: the exact
 /// product is rounded to the nearest integer, so each coordinate of a rounded row moves by at
 /// most ½ (a product rounded to f64 first could round a second time across a tie: 0.5 + 2⁻⁵³
-/// relative; a test). IEEE's fused multiply-add is exactly rounded on every path (one instruction
-/// with FMA, a correctly rounded library call on the baseline), so every path gives the same
-/// integers.
+/// relative; a test). The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
+/// they give the same integers. The baseline variant (a processor without FMA) calls the C
+/// library's `fma`: exact in glibc; a runtime whose `fma` rounds the product first gives at
+/// most the 2⁻⁵³ relative more that [`FACTOR_SHRINK`] leaves room for.
 #[inline(always)]
 fn rounded_bits(v: f32, w: f64) -> i64 {
     f64::from(v).mul_add(w, ROUND_MAGIC).to_bits() as i64

@@ -117,7 +117,7 @@ impl Network {
 
     /// [`backward`](Self::backward), and each row's squared norm into `norms[..b]`: each layer's
     /// part of the row, added up by the layer as it writes it where its rule does so (the linear
-    /// layer), else from the values just written ([`Layer::squared_norm`](super::Layer::squared_norm)),
+    /// and conv layers), else from the values just written ([`Layer::squared_norm`](super::Layer::squared_norm)),
     /// over the layers with parameters, whose parts tile the row ([`Network::new`] checks).
     pub fn backward_with_norms(
         &self,

@@ -4,7 +4,9 @@
 //! Per example i with im2col matrix colsᵢ (`T × K`, T = output positions, K = cin·k²):
 //! forward `yᵢ = W colsᵢᵀ + b`; parameter gradient ∂ℓᵢ/∂W = Δᵢ colsᵢ (one small GEMM per
 //! example), ∂ℓᵢ/∂b = Σ_positions Δᵢ; input gradient col2im(Δᵢᵀ W). im2col and its adjoint
-//! col2im walk the same [`Geometry::segments`], so they cannot drift apart.
+//! col2im walk the same window rows on each path ([`Geometry::segments`] with padding,
+//! `Geometry::windows` without, `avx512::runs` in vectors), so they cannot drift apart (a
+//! test checks both the adjointness and each vector path against the portable one).
 
 use super::super::matrix::{MatMut, MatRef, matmul, transpose, transpose_adding};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
@@ -474,13 +476,15 @@ mod avx512 {
     /// Checks that every window of `g` (unpadded) lies inside an input of `n_in` values and
     /// that `n_cols` holds the im2col matrix: what the unchecked accesses below rest on.
     fn check(g: &Geometry, n_in: usize, n_cols: usize) {
-        let inside = |out: usize, len: usize| out == 0 || (out - 1) * g.stride + g.k <= len;
+        // checked arithmetic: the unsafe accesses rest on these, so no size may wrap
+        let inside = |out: usize, len: usize| {
+            out == 0 || (out - 1).checked_mul(g.stride).and_then(|v| v.checked_add(g.k)).is_some_and(|end| end <= len)
+        };
+        let fits = |need: Option<usize>, have: usize| need.is_some_and(|n| n <= have);
+        let input = g.cin.checked_mul(g.hin).and_then(|v| v.checked_mul(g.win));
+        let cols = g.hout.checked_mul(g.wout).and_then(|t| t.checked_mul(g.cin)).and_then(|v| v.checked_mul(g.k * g.k));
         assert!(
-            groups(g)
-                && inside(g.hout, g.hin)
-                && inside(g.wout, g.win)
-                && n_in >= g.cin * g.hin * g.win
-                && n_cols >= g.positions() * g.patch(),
+            groups(g) && inside(g.hout, g.hin) && inside(g.wout, g.win) && fits(input, n_in) && fits(cols, n_cols),
             "grouped im2col: geometry {g:?} does not fit its buffers"
         );
     }
@@ -572,7 +576,7 @@ mod tests {
 
     /// The im2col and col2im a geometry dispatches to (the AVX-512 runs for 4- and 8-wide
     /// windows on a processor with it) give the portable per-segment kernels' values, bit for
-    /// bit; so do the plane sums.
+    /// bit; so do the plane sums. (On a processor without AVX-512 both sides are portable.)
     #[test]
     fn dispatched_kernels_match_the_portable_ones() {
         for (cin, hin, win, k, stride) in [(16, 13, 13, 4, 2), (1, 34, 34, 8, 2), (3, 9, 11, 4, 1), (2, 20, 18, 8, 3)] {

@@ -417,7 +417,9 @@ mod tests {
             assert_eq!(arg, [want_arg.clone(), want2_arg.clone()].concat(), "{p:?}");
             assert_eq!(bits(&out), bits(&[want.clone(), want2.clone()].concat()), "{p:?}");
             // The input gradients, with outputs sharing an arg-max (ties, stride 1).
-            let dy: Vec<f32> = (0..2 * p.out_len()).map(|i| 1.0 + (i as f32) * 2f32.powi(-20)).collect();
+            // of mixed magnitudes, so that the sums into one input depend on their order
+            let dy: Vec<f32> =
+                (0..2 * p.out_len()).map(|i| (i as f32 * 0.713).sin() * 10f32.powi(i as i32 % 7 - 3)).collect();
             let mut dx = vec![7.0; 2 * p.c * p.hin * p.win];
             unpool_batch(&p, &arg, &dy, &mut dx, 2);
             let mut want_dx = vec![0.0f32; dx.len()];
