@@ -27,10 +27,11 @@ pub use network::{MAX_VALUES, Network, ShapeError};
 /// fastest of 32–1024 for the Opacus CNN; `experiments/speed/run.sh`).
 pub const DEFAULT_CHUNK: usize = 64;
 
-/// The fast engine's micro-batch size: its full step on the Opacus CNN was fastest at 3–4
-/// (`dpgd bench-step --chunk C`, 2 threads on this repository's 2-core machine: 0.90 s per
-/// 60,000 examples at 4, 0.93 at 6, 0.99 at 8, 1.08 at 16): a micro-batch's gradient rows,
-/// im2col matrices and activations then stay in the core's L2 cache.
+/// The fast engine's micro-batch size: its full step on the Opacus CNN was fastest at 4
+/// (`dpgd bench-step --chunk C`, 2 threads on this repository's 2-core machine, seconds per
+/// 60,000 examples: 0.88 at 2, 0.82 at 3, 0.76–0.79 at 4, 0.81 at 5, 0.85 at 6 and at 8; 1.08
+/// at 16 in an earlier engine): a micro-batch's gradient rows, im2col matrices and activations
+/// then stay in the core's L2 cache.
 pub const FAST_ENGINE_CHUNK: usize = 4;
 
 /// The per-example computation the trainer needs: per-example gradients of the cross-entropy
