@@ -143,14 +143,10 @@ fn gemm_matmul(c: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
 /// `dst[c·rows + r] = src[r·cols + c]`: the `[rows × cols]` row-major `src` transposed into
 /// `dst` (activations channel-last ⇄ channel-major). In 16×16 register blocks on a processor
 /// with AVX-512 (a strided scalar copy moves about one value per cycle), element by element
-/// otherwise; the same values either way.
-pub(crate) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
-    transpose_adding(src, dst, rows, cols, None);
-}
-
-/// [`transpose`], adding `column[c]` to every value of column `c` of `src` (row `c` of `dst`)
-/// when given: a convolution's bias, added as its output goes channel-major (one pass, not two).
-pub(crate) fn transpose_adding(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
+/// otherwise; the same values either way. Adds `column[c]` to every value of column `c` of
+/// `src` (row `c` of `dst`) when given: a convolution's bias, added as its output goes
+/// channel-major (one pass, not two).
+pub(crate) fn transpose(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
     let len = rows * cols;
     assert!(src.len() >= len && dst.len() >= len, "transpose out of bounds");
     assert!(column.is_none_or(|c| c.len() == cols), "transpose: one addend per column");
@@ -496,13 +492,13 @@ mod tests {
             let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
             let want: Vec<f32> = (0..rows * cols).map(|i| src[(i % rows.max(1)) * cols + i / rows.max(1)]).collect();
             let mut got = vec![-1.0; rows * cols];
-            transpose(&src, &mut got, rows, cols);
+            transpose(&src, &mut got, rows, cols, None);
             assert_eq!(got, want, "{rows}x{cols}");
             // with one addend per column of `src`
             let column: Vec<f32> = (0..cols).map(|c| 0.25 - c as f32).collect();
             let want_added: Vec<f32> = want.iter().enumerate().map(|(i, &v)| v + column[i / rows.max(1)]).collect();
             let mut added = vec![-1.0; rows * cols];
-            transpose_adding(&src, &mut added, rows, cols, Some(&column));
+            transpose(&src, &mut added, rows, cols, Some(&column));
             assert_eq!(added, want_added, "{rows}x{cols} adding");
             #[cfg(target_arch = "x86_64")]
             if avx512::available() {

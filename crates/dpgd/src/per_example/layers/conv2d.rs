@@ -8,7 +8,7 @@
 //! `Geometry::windows` without, `avx512::runs` in vectors), so they cannot drift apart (a
 //! test checks both the adjointness and each vector path against the portable one).
 
-use super::super::matrix::{MatMut, MatRef, matmul, transpose, transpose_adding};
+use super::super::matrix::{MatMut, MatRef, matmul, transpose};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
 use super::{Backward, Forward, Needs, Params, Rule};
 use crate::arch::kinds;
@@ -306,10 +306,7 @@ impl Rule for Conv2d {
         let weights = MatRef::row_major(&f.theta[self.w..self.w + cout * kk], cout, kk);
         matmul(MatMut::row_major(hwc, b * t, cout), MatRef::row_major(cols, b * t, kk), weights.t(), false);
         // to channel-major, the bias added on the way
-        let bias = self.b.map(|bo| &f.theta[bo..bo + cout]);
-        for (s, d) in hwc.chunks_exact(t * cout).zip(f.output.chunks_exact_mut(t * cout)) {
-            transpose_adding(s, d, t, cout, bias);
-        }
+        transpose_planes(hwc, f.output, t, cout, self.b.map(|bo| &f.theta[bo..bo + cout]));
     }
 
     /// Each example's weight and bias gradients are added up right after they are written,
@@ -342,7 +339,7 @@ impl Rule for Conv2d {
         if let Some(dx) = g.dx {
             // dcols[b·T × K] = Δᵀ[b·T × cout] · W[cout × K], then scatter back
             let hwc = &mut g.shared.hwc[..b * t * cout];
-            transpose_planes(&g.dy[..b * cout * t], hwc, cout, t);
+            transpose_planes(&g.dy[..b * cout * t], hwc, cout, t, None);
             let dcols = &mut g.shared.dcols[..b * t * kk];
             let weights = MatRef::row_major(&g.theta[self.w..self.w + cout * kk], cout, kk);
             matmul(MatMut::row_major(dcols, b * t, kk), MatRef::row_major(hwc, b * t, cout), weights, false);
@@ -417,11 +414,12 @@ fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
 }
 }
 
-/// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major).
-fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize) {
+/// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major), adding
+/// `column[c]` to every value of column `c` when given (the bias, on the way to channel-major).
+fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
     let n = rows * cols;
     for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
-        transpose(s, d, rows, cols);
+        transpose(s, d, rows, cols, column);
     }
 }
 
