@@ -4,7 +4,7 @@
 use burn::tensor::{Tensor, TensorData};
 use dpgd::arch::{LayerSpec, ModelSpec};
 use dpgd::model::BurnModel;
-use dpgd::per_example::Network;
+use dpgd::per_example::{Network, PerExample};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -58,6 +58,34 @@ fn check(spec: ModelSpec, n: usize) {
         let want = dpgd::clip::squared_norm(&fast[i * p..(i + 1) * p]);
         // two orders of the same sum of p exact squares: within (p − 1)·2⁻⁵² of each other
         assert!((sq - want).abs() <= p as f64 * f64::EPSILON * want, "example {i}: norm {sq} vs row {want}");
+    }
+    // For the clip, the linear layers' weight blocks are left as their factors: the exact
+    // products round to the values written above, and the norms are the rows'.
+    net.forward(&theta, &mut ws, &x, n);
+    let (mut unwritten, mut clip_norms) = (vec![f32::NAN; n * p], vec![f64::NAN; n]);
+    let outer = PerExample::gradients_with_norms(
+        &net,
+        &theta,
+        &x,
+        &labels,
+        &mut ws,
+        &mut unwritten,
+        &mut losses,
+        &mut clip_norms,
+    );
+    let linear = spec.layers.iter().filter(|l| matches!(l, LayerSpec::Linear(_))).count();
+    assert_eq!(outer.len(), linear, "one outer block per linear layer");
+    let rows = dpgd::clip::Rows::with_outer(&unwritten, p, outer);
+    for i in 0..n {
+        for j in 0..p {
+            assert_eq!(rows.value(i, j) as f32, fast[i * p + j], "example {i}, parameter {j}");
+        }
+        let want = rows.squared_norm(i);
+        assert!(
+            (clip_norms[i] - want).abs() <= p as f64 * f64::EPSILON * want,
+            "example {i}: {} vs {want}",
+            clip_norms[i]
+        );
     }
     // And the round trip through burn modules preserves θ exactly.
     assert_eq!(model.to_params(&net).unwrap(), theta);
@@ -191,9 +219,10 @@ fn an_example_gradient_row_does_not_depend_on_the_rest_of_its_micro_batch() {
 }
 
 /// `Network::profile` (what `dpgd bench-step --layers` and the layer benchmarks time) runs the
-/// same passes as training: the same gradient rows and losses bit for bit, a time for every
-/// layer's forward pass, and a backward time exactly for the layers from the first with
-/// parameters on (none before it runs a backward pass).
+/// same passes as training (`PerExample::gradients_with_norms`): the same gradient rows, left
+/// unwritten in the same outer blocks, and losses bit for bit, a time for every layer's forward
+/// pass, and a backward time exactly for the layers from the first with parameters on (none
+/// before it runs a backward pass).
 #[test]
 fn profiling_computes_what_training_computes_and_times_every_pass() {
     let mut spec = ModelSpec::opacus_cnn();
@@ -201,20 +230,17 @@ fn profiling_computes_what_training_computes_and_times_every_pass() {
     let net = Network::new(&spec).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let theta = net.init_params(&mut rng);
-    let b = 6;
+    let (b, p) = (6, net.num_params());
     let x: Vec<f32> = (0..b * net.input_len()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let labels: Vec<u8> = (0..b).map(|i| (i % spec.classes) as u8).collect();
-    let all: Vec<usize> = (0..b).collect();
-    let want = rows_of(&net, &theta, &x, &labels, &all);
     let mut ws = net.workspace(b);
-    let (mut grads, mut losses) = (vec![0.0f32; b * net.num_params()], vec![0.0f32; b]);
+    let (mut want, mut want_losses, mut norms) = (vec![f32::NAN; b * p], vec![0.0f32; b], vec![0.0; b]);
+    let outer = net.gradients_with_norms(&theta, &x, &labels, &mut ws, &mut want, &mut want_losses, &mut norms);
+    assert_eq!(outer.len(), 2, "the two linear layers' weight blocks are left to the clip");
+    let (mut grads, mut losses) = (vec![f32::NAN; b * p], vec![0.0f32; b]);
     let times = net.profile(&theta, &mut ws, &x, &labels, &mut grads, &mut losses);
-    let got: Vec<Vec<f32>> = grads.chunks_exact(net.num_params()).map(<[f32]>::to_vec).collect();
-    assert!(got == want, "profiling changed the gradient rows");
-    let mut plain_losses = vec![0.0f32; b];
-    net.forward(&theta, &mut ws, &x, b);
-    net.backward(&theta, &mut ws, &labels, &mut grads, &mut plain_losses);
-    assert_eq!(losses, plain_losses);
+    assert!(grads.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "profiling changed the gradient rows");
+    assert_eq!(losses, want_losses);
     assert_eq!(times.len(), net.layers().len());
     assert!(times.iter().all(|t| !t.forward.is_zero()), "{times:?}");
     assert!(times[0].backward.is_zero(), "the relu before the first parameters runs no backward pass");

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::layers::{Backward, Forward, LayerScratch, Shared};
 use super::loss::softmax_xent_grad;
 use super::network::Network;
+use crate::clip::Outer;
 
 /// One layer's wall time in a [`Network::profile`] pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,12 +44,15 @@ impl Network {
         for layer in self.layers() {
             let (out, needs) = (layer.out_len() as u64, layer.needs());
             widest = widest.max(out);
-            per_example =
-                per_example.checked_add(out)?.checked_add(needs.cols as u64)?.checked_add(needs.argmax as u64)?;
+            per_example = per_example
+                .checked_add(out)?
+                .checked_add(needs.cols as u64)?
+                .checked_add(needs.argmax as u64)?
+                .checked_add(needs.delta as u64)?;
             hwc = hwc.max(needs.hwc as u64);
             dcols = dcols.max(needs.dcols as u64);
         }
-        // acts + cols + argmax, then hwc, two gradient buffers and dcols; 4 bytes each
+        // acts + cols + argmax + delta, then hwc, two gradient buffers and dcols; 4 bytes each
         let per_example = per_example.checked_add(hwc)?.checked_add(widest.checked_mul(2)?)?.checked_add(dcols)?;
         per_example.checked_mul(batch as u64)?.checked_mul(4)
     }
@@ -62,7 +66,11 @@ impl Network {
         for layer in self.layers() {
             let needs = layer.needs();
             acts.push(vec![0.0; batch * layer.out_len()]);
-            own.push(LayerScratch { cols: vec![0.0; batch * needs.cols], argmax: vec![0; batch * needs.argmax] });
+            own.push(LayerScratch {
+                cols: vec![0.0; batch * needs.cols],
+                argmax: vec![0; batch * needs.argmax],
+                delta: vec![0.0; batch * needs.delta],
+            });
             widest = widest.max(layer.out_len());
             hwc = hwc.max(needs.hwc);
             dcols = dcols.max(needs.dcols);
@@ -112,7 +120,7 @@ impl Network {
     /// the last [`forward`](Self::forward), written row by row into `grads` (`b × P`).
     /// Returns the per-example losses in `losses[..b]`.
     pub fn backward(&self, theta: &[f32], ws: &mut Workspace, labels: &[u8], grads: &mut [f32], losses: &mut [f32]) {
-        self.backward_timed(theta, ws, labels, grads, losses, None, None);
+        self.backward_timed(theta, ws, labels, grads, losses, None, false, None);
     }
 
     /// [`backward`](Self::backward), and each row's squared norm into `norms[..b]`: each layer's
@@ -128,12 +136,42 @@ impl Network {
         losses: &mut [f32],
         norms: &mut [f64],
     ) {
-        self.backward_timed(theta, ws, labels, grads, losses, Some(norms), None);
+        self.backward_timed(theta, ws, labels, grads, losses, Some(norms), false, None);
     }
 
-    /// [`forward`](Self::forward) then [`backward`](Self::backward) of `x` (`labels.len()`
-    /// examples), returning each layer's wall time in both passes (the loss's own time is in
-    /// neither). Layers before the first with parameters run no backward pass (nothing needs
+    /// [`backward_with_norms`](Self::backward_with_norms) for the clip: the weight gradients
+    /// of the layers that are outer products ([`Layer::outer`](super::Layer), the linear ones)
+    /// are left unwritten in `grads` and returned as their factors (δᵢ kept by the layer, aᵢ its
+    /// input), with their squared norms from the factors. The clip multiplies them out exactly
+    /// as it adds them ([`crate::clip::Rows`]).
+    pub fn backward_for_clip<'w>(
+        &self,
+        theta: &[f32],
+        ws: &'w mut Workspace,
+        labels: &[u8],
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) -> Vec<Outer<'w>> {
+        self.backward_timed(theta, ws, labels, grads, losses, Some(norms), true, None);
+        let b = labels.len();
+        let ws: &'w Workspace = ws;
+        let blocks = self.layers().iter().enumerate().filter_map(|(l, layer)| layer.outer().map(|o| (l, o)));
+        blocks
+            .map(|(l, o)| Outer {
+                at: o.at,
+                dout: o.dout,
+                din: o.din,
+                delta: &ws.own[l].delta[..b * o.dout],
+                input: &ws.acts[l][..b * o.din],
+            })
+            .collect()
+    }
+
+    /// [`forward`](Self::forward) then [`backward_for_clip`](Self::backward_for_clip) (what a
+    /// training step runs) of `x` (`labels.len()` examples), returning each layer's wall time in
+    /// both passes (the loss's own time is in neither; the outer-product blocks left to the clip
+    /// are timed there, not here). Layers before the first with parameters run no backward pass (nothing needs
     /// their gradients): their `backward` is zero. For finding where a model's time goes
     /// (`dpgd bench-step --layers`, `cargo bench --bench layers`); the training step never
     /// times itself.
@@ -163,13 +201,15 @@ impl Network {
         losses: &mut [f32],
     ) -> Vec<LayerTimes> {
         let mut times = vec![LayerTimes::default(); self.layers().len()];
+        let mut norms = vec![0.0; labels.len()];
         self.forward_timed(theta, ws, x, labels.len(), Some(&mut times));
-        self.backward_timed(theta, ws, labels, grads, losses, None, Some(&mut times));
+        self.backward_timed(theta, ws, labels, grads, losses, Some(&mut norms), true, Some(&mut times));
         times
     }
 
     /// [`backward`](Self::backward), with the rows' squared norms into `norms` and each
-    /// layer's time added to `times[l].backward` when given.
+    /// layer's time added to `times[l].backward` when given; with `factored` (and norms), the
+    /// outer-product blocks left to the clip ([`backward_for_clip`](Self::backward_for_clip)).
     #[allow(clippy::too_many_arguments)]
     fn backward_timed(
         &self,
@@ -179,6 +219,7 @@ impl Network {
         grads: &mut [f32],
         losses: &mut [f32],
         mut norms: Option<&mut [f64]>,
+        factored: bool,
         mut times: Option<&mut [LayerTimes]>,
     ) {
         let b = labels.len();
@@ -213,9 +254,10 @@ impl Network {
                 grads,
                 p,
                 b,
-                own: &ws.own[l],
+                own: &mut ws.own[l],
                 shared: &mut ws.shared,
                 norms: if fused { norms.as_deref_mut() } else { None },
+                factored: factored && fused && layer.outer().is_some(),
             });
             if let (Some(norms), true, false) = (norms.as_deref_mut(), layer.params().is_some(), fused) {
                 for (n, row) in norms[..b].iter_mut().zip(grads.chunks_exact(p)) {

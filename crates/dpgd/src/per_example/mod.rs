@@ -22,6 +22,8 @@ pub use engine::{LayerTimes, Workspace};
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 
+use crate::clip::Outer;
+
 /// The micro-batch size (`train.chunk`) of an engine that names none: 64, where the burn
 /// engine's fixed cost per call is spread over enough examples (on flex, 64 and 128 measured
 /// fastest of 32–1024 for the Opacus CNN; `experiments/speed/run.sh`).
@@ -38,8 +40,9 @@ pub const FAST_ENGINE_CHUNK: usize = 4;
 /// loss for a micro-batch, and logits. One implementation per engine.
 ///
 /// **Contract** (what the privacy proof of the exact sum rests on): for a fixed batch size, the
-/// gradient row an engine writes for example `i` depends only on θ, `xᵢ` and `yᵢ` — never on the
-/// other examples of the batch — and is the same whichever position `i` holds. The trainer
+/// gradient row an engine gives for example `i` (its written values and the factors of its
+/// outer blocks) depends only on θ, `xᵢ` and `yᵢ` — never on the other examples of the batch —
+/// and is the same whichever position `i` holds. The trainer
 /// always calls [`gradients_with_norms`](Self::gradients_with_norms) with exactly its configured
 /// micro-batch size (zero-padding the last batch), so the rounding of a batched kernel cannot
 /// depend on how many real examples share it. The squared norm an engine reports for a row is
@@ -80,26 +83,32 @@ pub trait PerExample: Send + Sync {
         grads: &mut [f32],
         losses: &mut [f32],
     );
-    /// [`gradients`](Self::gradients), and each row's squared norm into `norms[..b]`: the f64
-    /// sum of the squares of exactly that row's P values, in any order (the clip charges it:
-    /// `clip::clip_block_with_norms`). By default computed from the rows afterwards;
-    /// an engine may add them up while it writes the rows, when they are still in cache.
+    /// [`gradients`](Self::gradients) for the clip, and each row's squared norm into
+    /// `norms[..b]`: the f64 sum of the squares of exactly that row's P values, in any order
+    /// (the clip charges it: `clip::clip_block_with_norms`). An engine may leave blocks of a row
+    /// as outer products of two factors it keeps in `scratch` ([`Outer`]: coordinate (o, i) is
+    /// the exact product δₒ·aᵢ; `grads` is then not written there), returned for the clip to
+    /// multiply out as it adds them; their squared norms may come from the factors
+    /// ([`crate::clip::outer_squared_norm`]). By default every value is written and the norms
+    /// are computed from the rows afterwards; an engine may add them up while it writes the
+    /// rows, when they are still in cache.
     #[allow(clippy::too_many_arguments)]
-    fn gradients_with_norms(
+    fn gradients_with_norms<'s>(
         &self,
         theta: &[f32],
         x: &[f32],
         labels: &[u8],
-        scratch: &mut Self::Scratch,
+        scratch: &'s mut Self::Scratch,
         grads: &mut [f32],
         losses: &mut [f32],
         norms: &mut [f64],
-    ) {
+    ) -> Vec<Outer<'s>> {
         self.gradients(theta, x, labels, scratch, grads, losses);
         let p = self.num_params().max(1);
         for (n, row) in norms.iter_mut().zip(grads.chunks_exact(p)).take(labels.len()) {
             *n = crate::clip::squared_norm(row);
         }
+        Vec::new()
     }
     /// The logits (`b × classes`) of the `b` examples `x` at θ.
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32];
@@ -141,18 +150,18 @@ impl PerExample for Network {
         self.forward(theta, ws, x, labels.len());
         self.backward(theta, ws, labels, grads, losses);
     }
-    fn gradients_with_norms(
+    fn gradients_with_norms<'s>(
         &self,
         theta: &[f32],
         x: &[f32],
         labels: &[u8],
-        ws: &mut Workspace,
+        ws: &'s mut Workspace,
         grads: &mut [f32],
         losses: &mut [f32],
         norms: &mut [f64],
-    ) {
+    ) -> Vec<Outer<'s>> {
         self.forward(theta, ws, x, labels.len());
-        self.backward_with_norms(theta, ws, labels, grads, losses, norms);
+        self.backward_for_clip(theta, ws, labels, grads, losses, norms)
     }
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, ws: &'s mut Workspace) -> &'s [f32] {
         self.forward(theta, ws, x, b)

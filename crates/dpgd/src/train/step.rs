@@ -12,7 +12,7 @@ use super::config::ValidConfig;
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, SumGrid, axpy, clip_block_with_norms};
+use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, Rows, SumGrid, axpy, clip_block_with_norms};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, add_gaussian, gaussian};
@@ -116,6 +116,12 @@ impl SumStats {
         self.computed += other.computed;
         self.skipped_nonfinite += other.skipped_nonfinite;
         self.loss_sum += other.loss_sum;
+    }
+
+    /// Counts a micro-batch of computed examples and adds their finite losses.
+    fn add_losses(&mut self, losses: &[f32]) {
+        self.computed += losses.len();
+        self.loss_sum += losses.iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
     }
 }
 
@@ -379,39 +385,43 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         s.labels.resize(c, 0);
         let (x, grads) = (&s.x[..c * px], &mut s.grads[..c * p]);
         // The norms only where the clip charges them.
-        match self.aggregation {
-            Aggregation::UnclippedNonPrivate => net.gradients(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses),
-            Aggregation::Clip { .. } => {
-                net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
-            }
-        }
-        s.stats.computed += b;
-        s.stats.loss_sum += s.losses[..b].iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
-        let rows = &s.grads[..b * p];
-        match self.aggregation {
+        let (clip, on_nonfinite, grid) = match self.aggregation {
             Aggregation::UnclippedNonPrivate => {
-                for row in rows.chunks_exact(p) {
+                net.gradients(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses);
+                for row in s.grads[..b * p].chunks_exact(p) {
                     axpy(1.0, row, &mut s.acc);
                 }
+                s.stats.add_losses(&s.losses[..b]);
+                return;
             }
-            Aggregation::Clip { clip, on_nonfinite, grid } => {
-                let mut block = BlockStats::default();
-                // Each row is clipped and added right after its backward pass, while in cache.
-                let clipped = if let Selection::ChargedSample(sample, acc) = selection {
-                    let rule = (clip, on_nonfinite, grid);
-                    let rows = (&mut s.grads[..b * p], &mut s.norms[..b]);
-                    charged_sample(rows, p, batch, (sample, acc), rule, &mut s.grid, &mut block)
-                } else {
-                    let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
-                    let norms = &s.norms[..b];
-                    clip_block_with_norms(rows, p, norms, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
-                };
-                if let Err(j) = clipped {
-                    s.failed = Some(batch[j].0);
-                }
-                s.stats.skipped_nonfinite += block.skipped_nonfinite;
-            }
+            Aggregation::Clip { clip, on_nonfinite, grid } => (clip, on_nonfinite, grid),
+        };
+        let outer = net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
+        s.stats.add_losses(&s.losses[..b]);
+        // Each row is clipped and added right after its backward pass, while in cache.
+        let rows = Rows::with_outer(&s.grads[..c * p], p, outer);
+        let mut block = BlockStats::default();
+        let clipped = if let Selection::ChargedSample(sample, acc) = selection {
+            charged_sample(&rows, &s.norms, batch, (sample, acc), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
+        } else {
+            let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
+            let which: Vec<usize> = (0..b).collect();
+            clip_block_with_norms(
+                &rows,
+                &which,
+                &s.norms,
+                &mut slots,
+                clip,
+                on_nonfinite,
+                grid,
+                &mut s.grid,
+                &mut block,
+            )
+        };
+        if let Err(j) = clipped {
+            s.failed = Some(batch[j].0);
         }
+        s.stats.skipped_nonfinite += block.skipped_nonfinite;
     }
 }
 
@@ -436,29 +446,26 @@ impl Selection<'_> {
     }
 }
 
-/// One micro-batch of DP-SGD with individual accounting: every example of `batch` pays its
-/// Rényi charge in its own ledger ([`charge_individually`]); the sampled rows are moved to the
-/// front of `grads` and the clip kernel adds them within the squared norm that charge paid for.
-/// The others add nothing, so the kernel never sees them: a non-finite one (charged in full) is
-/// not the kernel's to skip or refuse, as it would not be in plain DP-SGD. On a non-finite row
-/// under `on_nonfinite = "error"`, the position in `batch` of the example.
+/// One micro-batch of DP-SGD with individual accounting: every example of `batch` (row j of
+/// `rows`) pays its Rényi charge in its own ledger ([`charge_individually`]); the clip kernel
+/// adds the sampled rows within the squared norm that charge paid for. The others add nothing,
+/// so the kernel never sees them: a non-finite one (charged in full) is not the kernel's to
+/// skip or refuse, as it would not be in plain DP-SGD. On a non-finite row under
+/// `on_nonfinite = "error"`, the position in `batch` of the example.
 fn charged_sample(
-    (grads, norms): (&mut [f32], &mut [f64]),
-    p: usize,
+    rows: &Rows<'_>,
+    norms: &[f64],
     batch: &mut [(usize, &mut LedgerSlot<'_>)],
     (sample, acc): (&[bool], &IndividualSgd),
     (clip, policy, grid): (f64, NonFinitePolicy, SumGrid),
     sum: &mut [i64],
     block: &mut BlockStats,
 ) -> std::result::Result<(), usize> {
-    // Invariant: the sampled rows among the first j are at positions 0..kept.len() ≤ j.
     let (mut kept, mut caps) = (Vec::new(), Vec::new());
     for (j, (i, slot)) in batch.iter_mut().enumerate() {
-        debug_assert!(crate::clip::is_squared_norm_of(norms[j], &grads[j * p..(j + 1) * p]), "the norm of row {j}");
+        debug_assert!(rows.is_squared_norm_of(j, norms[j]), "the norm of row {j}");
         let cap = charge_individually(norms[j], slot, clip, acc);
         if sample[*i] {
-            grads.copy_within(j * p..(j + 1) * p, kept.len() * p);
-            norms[kept.len()] = norms[j];
             kept.push(j);
             caps.push(cap);
         }
@@ -467,8 +474,7 @@ fn charged_sample(
     let mut slots: Vec<LedgerSlot<'_>> =
         caps.iter().zip(spent.iter_mut()).map(|(&cap, sp)| LedgerSlot::with_budget(cap, sp)).collect();
     let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
-    let (rows, norms) = (&grads[..kept.len() * p], &norms[..kept.len()]);
-    clip_block_with_norms(rows, p, norms, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
+    clip_block_with_norms(rows, &kept, norms, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
 }
 
 /// Charges one example the Rényi DP of this step for its clipped gradient, of squared norm

@@ -1,13 +1,16 @@
 //! Fully connected layer `y = W a + b`, weights `[dout, din]` then the bias in θ.
 //!
-//! Per example: ∂ℓᵢ/∂W = δᵢ aᵢᵀ (an outer product), ∂ℓᵢ/∂b = δᵢ. The clip charges the squared
-//! norm of the f32 values actually written, added up as the outer product is written; in exact
-//! arithmetic it is ‖δᵢ‖²‖aᵢ‖² + ‖δᵢ‖² ([`Linear::ghost_squared_norm`], which forms no product,
-//! for diagnostics). Input gradient: Wᵀ δᵢ, batched.
+//! Per example: ∂ℓᵢ/∂W = δᵢ aᵢᵀ (an outer product), ∂ℓᵢ/∂b = δᵢ. For the clip the outer product
+//! is never written: it keeps δᵢ (aᵢ is its input, kept by the engine) and the clip multiplies
+//! the exact products out as it adds them to the sum ([`crate::clip::Outer`]); their squared
+//! norm is ‖δᵢ‖²‖aᵢ‖², from the factors ([`crate::clip::outer_squared_norm`]), so the layer's
+//! part of the row costs O(din + dout) instead of writing and reading din·dout values. Rows
+//! asked for in full ([`super::super::Network::backward`]) get the f32 products written.
+//! Input gradient: Wᵀ δᵢ, batched.
 
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
-use super::{Backward, Forward, Params, Rule};
+use super::{Backward, Forward, Needs, OuterBlock, Params, Rule};
 use crate::arch::kinds;
 
 /// A compiled fully connected layer.
@@ -36,14 +39,6 @@ impl Linear {
         let w = alloc.take(checked(&[out_features, din], at, "the linear weight")?, at)?;
         let b = if bias { Some(alloc.take(out_features, at)?) } else { None };
         Ok(Self { din, dout: out_features, w, b })
-    }
-
-    /// The per-example squared gradient norm from the layer's input aᵢ and output gradient δᵢ
-    /// alone (the "ghost" norm): ‖δᵢ aᵢᵀ‖² + ‖δᵢ‖² = ‖δᵢ‖²(‖aᵢ‖² + 1) with a bias.
-    #[must_use]
-    pub fn ghost_squared_norm(&self, a: &[f32], delta: &[f32]) -> f64 {
-        let (aa, dd) = (crate::clip::squared_norm(a), crate::clip::squared_norm(delta));
-        dd * (aa + if self.b.is_some() { 1.0 } else { 0.0 })
     }
 }
 
@@ -86,8 +81,16 @@ impl Rule for Linear {
         }
     }
 
+    fn needs(&self) -> Needs {
+        Needs { delta: self.dout, ..Needs::default() }
+    }
+
     fn adds_norms(&self) -> bool {
         true
+    }
+
+    fn outer(&self) -> Option<OuterBlock> {
+        Some(OuterBlock { at: self.w, dout: self.dout, din: self.din })
     }
 
     fn backward(&self, mut g: Backward<'_>) {
@@ -95,7 +98,12 @@ impl Rule for Linear {
         for e in 0..b {
             let row = &mut g.grads[e * p..(e + 1) * p];
             let (a, d) = (&g.input[e * din..(e + 1) * din], &g.dy[e * dout..(e + 1) * dout]);
-            let mut sq = outer(&mut row[self.w..self.w + dout * din], d, a);
+            let mut sq = if g.factored {
+                g.own.delta[e * dout..(e + 1) * dout].copy_from_slice(d);
+                crate::clip::outer_squared_norm(d, a)
+            } else {
+                outer(&mut row[self.w..self.w + dout * din], d, a)
+            };
             if let Some(bo) = self.b {
                 row[bo..bo + dout].copy_from_slice(d);
                 sq += crate::clip::squared_norm(&row[bo..bo + dout]);

@@ -51,6 +51,9 @@ pub(crate) struct Needs {
     pub hwc: usize,
     /// Shared column gradients.
     pub dcols: usize,
+    /// Its own output gradient, kept for the clip (a layer whose weight gradient the clip
+    /// reads as an outer product, [`Rule::outer`]).
+    pub delta: usize,
 }
 
 /// A layer's own scratch in a workspace.
@@ -58,6 +61,7 @@ pub(crate) struct Needs {
 pub(crate) struct LayerScratch {
     pub cols: Vec<f32>,
     pub argmax: Vec<u32>,
+    pub delta: Vec<f32>,
 }
 
 /// Scratch shared by the layers of a workspace.
@@ -92,10 +96,27 @@ pub(crate) struct Backward<'a> {
     /// the rows' squared norms: the layer adds to `norms[e]` the f64 sum of the squares of
     /// exactly the parameter-gradient values it wrote for example `e`, while they are in cache.
     pub norms: Option<&'a mut [f64]>,
+    /// Set only for a layer with an [`Rule::outer`] block when the clip reads the rows (norms
+    /// given): the layer does not write that block, keeps each example's δᵢ in `own.delta` and
+    /// adds the block's squared norm from its factors ([`crate::clip::outer_squared_norm`]).
+    pub factored: bool,
     pub p: usize,
     pub b: usize,
-    pub own: &'a LayerScratch,
+    pub own: &'a mut LayerScratch,
     pub shared: &'a mut Shared,
+}
+
+/// A block of the parameter gradient that is an outer product δᵢ aᵢᵀ of the layer's output
+/// gradient and its input (a fully connected layer's weights), which the clip can read from the
+/// two factors instead of the written values ([`crate::clip::Outer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OuterBlock {
+    /// Where the row-major `[dout, din]` block starts in θ.
+    pub at: usize,
+    /// Output values (δ's length).
+    pub dout: usize,
+    /// Input values (a's length, all of the layer's input).
+    pub din: usize,
 }
 
 /// One layer kind's exact per-example rules.
@@ -119,6 +140,12 @@ pub(crate) trait Rule {
     /// ([`squared_norm`](Self::squared_norm)).
     fn adds_norms(&self) -> bool {
         false
+    }
+    /// Its weight gradient as an outer product, if it is one; such a layer
+    /// [`adds_norms`](Self::adds_norms) and keeps δᵢ (`Needs::delta`) when asked to
+    /// ([`Backward::factored`]).
+    fn outer(&self) -> Option<OuterBlock> {
+        None
     }
     /// Floating-point operations of its products for one example: forward, per-example
     /// parameter gradient and (when `input_grad`) input gradient; a multiply-add counts two.
@@ -202,6 +229,10 @@ macro_rules! layers {
 
             pub(crate) fn adds_norms(&self) -> bool {
                 self.rule().adds_norms()
+            }
+
+            pub(crate) fn outer(&self) -> Option<OuterBlock> {
+                self.rule().outer()
             }
 
             /// Floating-point operations of its products for one example (see `Rule::flops`).

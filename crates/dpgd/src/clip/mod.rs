@@ -28,10 +28,16 @@
 //! [FZ21]: https://arxiv.org/abs/2008.11193
 //! [CSVW22]: https://arxiv.org/abs/2207.10635
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use crate::accounting::filter::LedgerSlot;
 use crate::noise::NoiseSampler;
+
+mod rows;
+
+pub use rows::{Outer, Rows, outer_squared_norm};
 
 /// Relative shrink of every clip factor (2⁻²⁰ ≈ 1e-6): covers the f64 rounding of the squared
 /// norm (≤ P·2⁻⁵³ relative for P parameters), of the factor's own few operations and of a product
@@ -227,7 +233,8 @@ impl BlockStats {
 ///
 /// # Errors
 /// The index (within the block) of the first non-finite row under [`NonFinitePolicy::Error`];
-/// rows before it have been charged and added.
+/// the groups of 64 before its own have been charged and added, the rows before it in its
+/// group charged only (nothing is released after an error).
 #[allow(clippy::too_many_arguments)]
 pub fn clip_block(
     rows: &[f32],
@@ -240,23 +247,25 @@ pub fn clip_block(
     stats: &mut BlockStats,
 ) -> Result<(), usize> {
     let norms: Vec<f64> = rows.chunks_exact(p.max(1)).take(slots.len()).map(squared_norm).collect();
-    clip_block_with_norms(rows, p, &norms, slots, clip, policy, grid, acc, stats)
+    let which: Vec<usize> = (0..slots.len()).collect();
+    clip_block_with_norms(&Rows::dense(rows, p), &which, &norms, slots, clip, policy, grid, acc, stats)
 }
 
-/// [`clip_block`] with each row's squared norm given: `norms[r]` must be the f64 sum of the
-/// squares of exactly the f32 values of row r, added in any order (what
-/// [`squared_norm`] computes, up to the order of its additions; [`FACTOR_SHRINK`] covers the
-/// rounding of every order). An engine computes it while the rows it writes are still in cache
+/// [`clip_block`] over the rows `which` of `rows` (row `which[k]` charged to `slots[k]`), with
+/// each row's squared norm given: `norms[r]` must be the f64 sum of the squares of exactly row
+/// r's values, added in any order (what [`Rows::squared_norm`] computes up to the order of its
+/// additions, or an outer block's [`outer_squared_norm`]; [`FACTOR_SHRINK`] covers the rounding
+/// of either). An engine computes it while the rows it writes are still in cache
 /// ([`crate::per_example::PerExample::gradients_with_norms`]); a smaller value would let a row
 /// add more than its example is charged, so debug builds (every test) recompute each norm from
 /// its row and stop on a mismatch.
 ///
 /// # Errors
-/// As [`clip_block`].
+/// As [`clip_block`], the index into `which`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn clip_block_with_norms(
-    rows: &[f32],
-    p: usize,
+    rows: &Rows<'_>,
+    which: &[usize],
     norms: &[f64],
     slots: &mut [&mut LedgerSlot<'_>],
     clip: f64,
@@ -267,61 +276,56 @@ pub(crate) fn clip_block_with_norms(
 ) -> Result<(), usize> {
     const GROUP: usize = 64;
     // Internal: callers size the rows, norms and slots from one micro-batch.
-    assert!(norms.len() >= slots.len() && rows.len() >= slots.len() * p, "a norm and a row per slot");
-    for (g, (rows, slots)) in rows.chunks(GROUP * p).zip(slots.chunks_mut(GROUP)).enumerate() {
-        let mut w = [0.0f64; GROUP];
-        for (k, (row, slot)) in rows.chunks_exact(p).zip(slots.iter_mut()).enumerate() {
-            let sq = norms[g * GROUP + k];
+    assert!(which.len() == slots.len(), "a row per slot");
+    for (g, (which, slots)) in which.chunks(GROUP).zip(slots.chunks_mut(GROUP)).enumerate() {
+        let mut live = Vec::with_capacity(which.len());
+        for (k, (&r, slot)) in which.iter().zip(slots.iter_mut()).enumerate() {
+            let sq = norms[r];
             debug_assert!(
-                is_squared_norm_of(sq, row),
-                "row {}: norm {sq} given for a row of squared norm {}",
-                g * GROUP + k,
-                squared_norm(row)
+                rows.is_squared_norm_of(r, sq),
+                "row {r}: norm {sq} given for a row of squared norm {}",
+                rows.squared_norm(r)
             );
-            let (f, out) = clip_factor_of(p, sq, slot, clip, policy, grid).map_err(|_| g * GROUP + k)?;
-            w[k] = f;
+            let (f, out) = clip_factor_of(rows.p(), sq, slot, clip, policy, grid).map_err(|_| g * GROUP + k)?;
+            if f != 0.0 {
+                live.push((r, f));
+            }
             stats.rows += 1;
             stats.skipped_nonfinite += usize::from(out.norm.is_nan());
         }
-        add_rounded(rows, p, &w[..slots.len()], acc);
+        rows.add_rounded(&live, acc);
     }
     Ok(())
 }
 
-/// Whether `sq` is the squared norm of `row` as far as the order of its additions allows: two
-/// f64 sums of the same p squares (exact in f64 for f32 values) are each within (p−1)·2⁻⁵³
-/// relative of the exact sum; both non-finite alike otherwise. For debug checks of norms
-/// computed elsewhere.
-pub(crate) fn is_squared_norm_of(sq: f64, row: &[f32]) -> bool {
-    let (a, b, p) = (sq, squared_norm(row), row.len());
-    if !(a.is_finite() && b.is_finite()) {
-        return a.is_nan() == b.is_nan() && a.is_infinite() == b.is_infinite();
-    }
-    // each within (p−1)·2⁻⁵³ of the exact sum, so within (p−1)·2⁻⁵² = (p−1)·ε of each other
-    (a - b).abs() <= p as f64 * f64::EPSILON * a.max(b)
+/// `acc += Σᵣ round(w[r] · rows[r])` (each product rounded to the nearest integer) for
+/// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
+/// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). The
+/// kernel of [`clip_block`], in column blocks that stay in L1, four rows at a time.
+pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
+    debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
+    let live: Vec<(usize, f64)> = w.iter().copied().enumerate().filter(|&(_, wr)| wr != 0.0).collect();
+    add_rounded_columns(rows, p, &live, 0..p, acc);
 }
 
 crate::simd::kernel! {
-/// `acc += Σᵣ round(w[r] · rows[r])` (each product rounded to the nearest integer) for
-/// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
-/// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). Works in
-/// column blocks that stay in L1, so `acc` is read and written once per call and every row is
-/// read once. Compiled for AVX-512 and AVX2 ([`crate::simd`]; the result is the same integers on
-/// every path: the arithmetic is IEEE f64 either way).
-pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
+/// `acc += Σ round(w · rows[r][cols])` over the `live` rows (row, weight ≠ 0) of length `p`,
+/// for the columns `cols` (`acc` holds just those). Works in column blocks that stay in L1, so
+/// `acc` is read and written once per call and every row is read once. Compiled for AVX-512 and
+/// AVX2 ([`crate::simd`]; the result is the same integers on every path: the arithmetic is IEEE
+/// f64 either way).
+fn add_rounded_columns(rows: &[f32], p: usize, live: &[(usize, f64)], cols: Range<usize>, acc: &mut [i64]) {
     const BLOCK: usize = 512;
-    debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
-    // The rows that add something, four at a time: each value of `acc` is then loaded and
-    // stored once per four rows.
-    let live: Vec<(usize, f64)> = w.iter().copied().enumerate().filter(|&(_, wr)| wr != 0.0).collect();
+    debug_assert!(acc.len() == cols.len() && cols.end <= p);
+    // The rows four at a time: each value of `acc` is then loaded and stored once per four rows.
     let row = |r: usize, start: usize, end: usize| &rows[r * p + start..r * p + end];
-    for start in (0..p).step_by(BLOCK) {
-        let end = (start + BLOCK).min(p);
-        let a = &mut acc[start..end];
+    for start in cols.clone().step_by(BLOCK) {
+        let end = (start + BLOCK).min(cols.end);
+        let a = &mut acc[start - cols.start..end - cols.start];
         let quads = live.chunks_exact(4);
         for &(r, wr) in quads.remainder() {
             for (y, &v) in a.iter_mut().zip(row(r, start, end)) {
-                *y += rounded(v, wr);
+                *y += rounded(f64::from(v), wr);
             }
         }
         for q in quads {
@@ -330,10 +334,10 @@ pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
             for ((((y, &v0), &v1), &v2), &v3) in a.iter_mut().zip(x0).zip(x1).zip(x2).zip(x3) {
                 // Σ (bitsᵣ − magic) as Σ bitsᵣ − 4·magic: the same integer (wrapping
                 // arithmetic is exact modulo 2⁶⁴, and the sum fits), three subtractions fewer.
-                let bits = rounded_bits(v0, w0)
-                    .wrapping_add(rounded_bits(v1, w1))
-                    .wrapping_add(rounded_bits(v2, w2))
-                    .wrapping_add(rounded_bits(v3, w3));
+                let bits = rounded_bits(f64::from(v0), w0)
+                    .wrapping_add(rounded_bits(f64::from(v1), w1))
+                    .wrapping_add(rounded_bits(f64::from(v2), w2))
+                    .wrapping_add(rounded_bits(f64::from(v3), w3));
                 *y += bits.wrapping_sub(MAGIC_BITS.wrapping_mul(4));
             }
         }
@@ -341,26 +345,27 @@ pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
 }
 }
 
-/// `round(v · w)` to the nearest integer (ties to even), for `|v · w| < 2⁵¹`: the difference
+/// `round(x · w)` to the nearest integer (ties to even), for `|x · w| < 2⁵¹`: the difference
 /// of [`rounded_bits`] and [`ROUND_MAGIC`]'s bit pattern.
 #[inline(always)]
-fn rounded(v: f32, w: f64) -> i64 {
-    rounded_bits(v, w) - MAGIC_BITS
+fn rounded(x: f64, w: f64) -> i64 {
+    rounded_bits(x, w) - MAGIC_BITS
 }
 
 /// [`ROUND_MAGIC`]'s bit pattern.
 const MAGIC_BITS: i64 = ROUND_MAGIC.to_bits() as i64;
 
-/// The bit pattern of `v · w + ROUND_MAGIC` in one fused multiply-add, rounded once: the exact
+/// The bit pattern of `x · w + ROUND_MAGIC` in one fused multiply-add, rounded once: the exact
 /// product is rounded to the nearest integer, so each coordinate of a rounded row moves by at
 /// most ½ (a product rounded to f64 first could round a second time across a tie: 0.5 + 2⁻⁵³
-/// relative; a test). The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
+/// relative; a test). `x` is a row's value exactly: an f32, or an exact product of two
+/// ([`Outer`]). The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
 /// they give the same integers. The baseline variant (a processor without FMA) calls the C
 /// library's `fma`: exact in glibc; a runtime whose `fma` rounds the product first gives at
 /// most the 2⁻⁵³ relative more that [`FACTOR_SHRINK`] leaves room for.
 #[inline(always)]
-fn rounded_bits(v: f32, w: f64) -> i64 {
-    f64::from(v).mul_add(w, ROUND_MAGIC).to_bits() as i64
+fn rounded_bits(x: f64, w: f64) -> i64 {
+    x.mul_add(w, ROUND_MAGIC).to_bits() as i64
 }
 
 crate::simd::kernel! {
@@ -490,7 +495,7 @@ mod tests {
             let mut slow = vec![3i64; p];
             for (r, &wr) in w.iter().enumerate().filter(|&(_, &wr)| wr != 0.0) {
                 for (y, &v) in slow.iter_mut().zip(&rows[r * p..(r + 1) * p]) {
-                    *y += exact_round(v, wr);
+                    *y += exact_round(f64::from(v), wr);
                 }
             }
             assert_eq!(fast, slow, "{live} live rows");
@@ -499,14 +504,14 @@ mod tests {
 
     /// round(v·w) to the nearest integer, ties to even, in exact integer arithmetic (the
     /// product of the two significands in an i128): the reference for [`add_rounded`].
-    fn exact_round(v: f32, w: f64) -> i64 {
+    fn exact_round(x: f64, w: f64) -> i64 {
         // x = m·2^e exactly
         let parts = |x: f64| {
             let (bits, sign) = (x.to_bits(), if x.is_sign_negative() { -1i128 } else { 1 });
             let (exp, frac) = (((bits >> 52) & 0x7ff) as i32, i128::from(bits & ((1 << 52) - 1)));
             if exp == 0 { (sign * frac, -1074) } else { (sign * (frac | 1 << 52), exp - 1075) }
         };
-        let ((mv, ev), (mw, ew)) = (parts(f64::from(v)), parts(w));
+        let ((mv, ev), (mw, ew)) = (parts(x), parts(w));
         let (m, e) = (mv * mw, ev + ew);
         if e >= 0 {
             return (m << e) as i64;
@@ -528,7 +533,7 @@ mod tests {
     fn products_just_past_a_tie_round_once() {
         let (v, w) = (1.0 + f32::EPSILON, 2.499_999_701_976_811_7_f64);
         assert_eq!(f64::from(v) * w, 2.5, "the product rounded to f64 lands on the tie");
-        assert_eq!(exact_round(v, w), 3);
+        assert_eq!(exact_round(f64::from(v), w), 3);
         for live in [1, 4, 5] {
             let rows = vec![v; live];
             let mut acc = vec![0i64; 1];
@@ -552,10 +557,117 @@ mod tests {
             let mut acc = vec![0i64; p];
             add_rounded(&rows, p, &w, &mut acc);
             for (j, &got) in acc.iter().enumerate() {
-                let want: i64 = w.iter().enumerate().filter(|&(_, &wr)| wr != 0.0).map(|(r, &wr)| exact_round(rows[r * p + j], wr)).sum();
+                let want: i64 = w.iter().enumerate().filter(|&(_, &wr)| wr != 0.0).map(|(r, &wr)| exact_round(f64::from(rows[r * p + j]), wr)).sum();
                 prop_assert_eq!(got, want);
             }
         }
+    }
+
+    /// `n` rows of `before` written values, an outer block of `dout × din` and `after` written
+    /// values, from deterministic pseudo-random values: factors of magnitude up to 2^`scale`,
+    /// written values up to 2^(2·`scale`) like the products (row 1's δ has a NaN when there are
+    /// two rows or more).
+    struct OuterCase {
+        values: Vec<f32>,
+        delta: Vec<f32>,
+        input: Vec<f32>,
+        p: usize,
+        at: usize,
+        dout: usize,
+        din: usize,
+    }
+
+    impl OuterCase {
+        fn new(n: usize, (before, dout, din, after): (usize, usize, usize, usize), seed: u64, scale: i32) -> Self {
+            let mut state = seed | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32 * 2f32.powi(scale)
+            };
+            let p = before + dout * din + after;
+            let values = (0..n * p).map(|_| next() * 2f32.powi(scale)).collect();
+            let mut delta: Vec<f32> = (0..n * dout).map(|_| next()).collect();
+            let input = (0..n * din).map(|_| next()).collect();
+            if n > 1 {
+                delta[dout] = f32::NAN;
+            }
+            Self { values, delta, input, p, at: before, dout, din }
+        }
+
+        fn rows(&self) -> Rows<'_> {
+            let (at, dout, din) = (self.at, self.dout, self.din);
+            let block = Outer { at, dout, din, delta: &self.delta, input: &self.input };
+            Rows::with_outer(&self.values, self.p, vec![block])
+        }
+    }
+
+    proptest! {
+        /// Rows with an outer block anywhere, any number of live rows, blocks wider than the
+        /// kernel's column block: every coordinate of the sum is the sum of the rows' values
+        /// rounded once, an outer block's values being the exact products of its factors.
+        #[test]
+        fn outer_blocks_add_their_exact_products_rounded_once(
+            n in 1usize..10,
+            shape in (0usize..5, 1usize..4, 1usize..300, 0usize..5),
+            seed in any::<u64>(),
+            scale in -20i32..10,
+        ) {
+            let case = OuterCase::new(n, shape, seed, scale);
+            let rows = case.rows();
+            // row 1 (with the NaN) adds nothing; weights keep every |w·x| below 2⁵¹
+            let live: Vec<(usize, f64)> =
+                (0..n).filter(|&r| r != 1).map(|r| (r, (r as f64 + 0.37) * 2f64.powi(40 - 2 * scale))).collect();
+            let mut acc = vec![5i64; case.p];
+            rows.add_rounded(&live, &mut acc);
+            for (j, &got) in acc.iter().enumerate() {
+                let want = 5 + live.iter().map(|&(r, w)| exact_round(rows.value(r, j), w)).sum::<i64>();
+                prop_assert_eq!(got, want, "coordinate {}", j);
+            }
+        }
+
+        /// What an example whose row has an outer block adds is at most what it is charged, its
+        /// squared norm taken from the factors as the engine takes it, at any magnitudes.
+        #[test]
+        fn outer_rows_add_at_most_their_charge(
+            shape in (0usize..4, 1usize..5, 1usize..40, 0usize..4),
+            seed in any::<u64>(),
+            scale in -70i32..63,
+            log_clip in -100f64..100.0,
+            log_budget in -60f64..60.0,
+            n in 1usize..10_000_000,
+        ) {
+            let case = OuterCase::new(1, shape, seed, scale);
+            let rows = case.rows();
+            let written: f64 = [&case.values[..case.at], &case.values[case.at + case.dout * case.din..]]
+                .iter()
+                .map(|v| squared_norm(v))
+                .sum();
+            let norm = written + rows.outer()[0].squared_norm(0);
+            let (clip, grid) = (10f64.powf(log_clip), SumGrid::fixed_point(10f64.powf(log_clip), n).unwrap());
+            let mut ledger = IndividualFilter::new(1, 10f64.powf(log_budget)).unwrap();
+            let mut acc = vec![0i64; case.p];
+            let mut slot = ledger.slot_mut(0);
+            let stats = &mut BlockStats::default();
+            clip_block_with_norms(&rows, &[0], &[norm], &mut [&mut slot], clip, NonFinitePolicy::Skip, grid, &mut acc, stats)
+                .unwrap();
+            let added = acc.iter().map(|&v| (v as f64 * grid.gamma()).powi(2)).sum::<f64>().sqrt();
+            prop_assert!(added <= ledger.spent(0).sqrt(), "{} > {}", added, ledger.spent(0).sqrt());
+        }
+    }
+
+    /// The factors' squared norm is the row's as the debug check computes it, and a norm that
+    /// leaves out the outer block is caught.
+    #[test]
+    fn outer_squared_norm_is_the_blocks() {
+        let case = OuterCase::new(1, (2, 3, 50, 1), 9, 3);
+        let rows = case.rows();
+        let written: f64 = [&case.values[..2], &case.values[152..]].iter().map(|v| squared_norm(v)).sum();
+        let block = outer_squared_norm(&case.delta, &case.input);
+        assert!(rows.is_squared_norm_of(0, written + block));
+        assert!(!rows.is_squared_norm_of(0, written));
+        assert!(!rows.is_squared_norm_of(0, squared_norm(&case.values)), "the unread values are not the row's");
     }
 
     /// A norm given by an engine that leaves out part of its row (here the last value) is
@@ -571,8 +683,8 @@ mod tests {
         let grid = SumGrid::fixed_point(10.0, 1).unwrap();
         let mut acc = vec![0i64; 3];
         let _ = clip_block_with_norms(
-            &rows,
-            3,
+            &Rows::dense(&rows, 3),
+            &[0],
             &[25.0],
             &mut refs,
             10.0,
@@ -612,8 +724,20 @@ mod tests {
             let mut acc = vec![0i64; p];
             let stats = &mut BlockStats::default();
             if given {
-                clip_block_with_norms(&rows, p, &norms, &mut refs, 2.0, NonFinitePolicy::Skip, grid, &mut acc, stats)
-                    .unwrap();
+                let which: Vec<usize> = (0..n).collect();
+                let rows = Rows::dense(&rows, p);
+                clip_block_with_norms(
+                    &rows,
+                    &which,
+                    &norms,
+                    &mut refs,
+                    2.0,
+                    NonFinitePolicy::Skip,
+                    grid,
+                    &mut acc,
+                    stats,
+                )
+                .unwrap();
             } else {
                 clip_block(&rows, p, &mut refs, 2.0, NonFinitePolicy::Skip, grid, &mut acc, stats).unwrap();
             }
