@@ -204,7 +204,19 @@ fn clip_factor_of(
     let room = granted.sqrt() - (len as f64).sqrt() * grid.gamma / 2.0;
     // room/γ ≤ 2⁵⁰ first: the quotient by ‖gᵢ‖ then stays in range for any row and clip.
     let f = if room > 0.0 { room / grid.gamma * FACTOR_SHRINK / sq.sqrt() } else { 0.0 };
-    Ok((f, ClipOutcome { norm: sq.sqrt(), granted }))
+    Ok((short_factor(f), ClipOutcome { norm: sq.sqrt(), granted }))
+}
+
+/// Significant bits of a clip factor: 53 − 24, so that the factor times an f32 value is exact
+/// in f64 ([`Outer`]'s kernel multiplies it by δ before the fused rounding with a).
+pub(crate) const FACTOR_BITS: u32 = 29;
+
+/// `f ≥ 0` rounded toward zero to [`FACTOR_BITS`] significant bits (the low bits of its
+/// significand cleared): never upward, so a row scaled by it adds at most what the unshortened
+/// factor allows; a relative change below 2⁻²⁸ for a normal f (a subnormal one, which scales
+/// any row to far below a grid unit, may become 0).
+fn short_factor(f: f64) -> f64 {
+    f64::from_bits(f.to_bits() & !((1u64 << (52 - (FACTOR_BITS - 1))) - 1))
 }
 
 /// What the kernel did with a block of rows (confidential diagnostics).
@@ -616,9 +628,10 @@ mod tests {
         ) {
             let case = OuterCase::new(n, shape, seed, scale);
             let rows = case.rows();
-            // row 1 (with the NaN) adds nothing; weights keep every |w·x| below 2⁵¹
-            let live: Vec<(usize, f64)> =
-                (0..n).filter(|&r| r != 1).map(|r| (r, (r as f64 + 0.37) * 2f64.powi(40 - 2 * scale))).collect();
+            // row 1 (with the NaN) adds nothing; weights keep every |w·x| below 2⁵¹ and have
+            // the clip factors' few significant bits
+            let weight = |r: usize| short_factor((r as f64 + 0.37) * 2f64.powi(40 - 2 * scale));
+            let live: Vec<(usize, f64)> = (0..n).filter(|&r| r != 1).map(|r| (r, weight(r))).collect();
             let mut acc = vec![5i64; case.p];
             rows.add_rounded(&live, &mut acc);
             for (j, &got) in acc.iter().enumerate() {
@@ -655,6 +668,22 @@ mod tests {
             let added = acc.iter().map(|&v| (v as f64 * grid.gamma()).powi(2)).sum::<f64>().sqrt();
             prop_assert!(added <= ledger.spent(0).sqrt(), "{} > {}", added, ledger.spent(0).sqrt());
         }
+    }
+
+    /// Clip factors are rounded toward zero to 29 significant bits, never up.
+    #[test]
+    fn factors_are_shortened_toward_zero() {
+        for f in [1.0, 0.1, 1.0 / 3.0, 2f64.powi(50) * 0.999, 1e-300, 5e-324, 0.0, f64::MAX] {
+            let s = short_factor(f);
+            assert!(s <= f && ((f - s) <= f * 2f64.powi(-28) || !f.is_normal()), "{f} → {s}");
+            let significant = 64 - s.to_bits().trailing_zeros().min(52) - 11;
+            assert!(s == 0.0 || significant <= FACTOR_BITS, "{f} → {s}: {significant} bits");
+        }
+        let mut ledger = IndividualFilter::new(1, 1.0).unwrap();
+        let grid = SumGrid::fixed_point(1.0, 3).unwrap();
+        let (f, _) = clip_factor(&[0.1, 0.3, 0.7], &mut ledger.slot_mut(0), 1.0, NonFinitePolicy::Skip, grid).unwrap();
+        assert_eq!(f, short_factor(f));
+        assert_ne!(f, 0.0);
     }
 
     /// The factors' squared norm is the row's as the debug check computes it, and a norm that

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use super::{MAGIC_BITS, rounded_bits, squared_norm};
+use super::{FACTOR_BITS, MAGIC_BITS, rounded_bits, squared_norm};
 
 /// A block of every row of a micro-batch given by two factors instead of its values:
 /// coordinate (o, i) of row r's block (row-major `[dout, din]`) is the exact product
@@ -163,7 +163,8 @@ impl<'a> Rows<'a> {
         (sq - b).abs() <= self.p as f64 * f64::EPSILON * sq.max(b)
     }
 
-    /// `acc += Σ round(w · row r)` over the `live` rows (row, weight ≠ 0): the written values
+    /// `acc += Σ round(w · row r)` over the `live` rows (row, weight ≠ 0, at most
+    /// [`FACTOR_BITS`] significant bits: a clip factor): the written values
     /// ([`super::add_rounded_columns`]) and each outer block ([`add_rounded_outer`]), every
     /// coordinate the exact product rounded once.
     pub(crate) fn add_rounded(&self, live: &[(usize, f64)], acc: &mut [i64]) {
@@ -179,14 +180,17 @@ impl<'a> Rows<'a> {
 
 crate::simd::kernel! {
 /// `acc += Σᵣ round(w · δᵣₒ·aᵣᵢ)` over one outer block (`acc` is the block, `[dout, din]`
-/// row-major) for the `live` rows (row, weight): each exact product multiplied and rounded in
-/// one fused multiply-add with the rounding constant, as a written value is, four rows at a
-/// time. The four rows' aᵣ are converted to f64 once per column block (in L1), so a coordinate
-/// costs a multiply, a fused multiply-add and an integer add per row, and no row is read from
-/// memory. Every |w·δa| must be below 2⁵¹ (the clip factors are).
+/// row-major) for the `live` rows (row, weight): each coordinate rounded once, as a written
+/// value is. The weights are clip factors of at most [`FACTOR_BITS`] significant bits, so
+/// w·δᵣₒ is exact in f64 and one fused multiply-add (w·δᵣₒ)·aᵣᵢ + the rounding constant rounds
+/// the exact value (where w·δᵣₒ falls below f64's normal range, |w·δ·a| < 2⁻⁸⁹⁰ rounds to 0
+/// either way). Four rows at a time, their aᵣ converted to f64 once per column block (in L1):
+/// a coordinate costs one fused multiply-add and one integer add per row, and no row is read
+/// from memory. Every |w·δa| must be below 2⁵¹ (the clip factors are).
 fn add_rounded_outer<'a>(o: &Outer<'a>, live: &[(usize, f64)], acc: &mut [i64]) {
     const BLOCK: usize = 256;
     let din = o.din;
+    debug_assert!(live.iter().all(|&(_, w)| w.to_bits().trailing_zeros() >= 53 - FACTOR_BITS));
     if din == 0 {
         return;
     }
@@ -194,9 +198,9 @@ fn add_rounded_outer<'a>(o: &Outer<'a>, live: &[(usize, f64)], acc: &mut [i64]) 
     for &(r, w) in quads.remainder() {
         let (d, a) = o.factors(r);
         for (y, &dv) in acc.chunks_exact_mut(din).zip(d) {
-            let dv = f64::from(dv);
+            let wd = w * f64::from(dv);
             for (y, &av) in y.iter_mut().zip(a) {
-                *y += rounded_bits(dv * f64::from(av), w).wrapping_sub(MAGIC_BITS);
+                *y += rounded_bits(wd, f64::from(av)).wrapping_sub(MAGIC_BITS);
             }
         }
     }
@@ -211,15 +215,15 @@ fn add_rounded_outer<'a>(o: &Outer<'a>, live: &[(usize, f64)], acc: &mut [i64]) 
             }
             let [a0, a1, a2, a3] = [&a64[0][..n], &a64[1][..n], &a64[2][..n], &a64[3][..n]];
             for (row, k) in acc.chunks_exact_mut(din).zip(0..) {
-                let d = [f[0].0[k], f[1].0[k], f[2].0[k], f[3].0[k]].map(f64::from);
+                let wd = [0, 1, 2, 3].map(|m| w[m] * f64::from(f[m].0[k]));
                 let y = &mut row[start..start + n];
                 for ((((y, &x0), &x1), &x2), &x3) in y.iter_mut().zip(a0).zip(a1).zip(a2).zip(a3) {
                     // As in `add_rounded_columns`: the bit patterns added with wrapping
                     // arithmetic, the constant taken off once (the same integer).
-                    let bits = rounded_bits(d[0] * x0, w[0])
-                        .wrapping_add(rounded_bits(d[1] * x1, w[1]))
-                        .wrapping_add(rounded_bits(d[2] * x2, w[2]))
-                        .wrapping_add(rounded_bits(d[3] * x3, w[3]));
+                    let bits = rounded_bits(wd[0], x0)
+                        .wrapping_add(rounded_bits(wd[1], x1))
+                        .wrapping_add(rounded_bits(wd[2], x2))
+                        .wrapping_add(rounded_bits(wd[3], x3));
                     *y += bits.wrapping_sub(MAGIC_BITS.wrapping_mul(4));
                 }
             }
