@@ -152,7 +152,8 @@ impl SumGrid {
 /// c² = min(‖gᵢ‖², C², remaining) and returns the factor f (in grid units) by which the row
 /// enters the sum: the rounded row round(f·gᵢ) has norm at most √granted·γ⁻¹, because
 /// f = (√granted − √p·γ/2)/(‖gᵢ‖·γ), shrunk by [`FACTOR_SHRINK`] for the f64 rounding of ‖gᵢ‖²
-/// and of f, and rounding each exact product f·xⱼ moves it by at most ½. The factor is 0 for a
+/// and of f and rounded toward zero to [`FACTOR_BITS`] significant bits (so that f·δ is exact
+/// for an f32 δ: [`Outer`]), and rounding each exact product f·xⱼ moves it by at most ½. The factor is 0 for a
 /// zero, skipped or exhausted example, or when √granted is below the rounding's √p·γ/2.
 ///
 /// ```
@@ -209,7 +210,7 @@ fn clip_factor_of(
 
 /// Significant bits of a clip factor: 53 − 24, so that the factor times an f32 value is exact
 /// in f64 ([`Outer`]'s kernel multiplies it by δ before the fused rounding with a).
-pub(crate) const FACTOR_BITS: u32 = 29;
+pub const FACTOR_BITS: u32 = 29;
 
 /// `f ≥ 0` rounded toward zero to [`FACTOR_BITS`] significant bits (the low bits of its
 /// significand cleared): never upward, so a row scaled by it adds at most what the unshortened
