@@ -153,8 +153,9 @@ impl SumGrid {
 /// enters the sum: the rounded row round(f·gᵢ) has norm at most √granted·γ⁻¹, because
 /// f = (√granted − √p·γ/2)/(‖gᵢ‖·γ), shrunk by [`FACTOR_SHRINK`] for the f64 rounding of ‖gᵢ‖²
 /// and of f and rounded toward zero to [`FACTOR_BITS`] significant bits (so that f·δ is exact
-/// for an f32 δ: [`Outer`]), and rounding each exact product f·xⱼ moves it by at most ½. The factor is 0 for a
-/// zero, skipped or exhausted example, or when √granted is below the rounding's √p·γ/2.
+/// for an f32 δ: [`Outer`]), and rounding each exact product f·xⱼ moves it by at most ½. The
+/// factor is 0 for a zero, skipped or exhausted example, or when √granted is below the
+/// rounding's √p·γ/2.
 ///
 /// ```
 /// use dpgd::accounting::filter::IndividualFilter;
