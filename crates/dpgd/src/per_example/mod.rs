@@ -31,9 +31,10 @@ pub const DEFAULT_CHUNK: usize = 64;
 
 /// The fast engine's micro-batch size: its full step on the Opacus CNN was fastest at 4
 /// (`dpgd bench-step --chunk C`, 2 threads on this repository's 2-core machine, seconds per
-/// 60,000 examples: 0.88 at 2, 0.82 at 3, 0.76–0.79 at 4, 0.81 at 5, 0.85 at 6 and at 8; 1.08
-/// at 16 in an earlier engine): a micro-batch's gradient rows, im2col matrices and activations
-/// then stay in the core's L2 cache.
+/// 60,000 examples, with the linear layers' weights left to the clip: 0.656–0.661 at 4, 0.666 at
+/// 5, 0.675–0.677 at 6, 0.687 at 8; before that, 0.88 at 2 and 0.82 at 3; 1.08 at 16 in an
+/// earlier engine): a micro-batch's gradient rows, im2col matrices and activations then stay in
+/// the core's L2 cache.
 pub const FAST_ENGINE_CHUNK: usize = 4;
 
 /// The per-example computation the trainer needs: per-example gradients of the cross-entropy
