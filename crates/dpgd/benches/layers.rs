@@ -1,5 +1,6 @@
 //! Each layer rule of the fast per-example engine, timed inside a real network: forward and
-//! backward (input gradient and per-example parameter gradients) of every layer of the Opacus
+//! backward (input gradient and per-example parameter gradients, a linear layer's weight block
+//! left to the clip as its factors, as in training) of every layer of the Opacus
 //! CNN, and of a tanh MLP for the one rule the CNN lacks, over micro-batches of the default
 //! `train.chunk` ([`dpgd::per_example::FAST_ENGINE_CHUNK`]). Run with `cargo bench --bench layers`; a benchmark's name is
 //! `<model>/<layer index>_<kind>_<forward|backward>`.

@@ -1,6 +1,8 @@
-//! The training hot path: the per-example gradient engine, the clipping kernel alone, and a
-//! full private step (on a 6,000-example slice; `experiments/speed/run.sh` times all 60,000
-//! against Opacus). Run with `cargo bench --bench step`.
+//! The training hot path: the per-example gradient engine (every row written, and as training
+//! runs it, with the linear layers' weight blocks left to the clip), the clipping kernel on
+//! written rows alone, and a full private step (on a 6,000-example slice;
+//! `experiments/speed/run.sh` times all 60,000 against Opacus). Run with `cargo bench --bench
+//! step`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -57,6 +59,14 @@ fn engine(c: &mut Criterion) {
                 net.forward(&theta, &mut ws, &x, b);
                 net.backward(&theta, &mut ws, labels, &mut grads, &mut losses);
                 black_box(&grads);
+            })
+        });
+        // What training runs: the rows' norms too, the linear weight blocks left to the clip.
+        let mut norms = vec![0.0f64; b];
+        g.bench_function(format!("{name}_forward_backward_for_clip_16"), |bch| {
+            bch.iter(|| {
+                net.forward(&theta, &mut ws, &x, b);
+                black_box(net.backward_for_clip(&theta, &mut ws, labels, &mut grads, &mut losses, &mut norms).len());
             })
         });
     }

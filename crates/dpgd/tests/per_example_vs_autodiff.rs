@@ -61,7 +61,6 @@ fn check(spec: ModelSpec, n: usize) {
     }
     // For the clip, the linear layers' weight blocks are left as their factors: the exact
     // products round to the values written above, and the norms are the rows'.
-    net.forward(&theta, &mut ws, &x, n);
     let (mut unwritten, mut clip_norms) = (vec![f32::NAN; n * p], vec![f64::NAN; n]);
     let outer = PerExample::gradients_with_norms(
         &net,
@@ -179,23 +178,29 @@ fn mlp_and_logistic_presets() {
     check(ModelSpec::logistic(), 2);
 }
 
-/// The per-example gradient rows of a micro-batch, for examples `keep` of `x`.
-fn rows_of(net: &Network, theta: &[f32], x: &[f32], labels: &[u8], keep: &[usize]) -> Vec<Vec<f32>> {
+/// The per-example gradient rows of a micro-batch, for examples `keep` of `x`, as the clip
+/// reads them (the written values and the exact products of the outer blocks' factors) and
+/// as written in full.
+fn rows_of(net: &Network, theta: &[f32], x: &[f32], labels: &[u8], keep: &[usize]) -> Vec<(Vec<f64>, Vec<f32>)> {
     let (px, p, b) = (net.input_len(), net.num_params(), keep.len());
     let xs: Vec<f32> = keep.iter().flat_map(|&i| x[i * px..(i + 1) * px].iter().copied()).collect();
     let ys: Vec<u8> = keep.iter().map(|&i| labels[i]).collect();
     let mut ws = net.workspace(b);
+    let (mut grads, mut losses, mut norms) = (vec![0.0f32; b * p], vec![0.0; b], vec![0.0; b]);
+    let outer = net.gradients_with_norms(theta, &xs, &ys, &mut ws, &mut grads, &mut losses, &mut norms);
+    let rows = dpgd::clip::Rows::with_outer(&grads, p, outer);
+    let clipped: Vec<Vec<f64>> = (0..b).map(|r| (0..p).map(|j| rows.value(r, j)).collect()).collect();
+    let mut ws = net.workspace(b);
     net.forward(theta, &mut ws, &xs, b);
-    let mut grads = vec![0.0f32; b * p];
-    let mut losses = vec![0.0; b];
     net.backward(theta, &mut ws, &ys, &mut grads, &mut losses);
-    grads.chunks_exact(p).map(<[f32]>::to_vec).collect()
+    clipped.into_iter().zip(grads.chunks_exact(p).map(<[f32]>::to_vec)).collect()
 }
 
 /// A neighbouring dataset changes which examples share a micro-batch (an exhausted example is
 /// skipped, so the batch is one smaller). The sensitivity argument needs every other example's
 /// gradient row to be bit-for-bit the same whatever the batch around it: else removing one
-/// example would move the others' contributions too.
+/// example would move the others' contributions too. Checked on the rows as the clip reads
+/// them (outer blocks from their factors) and as written in full.
 #[test]
 fn an_example_gradient_row_does_not_depend_on_the_rest_of_its_micro_batch() {
     let spec = ModelSpec::opacus_cnn();

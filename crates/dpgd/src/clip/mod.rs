@@ -241,8 +241,8 @@ impl BlockStats {
 /// The clipping kernel over a block of `slots.len()` rows of length `p` (row r is
 /// `rows[r·p..(r+1)·p]`, charged to `slots[r]`): charges each example ([`clip_factor`]), then
 /// adds the rounded clipped rows to `acc` (integers in units of the grid's γ) in groups of up to
-/// 64 rows, so that the accumulator (8 bytes per parameter) is swept once per micro-batch. Rows
-/// with factor 0 are never read into the sum. The integer sum is exact, so blocks may be
+/// 64 rows, four rows at a time, so that the accumulator (8 bytes per parameter) is swept once
+/// per four rows. Rows with factor 0 are never read into the sum. The integer sum is exact, so blocks may be
 /// combined in any order.
 ///
 /// # Errors
@@ -315,7 +315,8 @@ pub(crate) fn clip_block_with_norms(
 /// `acc += Σᵣ round(w[r] · rows[r])` (each product rounded to the nearest integer) for
 /// `w.len()` rows of length `p`, skipping rows with weight 0 (so a zero weight on a NaN row
 /// adds nothing). Every `|w[r]·xⱼ|` must be below 2⁵¹ ([`clip_factor`]'s factors are). The
-/// kernel of [`clip_block`], in column blocks that stay in L1, four rows at a time.
+/// kernel [`clip_block`] runs on written rows, in column blocks that stay in L1, four rows at a
+/// time.
 pub fn add_rounded(rows: &[f32], p: usize, w: &[f64], acc: &mut [i64]) {
     debug_assert!(rows.len() >= w.len() * p && acc.len() == p);
     let live: Vec<(usize, f64)> = w.iter().copied().enumerate().filter(|&(_, wr)| wr != 0.0).collect();
@@ -372,8 +373,8 @@ const MAGIC_BITS: i64 = ROUND_MAGIC.to_bits() as i64;
 /// The bit pattern of `x · w + ROUND_MAGIC` in one fused multiply-add, rounded once: the exact
 /// product is rounded to the nearest integer, so each coordinate of a rounded row moves by at
 /// most ½ (a product rounded to f64 first could round a second time across a tie: 0.5 + 2⁻⁵³
-/// relative; a test). `x` is a row's value exactly: an f32, or an exact product of two
-/// ([`Outer`]). The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
+/// relative; a test). The two operands' exact product is the clipped coordinate: a written f32
+/// value and its factor, or for an [`Outer`] block the exact factor·δ and a. The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
 /// they give the same integers. The baseline variant (a processor without FMA) calls the C
 /// library's `fma`: exact in glibc; a runtime whose `fma` rounds the product first gives at
 /// most the 2⁻⁵³ relative more that [`FACTOR_SHRINK`] leaves room for.
@@ -699,6 +700,69 @@ mod tests {
         assert!(rows.is_squared_norm_of(0, written + block));
         assert!(!rows.is_squared_norm_of(0, written));
         assert!(!rows.is_squared_norm_of(0, squared_norm(&case.values)), "the unread values are not the row's");
+    }
+
+    /// A row whose outer block has an infinite factor (δ with ∞, a with zeros: its products ∞·0
+    /// are NaN, its factors' norm ∞) is charged the worst case and adds nothing, like any
+    /// non-finite row. Before, the debug recheck refused the engine's ∞ against the row's NaN.
+    #[test]
+    fn a_row_with_an_infinite_factor_adds_nothing_and_is_charged() {
+        let (delta, input, values) = ([f32::INFINITY, 1.0], [0.0f32, 2.0, 0.5], [1.0f32; 8]);
+        let rows = Rows::with_outer(&values, 8, vec![Outer { at: 1, dout: 2, din: 3, delta: &delta, input: &input }]);
+        assert!(rows.squared_norm(0).is_nan());
+        let norm = 2.0 + rows.outer()[0].squared_norm(0);
+        assert_eq!(norm, f64::INFINITY);
+        let mut ledger = IndividualFilter::new(1, 4.0).unwrap();
+        let grid = SumGrid::fixed_point(1.0, 1).unwrap();
+        let mut acc = vec![0i64; 8];
+        let mut slot = ledger.slot_mut(0);
+        let stats = &mut BlockStats::default();
+        clip_block_with_norms(
+            &rows,
+            &[0],
+            &[norm],
+            &mut [&mut slot],
+            1.0,
+            NonFinitePolicy::Skip,
+            grid,
+            &mut acc,
+            stats,
+        )
+        .unwrap();
+        assert_eq!((ledger.spent(0), stats.skipped_nonfinite), (1.0, 1));
+        assert!(acc.iter().all(|&v| v == 0));
+    }
+
+    /// Two outer blocks with written values before, between and after them (the layout of two
+    /// linear layers with biases): each coordinate of the sum is the exact rounded sum.
+    #[test]
+    fn rows_with_two_outer_blocks_add_every_coordinate_exactly() {
+        let (n, p) = (7, 3 + 3 * 300 + 2 + 2 * 5 + 1);
+        let wave = |k: usize, s: f32| (k as f32 * 0.618).sin() * s;
+        let values: Vec<f32> = (0..n * p).map(|k| wave(k, 3.0)).collect();
+        let (d1, a1): (Vec<f32>, Vec<f32>) =
+            ((0..n * 3).map(|k| wave(k + 1, 2.0)).collect(), (0..n * 300).map(|k| wave(k + 2, 1.5)).collect());
+        let (d2, a2): (Vec<f32>, Vec<f32>) =
+            ((0..n * 2).map(|k| wave(k + 3, 4.0)).collect(), (0..n * 5).map(|k| wave(k + 4, 0.7)).collect());
+        let blocks = vec![
+            Outer { at: 905, dout: 2, din: 5, delta: &d2, input: &a2 },
+            Outer { at: 3, dout: 3, din: 300, delta: &d1, input: &a1 },
+        ];
+        let rows = Rows::with_outer(&values, p, blocks);
+        for live_rows in 1..=n {
+            let live: Vec<(usize, f64)> =
+                (0..live_rows).filter(|&r| r != 2).map(|r| (r, short_factor(1e9 * (r as f64 + 1.3)))).collect();
+            let mut acc = vec![0i64; p];
+            rows.add_rounded(&live, &mut acc);
+            for (j, &got) in acc.iter().enumerate() {
+                let want: i64 = live.iter().map(|&(r, w)| exact_round(rows.value(r, j), w)).sum();
+                assert_eq!(got, want, "{live_rows} rows, coordinate {j}");
+            }
+        }
+        // the blocks' values are the products in row-major [dout, din] order
+        assert_eq!(rows.value(1, 3 + 300 + 7), f64::from(d1[3 + 1]) * f64::from(a1[300 + 7]));
+        assert_eq!(rows.value(0, 905 + 5 + 4), f64::from(d2[1]) * f64::from(a2[4]));
+        assert_eq!(rows.value(0, 904), f64::from(values[904]));
     }
 
     /// A norm given by an engine that leaves out part of its row (here the last value) is

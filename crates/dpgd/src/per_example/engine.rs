@@ -3,7 +3,9 @@
 //! The forward pass is batched (one GEMM per layer for the whole micro-batch); the backward
 //! pass propagates each example's output gradient with batched GEMMs and writes each
 //! example's parameter gradient into its own row of a `[batch × P]` buffer, layer by layer
-//! ([`super::layers`]: one file per rule). No autodiff and no per-example weight copies: memory
+//! ([`super::layers`]: one file per rule) — except, for the clip, the blocks that are outer
+//! products (the linear layers' weights), left as their two factors
+//! ([`Network::backward_for_clip`]). No autodiff and no per-example weight copies: memory
 //! is O(batch × (P + activations)).
 
 use std::time::{Duration, Instant};
@@ -18,7 +20,8 @@ use crate::clip::Outer;
 pub struct LayerTimes {
     /// Its forward pass.
     pub forward: Duration,
-    /// Its backward pass: input gradient and per-example parameter gradients.
+    /// Its backward pass: input gradient and per-example parameter gradients (an outer-product
+    /// block only its factors, as training computes it).
     pub backward: Duration,
 }
 
@@ -156,6 +159,9 @@ impl Network {
         self.backward_timed(theta, ws, labels, grads, losses, Some(norms), true, None);
         let b = labels.len();
         let ws: &'w Workspace = ws;
+        // A layer with an outer block keeps its factors only when it adds its own norms (the
+        // `factored` condition in `backward_timed`); one without would leave stale factors.
+        debug_assert!(self.layers().iter().all(|l| l.outer().is_none() || l.adds_norms()));
         let blocks = self.layers().iter().enumerate().filter_map(|(l, layer)| layer.outer().map(|o| (l, o)));
         blocks
             .map(|(l, o)| Outer {

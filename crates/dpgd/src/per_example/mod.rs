@@ -48,8 +48,9 @@ pub const FAST_ENGINE_CHUNK: usize = 4;
 /// micro-batch size (zero-padding the last batch), so the rounding of a batched kernel cannot
 /// depend on how many real examples share it. The squared norm an engine reports for a row is
 /// what the example is charged: it must be the f64 sum of the squares of exactly that row's
-/// values (the default implementation computes it from the row; debug builds recheck every
-/// norm, release builds trust it).
+/// values, an outer block's part possibly ‖δ‖²‖a‖² from its factors (the default
+/// implementation computes it from the row; debug builds recheck every norm, release builds
+/// trust it).
 pub trait PerExample: Send + Sync {
     /// Buffers one worker thread reuses across micro-batches.
     type Scratch: Send;

@@ -94,7 +94,8 @@ pub(crate) struct Backward<'a> {
     pub grads: &'a mut [f32],
     /// Given only to a layer whose [`Rule::adds_norms`] is true, when the engine is asked for
     /// the rows' squared norms: the layer adds to `norms[e]` the f64 sum of the squares of
-    /// exactly the parameter-gradient values it wrote for example `e`, while they are in cache.
+    /// exactly the parameter-gradient values it wrote for example `e`, while they are in cache
+    /// (and, with [`factored`](Self::factored), its outer block's norm from the factors).
     pub norms: Option<&'a mut [f64]>,
     /// Set only for a layer with an [`Rule::outer`] block when the clip reads the rows (norms
     /// given): the layer does not write that block, keeps each example's δᵢ in `own.delta` and
