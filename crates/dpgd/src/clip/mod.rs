@@ -242,8 +242,8 @@ impl BlockStats {
 /// `rows[r·p..(r+1)·p]`, charged to `slots[r]`): charges each example ([`clip_factor`]), then
 /// adds the rounded clipped rows to `acc` (integers in units of the grid's γ) in groups of up to
 /// 64 rows, four rows at a time, so that the accumulator (8 bytes per parameter) is swept once
-/// per four rows. Rows with factor 0 are never read into the sum. The integer sum is exact, so blocks may be
-/// combined in any order.
+/// per four rows. Rows with factor 0 are never read into the sum. The integer sum is exact, so
+/// blocks may be combined in any order.
 ///
 /// # Errors
 /// The index (within the block) of the first non-finite row under [`NonFinitePolicy::Error`];
@@ -374,10 +374,11 @@ const MAGIC_BITS: i64 = ROUND_MAGIC.to_bits() as i64;
 /// product is rounded to the nearest integer, so each coordinate of a rounded row moves by at
 /// most ½ (a product rounded to f64 first could round a second time across a tie: 0.5 + 2⁻⁵³
 /// relative; a test). The two operands' exact product is the clipped coordinate: a written f32
-/// value and its factor, or for an [`Outer`] block the exact factor·δ and a. The AVX-512 and AVX2 variants run the FMA instruction, exactly rounded, so
-/// they give the same integers. The baseline variant (a processor without FMA) calls the C
-/// library's `fma`: exact in glibc; a runtime whose `fma` rounds the product first gives at
-/// most the 2⁻⁵³ relative more that [`FACTOR_SHRINK`] leaves room for.
+/// value and its factor, or for an [`Outer`] block the exact factor·δ and a. The AVX-512 and
+/// AVX2 variants run the FMA instruction, exactly rounded, so they give the same integers. The
+/// baseline variant (a processor without FMA) calls the C library's `fma`: exact in glibc; a
+/// runtime whose `fma` rounds the product first gives at most the 2⁻⁵³ relative more that
+/// [`FACTOR_SHRINK`] leaves room for.
 #[inline(always)]
 fn rounded_bits(x: f64, w: f64) -> i64 {
     x.mul_add(w, ROUND_MAGIC).to_bits() as i64
