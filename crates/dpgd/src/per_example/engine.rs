@@ -25,6 +25,11 @@ pub struct LayerTimes {
     pub backward: Duration,
 }
 
+/// Values per example of a layer's kept output gradient: its outer block's δ, if it has one.
+fn delta_len(layer: &super::Layer) -> usize {
+    layer.outer().map_or(0, |o| o.dout)
+}
+
 /// Reusable buffers for one micro-batch (one per worker thread).
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -45,13 +50,13 @@ impl Network {
         let mut per_example: u64 = self.input_len() as u64;
         let (mut widest, mut hwc, mut dcols) = (self.input_len() as u64, 0u64, 0u64);
         for layer in self.layers() {
-            let (out, needs) = (layer.out_len() as u64, layer.needs());
+            let (out, needs, delta) = (layer.out_len() as u64, layer.needs(), delta_len(layer) as u64);
             widest = widest.max(out);
             per_example = per_example
                 .checked_add(out)?
                 .checked_add(needs.cols as u64)?
                 .checked_add(needs.argmax as u64)?
-                .checked_add(needs.delta as u64)?;
+                .checked_add(delta)?;
             hwc = hwc.max(needs.hwc as u64);
             dcols = dcols.max(needs.dcols as u64);
         }
@@ -72,7 +77,7 @@ impl Network {
             own.push(LayerScratch {
                 cols: vec![0.0; batch * needs.cols],
                 argmax: vec![0; batch * needs.argmax],
-                delta: vec![0.0; batch * needs.delta],
+                delta: vec![0.0; batch * delta_len(layer)],
             });
             widest = widest.max(layer.out_len());
             hwc = hwc.max(needs.hwc);

@@ -292,7 +292,7 @@ impl Rule for Conv2d {
 
     fn needs(&self) -> Needs {
         let (t, kk) = (self.geometry.positions(), self.geometry.patch());
-        Needs { cols: t * kk, hwc: self.out_len(), dcols: t * kk, ..Needs::default() }
+        Needs { cols: t * kk, argmax: 0, hwc: self.out_len(), dcols: t * kk }
     }
 
     fn forward(&self, f: Forward<'_>) {

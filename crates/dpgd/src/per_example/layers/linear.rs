@@ -10,7 +10,7 @@
 
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::super::network::{Alloc, Shape, ShapeError, checked};
-use super::{Backward, Forward, Needs, OuterBlock, Params, Rule};
+use super::{Backward, Forward, OuterBlock, Params, Rule};
 use crate::arch::kinds;
 
 /// A compiled fully connected layer.
@@ -79,10 +79,6 @@ impl Rule for Linear {
                 row.iter_mut().zip(bias).for_each(|(o, b)| *o += b);
             }
         }
-    }
-
-    fn needs(&self) -> Needs {
-        Needs { delta: self.dout, ..Needs::default() }
     }
 
     fn adds_norms(&self) -> bool {

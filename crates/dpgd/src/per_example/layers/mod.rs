@@ -51,9 +51,6 @@ pub(crate) struct Needs {
     pub hwc: usize,
     /// Shared column gradients.
     pub dcols: usize,
-    /// Its own output gradient, kept for the clip (a layer whose weight gradient the clip
-    /// reads as an outer product, [`Rule::outer`]).
-    pub delta: usize,
 }
 
 /// A layer's own scratch in a workspace.
@@ -61,6 +58,8 @@ pub(crate) struct Needs {
 pub(crate) struct LayerScratch {
     pub cols: Vec<f32>,
     pub argmax: Vec<u32>,
+    /// The output gradient δᵢ of a layer with an [`OuterBlock`], kept for the clip (`dout` per
+    /// example, sized from the block).
     pub delta: Vec<f32>,
 }
 
@@ -143,8 +142,8 @@ pub(crate) trait Rule {
         false
     }
     /// Its weight gradient as an outer product, if it is one; such a layer
-    /// [`adds_norms`](Self::adds_norms) and keeps δᵢ (`Needs::delta`) when asked to
-    /// ([`Backward::factored`]).
+    /// [`adds_norms`](Self::adds_norms) and keeps δᵢ (`LayerScratch::delta`, which the engine
+    /// sizes from the block) when asked to ([`Backward::factored`]).
     fn outer(&self) -> Option<OuterBlock> {
         None
     }
