@@ -279,3 +279,30 @@ fn a_run_on_scattering_features_trains_evaluates_and_predicts() {
     let e = text(&o);
     assert!(!o.status.success() && e.contains("[1, 30, 30]") && e.contains("[1, 28, 28]"), "{e}");
 }
+
+/// The end summary of DP-SGD with individual accounting compares with DP-SGD at step k, not
+/// with plain private GD (which it never was). It named plain private GD and individual
+/// filtering before.
+#[test]
+fn the_end_summary_of_dp_sgd_with_individual_accounting_names_its_own_baseline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: 500, test: 100, side: 28, seed: 2 }.write(&data).unwrap();
+    let cfg = tmp.path().join("cfg.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"sgdf\"\n[data]\ndir = \"{}\"\n[model]\npreset = \"logistic\"\n[privacy]\n\
+             method = \"sgd-filtered\"\nsample_rate = 0.2\nsigma = 1.0\ndelta = 1e-5\nclip = 20.0\n\
+             worst_case_steps = 6\n[train]\nlr = 1.0\nmax_steps = 10\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let run = tmp.path().join("run").display().to_string();
+    let o = dpgd(&["train", "--config", &cfg.display().to_string(), "--out", &run]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("DP-SGD at step k = 6 (same sigma)") && t.contains("with individual accounting:"), "{t}");
+    assert!(!t.contains("plain private GD") && !t.contains("individual filtering"), "{t}");
+}

@@ -263,10 +263,87 @@ impl Classifier for BatchCentred {
 
 #[test]
 fn a_forward_that_mixes_the_examples_of_a_batch_is_refused() {
+    for d in devices() {
+        let net = BatchCentred { fc: LinearConfig::new(36, 3).init(&d) };
+        let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
+        assert!(e.contains("mixes the examples") && e.contains("depending on the other examples"), "{d:?}: {e}");
+    }
+}
+
+/// The ways of mixing a batch that a check of the logits alone (on two fixed inputs, in
+/// validation mode, within 1e-4) could not see; each is refused by the check of the gradient
+/// rows, and each was accepted before.
+#[derive(Module, Debug)]
+struct Sneaky {
+    fc1: Linear,
+    fc2: Linear,
+    how: usize,
+}
+
+const SNEAKY: [&str; 5] = [
+    "a batch mean behind a stop-gradient (mixes only the backward)",
+    "a batch mean only with autodiff on (training)",
+    "a batch mean scaled far below the old tolerance",
+    "a batch mean of values the old fixed pattern never held",
+    "the batch reversed around a dpgd layer and back",
+];
+
+impl Classifier for Sneaky {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let flat = x.clone().flatten::<2>(1, 3);
+        let h = match self.how {
+            4 => self.fc1.forward(flat.flip([0])).flip([0]),
+            _ => self.fc1.forward(flat),
+        };
+        let z = self.fc2.forward(relu(h));
+        match self.how {
+            0 => {
+                let m = z.clone().mean_dim(0);
+                z + m.clone() - m.detach()
+            }
+            1 if x.device().is_autodiff() => z.clone() - z.mean_dim(0),
+            2 => z.clone() + z.mean_dim(0) * 1e-6,
+            3 => {
+                // Pixels above 0.9975 (the old pattern's largest value was 262/263 ≈ 0.9962).
+                let hot = x.greater_elem(0.9975).float().flatten::<2>(1, 3).sum_dim(1);
+                z + hot.mean_dim(0)
+            }
+            5 if x.dims()[0] > 4 => z.clone() - z.mean_dim(0),
+            _ => z,
+        }
+    }
+}
+
+/// A model that mixes only in batches above 4 passes the engine's own check (at 4) but not the
+/// trainer's, which checks at the run's micro-batch size before reading any training example.
+#[test]
+fn the_trainer_checks_the_rows_at_the_runs_own_micro_batch_size() {
+    use dpgd::train::{RunOptions, Silent, TrainConfig, run_with};
     let d = device();
-    let net = BatchCentred { fc: LinearConfig::new(36, 3).init(&d) };
-    let e = BurnEngine::new(net, &d, [1, 6, 6], 3).unwrap_err().to_string();
-    assert!(e.contains("mixes the examples"), "{e}");
+    let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 10).init(&d), how: 5 };
+    let engine = BurnEngine::new(net, &d, [1, 28, 28], 10).unwrap();
+    let privacy = "method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
+    let text = common::fixture_config("batch8", "logistic", (100, 50), privacy, "lr = 1.0\nchunk = 8");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let e = run_with(&cfg, engine, &data, dir.path(), &RunOptions::default(), &mut Silent).map(|_| ()).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("mixes the examples") && e.contains("micro-batch of 8"), "{e}");
+}
+
+#[test]
+fn mixing_only_in_the_backward_in_training_below_tolerance_off_pattern_or_by_reordering_is_refused() {
+    for d in devices() {
+        for (how, what) in SNEAKY.iter().enumerate() {
+            let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 3).init(&d), how };
+            let e = BurnEngine::new(net, &d, [1, 28, 28], 3).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("mixes the examples"), "{d:?}: {what}: {e}");
+        }
+        // The same model without any of it trains.
+        let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 3).init(&d), how: 9 };
+        assert!(BurnEngine::new(net, &d, [1, 28, 28], 3).is_ok(), "{d:?}");
+    }
 }
 
 /// A class embedding looked up once with a constant index and broadcast over the batch: its

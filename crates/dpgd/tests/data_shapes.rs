@@ -266,3 +266,37 @@ fn scattering_features_of_small_images_train_a_linear_model() {
         .to_string();
     assert!(e.contains("data.features.groups"), "{e}");
 }
+
+/// One corrupt test label (255 among four classes) would make the derived class count 256 and
+/// train a 256-class model without a word: the derived count is refused when the test labels
+/// leave most of its classes empty, naming the file, the label, and the fix. This trained
+/// silently before.
+#[test]
+fn a_corrupt_test_label_that_would_derive_hundreds_of_empty_classes_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    write(data.path(), (100, 30), [6, 6, 1], 4);
+    let mut labels: Vec<u8> = (0..30).map(|i| (i % 4) as u8).collect();
+    labels[17] = 255;
+    idx::write_gz(&data.path().join(format!("{}.gz", FILES[3])), &[30], &labels).unwrap();
+    let e = Dataset::load(data.path(), None).unwrap_err().to_string();
+    assert!(e.contains(FILES[3]) && e.contains("256") && e.contains("255 at example 17"), "{e}");
+    assert!(e.contains("only 5 of those classes") && e.contains("data.classes"), "{e}");
+    // Saying how many classes there are turns it into the plain out-of-range label error.
+    let e = Dataset::load(data.path(), Some(4)).unwrap_err().to_string();
+    assert!(e.contains("label 255 of example 17"), "{e}");
+    // The same for arrays in memory.
+    let split = |labels: Vec<u8>| dpgd::data::Split {
+        images: vec![7; labels.len() * 4],
+        features: Vec::new(),
+        labels,
+        rows: 2,
+        cols: 2,
+        channels: 1,
+    };
+    let e = Dataset::in_memory(split(vec![0, 1, 2]), split(labels), None, Path::new("arrays")).unwrap_err().to_string();
+    assert!(e.contains("arrays") && e.contains("255 at example 17"), "{e}");
+    // Test labels that cover the classes they derive are accepted as before, gaps and all.
+    let mut sparse: Vec<u8> = (0..30).map(|i| (i % 10) as u8).collect();
+    sparse.retain(|&y| y != 4);
+    assert_eq!(Dataset::in_memory(split(vec![0, 1]), split(sparse), None, Path::new("a")).unwrap().classes(), 10);
+}

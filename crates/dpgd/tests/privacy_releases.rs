@@ -346,3 +346,67 @@ fn neighbours_move_the_sum_by_their_own_row<E: PerExample>(engine: impl Fn() -> 
         assert!(alone.iter().any(|&v| v != 0));
     }
 }
+
+/// An observer that remembers the first noisy count it is shown and then dies, as a process
+/// killed right after printing its first progress line does.
+struct DiesAfterFirstLine(Option<f64>);
+
+impl dpgd::train::Observer for DiesAfterFirstLine {
+    fn step(&mut self, report: &dpgd::train::observer::StepReport) {
+        self.0 = report.active_count_noisy;
+        panic!("killed right after the first progress line");
+    }
+}
+
+/// A noisy count shown to the operator is the count the record keeps: the step's releases are
+/// durable in the state before the observer sees them, so a run that dies right after showing
+/// step 1 resumes with the value it showed — never a second draw (with OS noise, a second draw
+/// of one count is a release nobody charged). This failed when the row became durable only
+/// with the next step's state.
+#[test]
+fn a_count_shown_before_a_crash_is_the_count_the_resumed_run_records() {
+    let privacy = "method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
+    let rest = "lr = 1.0\nmax_steps = 4\n[release]\nactive_count = \"noisy\"\nactive_count_sigma = 20.0\n\
+                active_count_every = 1";
+    // No train.seed: the noise is keyed from the operating system, as in a private run.
+    let text = fixture_config("shown", "logistic", (300, 100), privacy, rest);
+    assert!(!text.contains("seed"), "the run must be OS-seeded");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut dies = DiesAfterFirstLine(None);
+        let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dpgd::train::run(&cfg, &data, dir.path(), &dpgd::train::RunOptions::default(), &mut dies)
+        }));
+        assert!(crashed.is_err(), "the observer ends the process after the first line");
+        let shown = dies.0.expect("step 1 shows a noisy count");
+        train(&text, dir.path(), None);
+        let recorded = common::metrics(dir.path())[0].active_count_noisy.expect("step 1 released a count");
+        assert_eq!(shown.to_bits(), recorded.to_bits(), "step 1 showed {shown} but the record says {recorded}");
+    }
+}
+
+/// A resume refuses a released record that lost rows the training state says were written to
+/// it, naming the file and the missing steps, instead of publishing a record with a hole.
+#[test]
+fn a_resume_refuses_a_released_record_that_lost_rows_naming_them() {
+    let privacy = "method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3";
+    let rest = "lr = 1.0\nseed = 1\nmax_steps = 8\neval_every = 2\n[release]\nactive_count = \"noisy\"\n\
+                active_count_sigma = 20.0\nactive_count_every = 1";
+    let text = fixture_config("hole", "logistic", (300, 100), privacy, rest);
+    for emptied in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        train(&text, dir.path(), Some(5));
+        let jsonl = RunFolder::new(dir.path()).metrics_jsonl();
+        let rows = std::fs::read_to_string(&jsonl).unwrap();
+        // The file emptied, or cut after its second row.
+        let kept: String =
+            if emptied { String::new() } else { rows.lines().take(2).map(|l| format!("{l}\n")).collect() };
+        std::fs::write(&jsonl, kept).unwrap();
+        let e = try_train(&text, dir.path(), None).unwrap_err().to_string();
+        let missing = if emptied { "steps 1-4" } else { "steps 3-4" };
+        assert!(e.contains("metrics.jsonl") && e.contains(missing) && e.contains("missing"), "{e}");
+        assert!(!RunFolder::new(dir.path()).is_finished());
+    }
+}

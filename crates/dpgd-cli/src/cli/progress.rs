@@ -212,7 +212,8 @@ impl Observer for RunProgress {
             f.selected_step,
             100.0 * f.test_accuracy
         ));
-        if let Some(at_k) = f.test_accuracy_at_k.filter(|_| f.steps > f.worst_case_steps) {
+        let beyond_k = f.method.imp().beyond_k().filter(|_| f.steps > f.worst_case_steps);
+        if let (Some(at_k), Some((first_k, ours))) = (f.test_accuracy_at_k, beyond_k) {
             let kept = f.active_after_k.map_or(String::new(), |(step, n)| {
                 format!("; ~{n:.0} of {} examples (noisy count) were still training at step {step}", f.examples)
             });
@@ -224,7 +225,7 @@ impl Observer for RunProgress {
                 format!("{:+.2} points", 100.0 * (f.test_accuracy - at_k))
             };
             self.say(&format!(
-                "plain private GD at step k = {} (same sigma): {:.2}%; with individual filtering: {:.2}% ({gain}){kept}",
+                "{first_k} at step k = {} (same sigma): {:.2}%; {ours}: {:.2}% ({gain}){kept}",
                 f.worst_case_steps,
                 100.0 * at_k,
                 100.0 * f.test_accuracy,

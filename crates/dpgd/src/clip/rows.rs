@@ -130,6 +130,25 @@ impl<'a> Rows<'a> {
         }
     }
 
+    /// Row r as the clip reads it, into `out` (`p` values): the written values, and inside each
+    /// outer block the exact products of its factors.
+    ///
+    /// # Panics
+    /// If `out` does not have `p` values or row r is not in the micro-batch.
+    pub fn read_row(&self, r: usize, out: &mut [f64]) {
+        assert_eq!(out.len(), self.p, "a row has {} values", self.p);
+        for cols in self.written() {
+            let values = &self.values[r * self.p..][cols.clone()];
+            out[cols].iter_mut().zip(values).for_each(|(o, &v)| *o = f64::from(v));
+        }
+        for o in &self.outer {
+            let (d, a) = o.factors(r);
+            for (block, &dv) in out[o.at..o.at + o.len()].chunks_exact_mut(o.din).zip(d) {
+                block.iter_mut().zip(a).for_each(|(x, &av)| *x = f64::from(dv) * f64::from(av));
+            }
+        }
+    }
+
     /// The column ranges of the written values (between the outer blocks).
     fn written(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         let starts = std::iter::once(0).chain(self.outer.iter().map(|o| o.at + o.len()));

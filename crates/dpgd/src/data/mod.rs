@@ -295,13 +295,35 @@ pub fn locate(dir: &Path, stem: &str) -> Result<PathBuf> {
     })
 }
 
+/// The class count when `data.classes` is not given: 1 + the largest test label (public data,
+/// so the architecture it sets is not chosen by the training data) — refused when the test
+/// labels leave more than half of those classes empty, as one corrupt label (255 among digits)
+/// would: the model would silently get hundreds of classes that never occur.
+fn derived_classes(test_labels: &[u8]) -> std::result::Result<usize, String> {
+    let mut seen = [false; 256];
+    test_labels.iter().for_each(|&y| seen[usize::from(y)] = true);
+    let classes = 1 + test_labels.iter().copied().max().map_or(0, usize::from);
+    let present = seen[..classes].iter().filter(|&&s| s).count();
+    if classes - present > classes / 2 {
+        let (i, largest) =
+            test_labels.iter().enumerate().max_by_key(|&(i, &y)| (y, usize::MAX - i)).map_or((0, 0), |(i, &y)| (i, y));
+        return Err(format!(
+            "the class count would be {classes} (1 + the largest test label, {largest} at example {i}), but only \
+             {present} of those classes occur in the test labels: a corrupt label, or labels that are not 0, 1, 2, …; \
+             fix the label, or set data.classes to the number of classes"
+        ));
+    }
+    Ok(classes)
+}
+
 impl Dataset {
     /// Reads the four MNIST-format files from `dir` — images `(n, H, W)` or `(n, H, W, C)`
     /// (channels last, as CIFAR-style arrays are stored; kept channel-major in memory), labels
     /// `(n)`, unsigned bytes — checking shapes, counts and labels, and fingerprinting each file
     /// (SHA-256 of its uncompressed content). The class count is `classes` when given, else
     /// 1 + the largest *test* label: public data, so the architecture it sets is not chosen by
-    /// the training data (a training label outside it is refused).
+    /// the training data (a training label outside it is refused, and so are test labels that
+    /// leave more than half of the classes so derived empty).
     ///
     /// # Errors
     /// [`Error::Data`] naming the file and the problem (missing, malformed, truncated, an empty
@@ -325,7 +347,8 @@ impl Dataset {
         };
         let classes = match classes {
             Some(c) => c,
-            None => 1 + usize::from(test.labels.iter().copied().max().unwrap_or(0)),
+            None => derived_classes(&test.labels)
+                .map_err(|message| Error::Data { path: test_labels_path.clone(), message })?,
         };
         let (train, train_labels_path) = if is_csv {
             read_csv_split(dir, csv::FILES[0], label_column, &mut fingerprints)?
@@ -403,7 +426,10 @@ impl Dataset {
                 )));
             }
         }
-        let classes = classes.unwrap_or(1 + usize::from(test.labels.iter().copied().max().unwrap_or(0)));
+        let classes = match classes {
+            Some(c) => c,
+            None => derived_classes(&test.labels).map_err(|m| bad(format!("the test labels: {m}")))?,
+        };
         if classes < 2 {
             return Err(bad(format!("{classes} class: a classifier needs at least 2")));
         }

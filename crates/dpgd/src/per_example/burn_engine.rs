@@ -170,15 +170,18 @@ impl<M: Classifier> BurnEngine<M> {
     ///
     /// Runs the model on zero batches of 2 and 3 examples, with a tape open and one backward
     /// each, to check that every trainable parameter belongs to a [`crate::nn`] layer the
-    /// forward reached and that every layer call's gradients are per example; then checks on two
-    /// fixed inputs that an example's logits do not depend on the rest of its batch.
+    /// forward reached and that every layer call's gradients are per example; then checks, in
+    /// training mode on the engine's own path, that each example's gradient row in a batch of 4
+    /// does not depend on the other examples of its batch
+    /// ([`check_rows_are_own`](super::check_rows_are_own)). The check reseeds the device's
+    /// random generator (dropout); seed it again after this call for a stream of your own.
     ///
     /// # Errors
     /// [`Error::Config`] naming, by its path in the struct, a parameter no recorded dpgd layer
     /// used (burn's own layers, a raw `Param`), a BatchNorm (frozen or not), a reparameterized
     /// (LoRA) parameter, a layer called on a tensor whose first axis is not the batch; a forward
     /// that fails on the data's shape, gives logits of the wrong shape or mixes the examples of
-    /// a batch; a model with no trainable parameters.
+    /// a batch (in the forward or only in the backward); a model with no trainable parameters.
     pub fn new(model: M, device: &Device, input: [usize; 3], classes: usize) -> Result<Self> {
         Self::build(model, device, input, classes, Backprop::Batched)
     }
@@ -189,8 +192,10 @@ impl<M: Classifier> BurnEngine<M> {
     /// its attention block, a raw `Param`, a custom operation). Correct for any per-example
     /// model, and slow: no batch is shared. Use it for models [`new`](Self::new) refuses.
     ///
-    /// The same checks as [`new`](Self::new) apply except that one: BatchNorm, reparameterized
-    /// parameters and a forward that mixes the examples of a batch are still refused.
+    /// The same checks as [`new`](Self::new) apply except that one: BatchNorm and
+    /// reparameterized parameters are still refused. (Each row comes from a batch of one, so
+    /// the rows are the examples' own whatever the forward does to a batch; the row check runs
+    /// all the same.)
     ///
     /// # Errors
     /// As [`new`](Self::new), except for parameters outside `dpgd::nn` layers.
@@ -270,7 +275,6 @@ impl<M: Classifier> BurnEngine<M> {
             recorded.extend(tape_params);
             values_per_example = values;
         }
-        check_examples_do_not_mix(&model, input)?;
         let (mut params, mut offset) = (Vec::new(), 0usize);
         let mut seen = std::collections::HashSet::new();
         for Found { path, id, shape, trainable, types } in inv.params {
@@ -291,7 +295,7 @@ impl<M: Classifier> BurnEngine<M> {
         if offset == 0 {
             return Err(refuse("the model has no trainable parameters (are they all frozen?)".into()));
         }
-        Ok(Self {
+        let engine = Self {
             template: Mutex::new(model.no_grad()),
             device,
             input,
@@ -302,7 +306,10 @@ impl<M: Classifier> BurnEngine<M> {
             index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
             params,
             backprop,
-        })
+        };
+        let theta = engine.current_params()?;
+        super::check_rows_are_own(&engine, &theta, MIXING_CHECK_BATCH).map_err(|m| refuse(m.explained()))?;
+        Ok(engine)
     }
 
     /// The trainable parameters in θ's order.
@@ -468,40 +475,9 @@ fn rows_of<M: Classifier>(
     }
 }
 
-/// Refuses a forward that mixes the examples of a batch (a mean or softmax over the batch axis,
-/// …): an example's gradient would then depend on the others, and clipping it would bound
-/// nothing. Checked on two fixed, data-independent inputs, in validation mode (so dropout is
-/// off): the logits of each, computed in one batch, must equal those computed alone. (BatchNorm,
-/// which mixes only while training, is refused by type before this.)
-fn check_examples_do_not_mix<M: Classifier>(model: &M, [c, h, w]: [usize; 3]) -> Result<()> {
-    let model = model.valid();
-    let n = c * h * w;
-    // A fixed pattern (no data, no randomness): two different examples, values in [0, 1) so that
-    // a model reading its input as token ids (truncating) gets valid ids.
-    let values: Vec<f32> = (0..2 * n).map(|i| (i * 7919 % 263) as f32 / 263.0).collect();
-    let device = model.devices().into_iter().next().unwrap_or_default();
-    let batch = Tensor::<4>::from_data(TensorData::new(values.clone(), [2, c, h, w]), &device);
-    let together = to_host(model.forward(batch), 0);
-    let alone: Vec<f32> = (0..2)
-        .flat_map(|i| {
-            let x = Tensor::<4>::from_data(TensorData::new(values[i * n..(i + 1) * n].to_vec(), [1, c, h, w]), &device);
-            to_host(model.forward(x), 0)
-        })
-        .collect();
-    let scale = alone.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    // NaN logits count as differing.
-    let same = |a: f32, b: f32| (a - b).abs() <= 1e-4 * scale;
-    let mixed = together.len() != alone.len() || together.iter().zip(&alone).any(|(a, b)| !same(*a, *b));
-    if mixed {
-        return Err(Error::config(
-            "model",
-            "the forward mixes the examples of a batch: an example's logits change with the other examples in its \
-             batch (a mean or softmax over the batch axis, …), so its gradient is not its own and clipping it \
-             would bound nothing; normalise within each example (dpgd::nn::GroupNorm or LayerNorm)",
-        ));
-    }
-    Ok(())
-}
+/// The micro-batch size [`BurnEngine::new`] checks the rows at (the trainer checks again at
+/// the run's own size).
+const MIXING_CHECK_BATCH: usize = 4;
 
 /// Why a trainable parameter cannot be trained privately.
 fn uncovered(path: &str, types: &[String]) -> String {
@@ -625,4 +601,21 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     fn largest_part(&self) -> Option<(String, usize)> {
         self.params.iter().map(|p| (p.path.clone(), p.len())).max_by_key(|&(_, n)| n)
     }
+    /// 0 on the CPU backends (flex, ndarray), whose kernels fix their order of operations by
+    /// shape; 2⁻¹⁶ of a row's largest value elsewhere (a GPU kernel may reorder a reduction
+    /// between two calls).
+    fn row_tolerance(&self) -> f64 {
+        if crate::device::is_host(&self.device) { 0.0 } else { GPU_ROW_TOLERANCE }
+    }
+    /// Seeds the device's random generator (a user model's dropout).
+    fn reseed(&self, seed: u64) {
+        self.device.seed(seed);
+    }
 }
+
+/// How far one example's row may move between two batches on a GPU backend, relative to the
+/// row's largest value: the reordering of a reduction of K terms in f32 moves it by at most
+/// (K − 1)·2⁻²⁴ of the sum of the terms' magnitudes, and a backward's reductions run over a
+/// layer's width or an image's positions; 2⁻¹⁶ allows 256-term reductions whose terms do not
+/// cancel, while a row carrying even 1/65536 of another example's is still refused.
+const GPU_ROW_TOLERANCE: f64 = 1.0 / 65536.0;

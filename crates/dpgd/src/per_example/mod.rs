@@ -12,6 +12,7 @@
 
 mod burn_engine;
 mod engine;
+pub mod independence;
 pub mod layers;
 mod loss;
 mod matrix;
@@ -19,6 +20,7 @@ mod network;
 
 pub use burn_engine::{Backprop, BurnEngine, BurnScratch, TrainableParam};
 pub use engine::{LayerTimes, Workspace};
+pub use independence::{Finding, Mixed, check_rows_are_own};
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 
@@ -42,8 +44,9 @@ pub const FAST_ENGINE_CHUNK: usize = 4;
 ///
 /// **Contract** (what the privacy proof of the exact sum rests on): for a fixed batch size, the
 /// gradient row an engine gives for example `i` (its written values and the factors of its
-/// outer blocks) depends only on θ, `xᵢ` and `yᵢ` — never on the other examples of the batch —
-/// and is the same whichever position `i` holds. The trainer
+/// outer blocks) depends only on θ, `xᵢ` and `yᵢ` (and the engine's own randomness) — never on
+/// the other examples of the batch. The trainer checks this clause on the engine's own path
+/// before every run ([`check_rows_are_own`]). The trainer
 /// always calls [`gradients_with_norms`](Self::gradients_with_norms) with exactly its configured
 /// micro-batch size (zero-padding the last batch), so the rounding of a batched kernel cannot
 /// depend on how many real examples share it. The squared norm an engine reports for a row is
@@ -117,6 +120,18 @@ pub trait PerExample: Send + Sync {
     /// The part of the model holding the most parameters and how many, for advice when a model
     /// does not fit in memory.
     fn largest_part(&self) -> Option<(String, usize)>;
+    /// How far one example's row (each value, and its squared norm) may differ between two calls
+    /// of one batch size that give it different companions, relative to the row's largest value
+    /// (of the norm, for the norm), though no row depends on another example: 0 where the
+    /// engine's kernels fix their order of operations by shape alone, so that the same example
+    /// gets the same bits. [`check_rows_are_own`] allows this much.
+    fn row_tolerance(&self) -> f64 {
+        0.0
+    }
+    /// Resets the engine's own randomness (a user model's dropout) to `seed`, so that two calls
+    /// of one batch size after the same seed draw the same randomness at each position (for
+    /// [`check_rows_are_own`]). Engines without randomness ignore it.
+    fn reseed(&self, _seed: u64) {}
 }
 
 impl PerExample for Network {

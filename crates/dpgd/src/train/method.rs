@@ -77,6 +77,12 @@ pub trait TrainingMethod: Sync {
     fn chooses_best_step(&self) -> bool {
         false
     }
+    /// For a method that may run past `privacy.worst_case_steps` = k: what its first k steps
+    /// are on their own, and what it adds after them, in words — the end summary compares the
+    /// model at step k with the one returned (`None`: the run ends at k).
+    fn beyond_k(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
     /// The stopping rule when `stopping.rule` is absent.
     fn default_stop_rule(&self) -> StopRule {
         if self.chooses_best_step() { StopRule::BestTrainAccuracy } else { StopRule::MaxSteps }
@@ -99,6 +105,9 @@ impl TrainingMethod for FilteredGd {
     }
     fn filters(&self) -> bool {
         true
+    }
+    fn beyond_k(&self) -> Option<(&'static str, &'static str)> {
+        Some(("plain private GD", "with individual filtering"))
     }
     fn chooses_best_step(&self) -> bool {
         true
@@ -127,6 +136,9 @@ impl TrainingMethod for DpSgdIndividual {
     }
     fn filters(&self) -> bool {
         true
+    }
+    fn beyond_k(&self) -> Option<(&'static str, &'static str)> {
+        Some(("DP-SGD", "with individual accounting"))
     }
 }
 

@@ -61,13 +61,16 @@ pub struct StepReport {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishInfo {
+    /// The algorithm.
+    pub method: Method,
     /// Steps run.
     pub steps: usize,
     /// The returned model's step.
     pub selected_step: usize,
     /// Its test accuracy.
     pub test_accuracy: f64,
-    /// Test accuracy after k steps (plain private GD with the same σ).
+    /// Test accuracy after k steps (the method's first k steps alone, with the same σ:
+    /// [`super::method::TrainingMethod::beyond_k`]).
     pub test_accuracy_at_k: Option<f64>,
     /// The last noisy active count released after k, as (step, count).
     pub active_after_k: Option<(usize, f64)>,

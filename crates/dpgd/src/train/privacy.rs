@@ -476,7 +476,9 @@ fn rests_on(cfg: &ValidConfig, gaussian: bool, sensitivity: f64) -> BTreeMap<Str
             "{}C per step in the arithmetic the computer does: each clipped row is rounded onto an integer grid and \
              summed exactly, so a neighbour moves the sum by exactly its own rounded row, whose norm is at most \
              sqrt(charged) — given that the engine computes an example's gradient from that example and theta \
-             alone at its fixed micro-batch size (tested); under {} neighbours; n is public",
+             alone at its fixed micro-batch size, whatever its companions and position (checked before training, \
+             on this run's engine, device and kernels at its micro-batch size, on public synthetic examples: a check \
+             on inputs, not a proof; dpgd::per_example::check_rows_are_own); under {} neighbours; n is public",
             if sensitivity == 1.0 { "" } else { "2" },
             p.neighbours
         ),
@@ -613,7 +615,9 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
         "C per step in the arithmetic the computer does: each sampled example's clipped row is rounded onto an \
          integer grid and summed exactly, so a neighbour moves the sum by exactly its own rounded row, of norm at \
          most C — given that the engine computes an example's gradient from that example and theta alone at its \
-         fixed micro-batch size (tested); under zero-out neighbours, n public"
+         fixed micro-batch size, whatever its companions and position (checked before training, on this run's \
+         engine, device and kernels at its micro-batch size, on public synthetic examples: a check on inputs, not a \
+         proof; dpgd::per_example::check_rows_are_own); under zero-out neighbours, n public"
             .to_string(),
     );
     rests_on.insert(
@@ -661,7 +665,9 @@ fn sgd_accounting(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Re
                  to their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the \
                  null example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one \
                  pair of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to \
-                 (epsilon, delta) by {}: the epsilon Opacus prints for the same q, sigma and steps",
+                 (epsilon, delta) by {}, minimised over dp_accounting's default orders: an upper bound on the \
+                 pair's epsilon, not always the figure Opacus or dp_accounting print for the same q, sigma and steps \
+                 (dpgd bounds fractional orders more tightly, so its figure can be lower)",
                 p.conversion
             ),
             Some(i) => format!(

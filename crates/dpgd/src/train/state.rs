@@ -1,7 +1,8 @@
 //! The durable training state of a run, written atomically every step — after the step's
-//! ledger charges and noisy update, before anything derived from them is released — so a
-//! crash at any instant leaves either the previous step's state or this one's, and a resume
-//! from it reproduces the uninterrupted run (see [`super::Trainer`]).
+//! ledger charges, noisy update and noisy releases are computed, before any of them leaves the
+//! process — so a crash at any instant leaves either the previous step's state or this one's,
+//! with every value already shown held in it, and a resume from it reproduces the
+//! uninterrupted run (see [`super::Trainer`]).
 //!
 //! The file (`confidential/state.bin`) holds the step, the run's identity (its configuration
 //! and the SHA-256 of its data files), θ, every example's spent budget and the stopping rule's
@@ -48,16 +49,21 @@ pub struct Meta {
     pub identity: RunIdentity,
     /// The ledger's per-example budget B_norm.
     pub budget: f64,
-    /// The stopping rule's state after the releases of steps `1..step` (those of `step` itself
-    /// are replayed from the released record on resume).
+    /// The stopping rule's state after the releases of steps `1..=step`.
     pub stopping: StoppingState,
-    /// What computing step `step` cost, so a redone release writes the same confidential row.
+    /// What computing step `step` cost (confidential).
     #[serde(default)]
     pub cost: StepCost,
     /// Released rows not yet in the record files (the files are rewritten about once a second,
-    /// not every step): durable here, so a crash loses none; a resume writes them out.
+    /// not every step), always including step `step`'s own: durable here before they are
+    /// shown anywhere, so a crash loses none and a resume never draws a released value again.
     #[serde(default, skip_serializing_if = "Unflushed::is_empty")]
     pub unflushed: Unflushed,
+    /// Whether the state holds its own step's releases (false in states written by dpgd
+    /// versions that released a step's values before making them durable: such a run cannot
+    /// be resumed without drawing a shown value again).
+    #[serde(default)]
+    pub releases_in_state: bool,
 }
 
 /// Released and confidential rows written with the state until the record files catch up.
@@ -297,6 +303,7 @@ mod tests {
             stopping: StoppingState { best },
             cost: StepCost::default(),
             unflushed: Unflushed::default(),
+            releases_in_state: true,
         }
     }
 

@@ -14,16 +14,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Crash safety.** A step charges the ledger and computes the noisy update in memory, then
-//! writes the whole training state (θ, every example's spent budget, the stopping rule) to
-//! `confidential/state.bin` atomically, and only then releases anything derived from it (the
-//! test accuracy, the noisy counts, the metrics row), itself written atomically before the step
-//! counts as done. A kill at any instant therefore leaves a state whose charges include every
-//! step whose update was used, and a record of releases that is complete up to that state's
-//! step or one behind it. On resume, a missing row is recomputed from the saved state — with a
-//! fixed seed exactly as the uninterrupted run computed it, because every release draws from
-//! its own noise stream — so a killed and resumed run ends bit for bit where an uninterrupted
-//! one does, and no step is ever lost or charged twice.
+//! **Crash safety.** A step charges the ledger, computes the noisy update and then the step's
+//! noisy releases (counts, training accuracy for the stopping rule, the test accuracy) — all in
+//! memory — and writes the whole training state (θ, every example's spent budget, the stopping
+//! rule, and every released row the record files do not hold yet, this step's included) to
+//! `confidential/state.bin` atomically. Only then does anything leave the process: the record
+//! files, the observer's progress line. A kill at any instant therefore leaves a state whose
+//! charges include every step whose update was used and which holds every value ever shown; a
+//! resume writes those values out as they were and never draws a released value again (with
+//! OS noise a redraw would be a second, uncharged release of the same count). A kill before the
+//! state is written loses the step whole — nothing of it was shown — and the resumed run
+//! computes it afresh; with a fixed seed, exactly as the uninterrupted run did, because every
+//! draw has its own noise stream. So a killed and resumed run ends bit for bit where an
+//! uninterrupted one does, and no step is ever lost, shown twice or charged twice.
 //!
 //! [FZ21]: https://arxiv.org/abs/2008.11193
 
@@ -226,7 +229,6 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     record: Record,
     /// Rows of `record` already in its files, and when they were written.
     flushed: (usize, Instant),
-    last_cost: StepCost,
     last_test: Option<f64>,
     stop_at: usize,
     warned_collapse: bool,
@@ -325,6 +327,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
         let theta = net.initial_params(c.model.init_seed)?;
+        // What the sum's sensitivity rests on, checked on this engine, device and kernels at
+        // this run's micro-batch size, before any training example is read.
+        crate::per_example::check_rows_are_own(&net, &theta, chunk)
+            .map_err(|m| Error::config("model", m.explained()))?;
         let norm = match &c.data.normalize {
             Some(n) => n.clone(),
             None => data.default_normalize(),
@@ -352,7 +358,6 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             session: None,
             record: Record::default(),
             flushed: (0, Instant::now()),
-            last_cost: StepCost::default(),
             last_test: None,
             stop_at: usize::MAX,
             warned_collapse: false,
@@ -390,8 +395,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         }
     }
 
-    /// Loads the saved state if there is one (checking it is this run's), else writes the
-    /// fresh run's configuration; then replays or redoes the releases of the saved step.
+    /// Loads the saved state if there is one (checking it is this run's and that the record
+    /// files hold every row it says they do), else writes the fresh run's configuration.
     fn resume(&mut self) -> Result<()> {
         let expect = Expect {
             params: self.plan.net().num_params(),
@@ -430,38 +435,63 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.theta = snap.theta;
         self.velocity = snap.velocity;
         self.step = snap.meta.step;
-        self.last_cost = snap.meta.cost;
+        if !snap.meta.releases_in_state {
+            return Err(Error::RunState {
+                path: self.folder.state(),
+                message:
+                    "written by an earlier dpgd, which showed a step's noisy releases before making them durable: \
+                          resuming could draw a value it already showed again; finish the run with that version, or \
+                          start it again in a new folder"
+                        .into(),
+            });
+        }
         self.record = Record::load(&self.folder)?;
         self.record.confidential.truncate(self.record.metrics.len());
+        self.check_record_continues(&snap.meta.unflushed)?;
         self.record.append_unflushed(snap.meta.unflushed).map_err(|message| Error::RunState {
             path: self.folder.state(),
             message: format!("{message}: the folder was edited; start the run in a new folder"),
         })?;
         self.last_test = self.record.metrics.iter().rev().find_map(|r| r.test_accuracy);
-        match self.record.last_step() {
-            Some(s) if s == self.step => {
-                self.session = open_session(self.cfg, self.step)?;
-                if let Some(a) = self.record.metrics.last().and_then(|r| r.train_accuracy_noisy) {
-                    self.stopping.observe(self.step, a, &self.theta);
-                }
-                self.flush()
-            }
-            last if last.unwrap_or(0) + 1 == self.step => {
-                self.session = open_session(self.cfg, self.step - 1)?;
-                self.flush()?;
-                let cost = self.last_cost;
-                self.release(cost)
-            }
-            last => Err(Error::RunState {
-                path: self.folder.metrics_jsonl(),
+        if self.record.last_step() != Some(self.step) {
+            return Err(Error::RunState {
+                path: self.folder.state(),
                 message: format!(
-                    "the released record ends at step {} but the training state is at step {}: the folder was edited; \
-                     start the run in a new folder",
-                    last.unwrap_or(0),
-                    self.step
+                    "it is at step {} but holds released rows only through step {}: the folder was edited; start the \
+                     run in a new folder",
+                    self.step,
+                    self.record.last_step().unwrap_or(0)
                 ),
-            }),
+            });
         }
+        self.session = open_session(self.cfg, self.step)?;
+        self.flush()
+    }
+
+    /// Refuses a record file that lost rows the state says it held: the state keeps only the
+    /// rows written after the files were last written, so rows missing between the two would
+    /// leave a hole in the published record.
+    fn check_record_continues(&self, unflushed: &super::state::Unflushed) -> Result<()> {
+        let in_files = self.record.last_step().unwrap_or(0);
+        let kept_from = unflushed.metrics.first().map_or(self.step + 1, |r| r.step);
+        if in_files + 1 >= kept_from {
+            return Ok(());
+        }
+        let missing = if in_files + 2 == kept_from {
+            format!("step {}", in_files + 1)
+        } else {
+            format!("steps {}-{}", in_files + 1, kept_from - 1)
+        };
+        Err(Error::RunState {
+            path: self.folder.metrics_jsonl(),
+            message: format!(
+                "it holds the released rows through step {in_files}, but the training state (at step {}) says rows \
+                 through step {} were written to it: {missing} of the published record are missing. The file was \
+                 emptied or replaced; restore it from a copy, or start the run in a new folder",
+                self.step,
+                kept_from - 1,
+            ),
+        })
     }
 
     /// Appends this resume to `confidential/resumes.jsonl` (rewritten whole and atomically,
@@ -578,9 +608,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             skipped: stats.skipped_nonfinite,
             loss_sum: stats.loss_sum,
         };
-        // Durable before anything derived from this update or these charges is released.
+        // This step's releases, drawn in memory, are made durable with the state that charges
+        // them before anything derived from the update, the charges or the releases leaves.
+        let row = self.draw_releases(cost)?;
         self.save_state(cost)?;
-        self.release(cost)
+        self.publish(&row, cost)
     }
 
     fn save_state(&mut self, cost: StepCost) -> Result<()> {
@@ -592,12 +624,15 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             stopping: stopping.clone(),
             cost,
             unflushed: self.record.unflushed(self.flushed.0),
+            releases_in_state: true,
         };
         state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all(), &self.velocity)
     }
 
-    /// Computes and records the releases of the current step (from the durable state).
-    fn release(&mut self, cost: StepCost) -> Result<()> {
+    /// Computes the releases of the current step in memory — each noisy value drawn once, the
+    /// stopping rule told — and appends them to the record. Nothing leaves the process here:
+    /// the state that holds them is written next ([`publish`](Self::publish) comes after).
+    fn draw_releases(&mut self, cost: StepCost) -> Result<MetricsRow> {
         let t = self.step;
         let c = self.cfg.config();
         let released = match &self.session {
@@ -646,14 +681,20 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         self.record.metrics.push(row.clone());
         self.record.confidential.push(crow);
-        // Until the files catch up, the row is durable in the next state (or redone, identically,
-        // from this one's on resume). The files are rewritten whole, so not every step: the
-        // writes would grow with the square of the steps.
+        Ok(row)
+    }
+
+    /// Shows the current step's released row, once the state holding it is durable: writes the
+    /// record files when due and tells the observer. Until the files catch up, the row is in
+    /// the state. The files are rewritten whole, so not every step: the writes would grow with
+    /// the square of the steps.
+    fn publish(&mut self, row: &MetricsRow, cost: StepCost) -> Result<()> {
         let pending = self.record.metrics.len() - self.flushed.0;
+        let eval = row.test_accuracy.is_some();
         if eval || self.is_done() || pending >= MAX_UNFLUSHED || self.flushed.1.elapsed() >= FLUSH_INTERVAL {
             self.flush()?;
         }
-        self.report(&row, cost);
+        self.report(row, cost);
         Ok(())
     }
 
@@ -783,6 +824,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         super::plot::plot_run(&self.folder, self.cfg, &self.record.metrics, selected_step)?;
         write_json(&self.folder.privacy(), &privacy)?;
         let info = FinishInfo {
+            method: c.privacy.method,
             steps: self.step,
             selected_step,
             test_accuracy,
@@ -871,8 +913,9 @@ fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: u
             let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
             ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
         });
+        // At least two sets: the check of the rows before training holds two micro-batches.
         per_thread
-            .and_then(|b| b.checked_mul(threads as u64))
+            .and_then(|b| b.checked_mul(threads.max(2) as u64))
             .and_then(|b| b.checked_add((examples as u64).checked_mul(8)?))
             .and_then(|b| b.checked_add(p.checked_mul(16)?))
     };
