@@ -130,6 +130,10 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
         (listed["epsilon"].as_f64(), listed["orders"].as_array().map(Vec::len)),
         (v["epsilon"].as_f64(), Some(4))
     );
+    // The human answer keeps to the answer and what it rests on: long lists by their ends.
+    let human = String::from_utf8_lossy(&dpgd(&args).stdout).to_string();
+    assert!(human.starts_with("epsilon = 0.92") && human.len() < 1200, "{human}");
+    assert!(human.contains("151 values; --json lists them"), "{human}");
     let dpa = json(&[&args[..], &["--orders", "dp-accounting", "--json"]].concat());
     assert_eq!(dpa["orders"].as_array().map(Vec::len), Some(156));
     // Calibration: the σ printed meets the target.

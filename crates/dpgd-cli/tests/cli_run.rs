@@ -1,7 +1,7 @@
 //! A run through the command line as a user makes it: train, inspect, eval, predict, resume,
 //! and the errors a user meets on the way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn dpgd(args: &[&str]) -> Output {
@@ -305,4 +305,144 @@ fn the_end_summary_of_dp_sgd_with_individual_accounting_names_its_own_baseline()
     assert!(o.status.success(), "{t}");
     assert!(t.contains("DP-SGD at step k = 6 (same sigma)") && t.contains("with individual accounting:"), "{t}");
     assert!(!t.contains("plain private GD") && !t.contains("individual filtering"), "{t}");
+}
+
+/// A dataset of `classes` classes whose examples differ by class (learnable), `n` training and
+/// `m` test examples of `[h, w, c]` (channels last in the file when `c > 1`).
+fn write_idx(dir: &Path, (n, m): (u32, u32), [h, w, c]: [u32; 3], classes: u8) {
+    use dpgd::data::{FILES, idx};
+    std::fs::create_dir_all(dir).unwrap();
+    let px = (h * w * c) as usize;
+    let dims = |k: u32| if c > 1 { vec![k, h, w, c] } else { vec![k, h, w] };
+    for (count, images, labels) in [(n, FILES[0], FILES[1]), (m, FILES[2], FILES[3])] {
+        let ys: Vec<u8> = (0..count).map(|i| ((i * 7 + i / 5) % u32::from(classes)) as u8).collect();
+        let xs: Vec<u8> = ys
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &y)| (0..px).map(move |k| (u32::from(y) * 70 + ((i * 13 + k * 7) % 50) as u32) as u8))
+            .collect();
+        idx::write_gz(&dir.join(format!("{images}.gz")), &dims(count), &xs).unwrap();
+        idx::write_gz(&dir.join(format!("{labels}.gz")), &[count], &ys).unwrap();
+    }
+}
+
+/// Tabular data as a user has it: decimals of different scales, a header row, the label in a
+/// column named `target` between the features.
+fn write_table(dir: &Path, (n, m): (usize, usize)) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (file, count) in [("train.csv", n), ("test.csv", m)] {
+        let mut text = String::from("age,target,income,ratio\n");
+        for i in 0..count {
+            let y = (i * 7 + i / 3) % 2;
+            let age = 30.0 + 15.0 * y as f64 + (i % 11) as f64;
+            let income = 40_000.0 + 9_000.0 * (i % 7) as f64 - 5_000.0 * y as f64;
+            text += &format!("{age:.1},{y},{income:.2},{:.4}\n", 0.1 + 0.05 * (i % 5) as f64 + 0.2 * y as f64);
+        }
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+}
+
+/// `dpgd predict` applies exactly the transform training and `dpgd eval` applied, for every data
+/// form `dpgd train` accepts: its labels on a run's test file give the accuracy `eval` reports —
+/// IDX grey images, IDX channels-last images, scattering features of images, and CSV columns
+/// (with a header, in any order, other columns ignored; and without one). Before, a model
+/// trained on CSV predicted one class for every row and refused decimals and header rows.
+#[test]
+fn predict_agrees_with_eval_on_every_data_form() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (grey, colour, table) = (tmp.path().join("grey"), tmp.path().join("colour"), tmp.path().join("table"));
+    write_idx(&grey, (300, 120), [16, 16, 1], 3);
+    write_idx(&colour, (300, 120), [8, 8, 3], 3);
+    write_table(&table, (400, 150));
+    let test_images = |d: &Path| d.join("t10k-images-idx3-ubyte.gz");
+    let labels_of = |d: &Path| dpgd::data::Dataset::load(d, None).unwrap().test.labels;
+    let csv_labels: Vec<u8> = std::fs::read_to_string(table.join("test.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let features = "[data.features]\nkind = \"scattering\"\nj = 2\nangles = 8\ngroups = 0\n";
+    let forms: [(&str, &Path, &str, PathBuf, Vec<u8>); 4] = [
+        ("grey", &grey, "", test_images(&grey), labels_of(&grey)),
+        ("colour", &colour, "", test_images(&colour), labels_of(&colour)),
+        ("scattering", &grey, features, test_images(&grey), labels_of(&grey)),
+        ("csv", &table, "label_column = \"target\"\n", table.join("test.csv"), csv_labels.clone()),
+    ];
+    for (name, data, extra, input, labels) in forms {
+        let cfg = tmp.path().join(format!("{name}.toml"));
+        let (data_extra, features) = extra.split_once("[data.features]").map_or((extra, ""), |(a, b)| (a, b));
+        let features = if features.is_empty() { String::new() } else { format!("[data.features]{features}") };
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"{name}\"\n[data]\ndir = \"{}\"\n{data_extra}{features}[model]\npreset = \"mlp\"\n[privacy]\n\
+                 method = \"plain\"\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 15\n[train]\nlr = 2.0\n\
+                 seed = 1\n",
+                data.display()
+            ),
+        )
+        .unwrap();
+        let run = tmp.path().join(format!("run-{name}")).display().to_string();
+        let o = dpgd(&["train", "--quiet", "--config", &cfg.display().to_string(), "--out", &run]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let o = dpgd(&["eval", &run]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let out = text(&o);
+        let correct: usize = out.split('(').nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+        let o = dpgd(&["predict", &run, "--input", &input.display().to_string()]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let predicted: Vec<u8> = String::from_utf8_lossy(&o.stdout).lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(predicted.len(), labels.len(), "{name}");
+        let agree = predicted.iter().zip(&labels).filter(|(p, y)| p == y).count();
+        assert_eq!(agree, correct, "{name}: predict's labels give {agree} correct, eval says {out}");
+        assert!(correct * 10 > labels.len() * 6, "{name}: the model should learn these data ({out})");
+    }
+    // The CSV model's columns without a header, in the model's order: the same labels.
+    let rows: String = std::fs::read_to_string(table.join("test.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            format!("{},{},{}\n", cells[0], cells[2], cells[3])
+        })
+        .collect();
+    let plain = tmp.path().join("plain.csv");
+    std::fs::write(&plain, rows).unwrap();
+    let run = tmp.path().join("run-csv").display().to_string();
+    let with_header = dpgd(&["predict", &run, "--input", &table.join("test.csv").display().to_string()]);
+    let without = dpgd(&["predict", &run, "--input", &plain.display().to_string()]);
+    assert!(without.status.success(), "{}", text(&without));
+    assert_eq!(without.stdout, with_header.stdout);
+    // An IDX file for a model of CSV columns: named, refused.
+    let o = dpgd(&["predict", &run, "--input", &test_images(&grey).display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("CSV columns"), "{}", text(&o));
+}
+
+/// A run on the burn engine says which device it computes on, in its first line and in its
+/// confidential record (on a GPU backend: the adapter, and loudly when it is a software
+/// rasteriser — `.ci/wgpu-smoke` runs on one).
+#[test]
+fn a_burn_engine_run_names_its_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let run = tmp.path().join("run");
+    let o = dpgd(&[
+        "train",
+        "--config",
+        &cfg,
+        "--out",
+        &run.display().to_string(),
+        "--set",
+        "train.engine=\"burn\"",
+        "--set",
+        "train.max_steps=7",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("(the burn engine on flex (CPU))"), "{t}");
+    let diagnostics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("confidential/diagnostics.json")).unwrap()).unwrap();
+    assert_eq!(diagnostics["device"], "flex (CPU)");
 }

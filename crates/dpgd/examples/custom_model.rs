@@ -118,11 +118,7 @@ impl Observer for Print {
         eprintln!("step {}/{}{eps}{acc}{active}", r.step, r.max_steps);
     }
     fn warning(&mut self, w: &Warning) {
-        match w {
-            Warning::Advice(text) => eprintln!("advice: {text}"),
-            Warning::NotPrivate(why) => eprintln!("WARNING: NOT PRIVATE: {}", why.join("; ")),
-            other => eprintln!("warning: {other:?}"),
-        }
+        eprintln!("{w}");
     }
     fn finished(&mut self, f: &FinishInfo) {
         eprintln!("done: {} steps; returned model of step {}", f.steps, f.selected_step);
@@ -164,7 +160,8 @@ fn main() -> anyhow::Result<()> {
         data.classes()
     );
     let trained = dpgd::train::run_with(&cfg, engine, &data, &a.out, &RunOptions::default(), &mut Print)?;
-    let _model: ResidualNet = trained.engine.model_with(&trained.params)?; // yours to use
+    let model: ResidualNet = trained.engine.model_with(&trained.params)?; // your model, trained
+    eprintln!("the trained model has {} parameters", model.num_params());
     let result = trained.summary.result.context("the run stopped before its end")?;
     let privacy = trained.summary.privacy.context("the run stopped before its end")?;
     println!("test accuracy of the returned model: {:.2}%", 100.0 * result.test_accuracy);

@@ -87,6 +87,40 @@ pub fn is_flex(_device: &Device) -> bool {
     false
 }
 
+/// The device in words, for run output and the run's confidential record: the CPU backend, or
+/// for a GPU backend the adapter it runs on (`wgpu: NVIDIA H100 …`), marked when that adapter
+/// is a software rasteriser.
+#[must_use]
+pub fn describe(device: &Device) -> String {
+    #[allow(deprecated)]
+    let ndarray = Device::ndarray();
+    if is_flex(device) {
+        return "flex (CPU)".into();
+    }
+    if device.clone().without_autodiff() == ndarray {
+        return "ndarray (CPU)".into();
+    }
+    // burn reports an adapter only for its GPU (CubeCL) backends.
+    #[cfg(feature = "wgpu")]
+    if let Some(id) = device.identity() {
+        // No card behind the adapter (cubecl's `physical`): a CPU or a software rasteriser.
+        return if id.physical.is_none() || is_software_adapter(&id.name) {
+            format!("{} (a software rasteriser on the CPU, not a GPU)", id.name)
+        } else {
+            id.name
+        };
+    }
+    format!("{device:?}")
+}
+
+/// Whether an adapter name is a software rasteriser — Mesa's lavapipe (llvmpipe), SwiftShader,
+/// Microsoft's WARP — on which a GPU backend runs, slowly, on the CPU.
+#[must_use]
+pub fn is_software_adapter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["llvmpipe", "lavapipe", "swiftshader", "microsoft basic render"].iter().any(|s| name.contains(s))
+}
+
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -115,6 +149,19 @@ mod tests {
             assert!(is_host(&device), "{kind}");
             assert!(is_host(&device.clone().autodiff()), "{kind} autodiff");
             assert_eq!(is_flex(&device), kind == DeviceKind::Flex, "{kind}");
+            assert_eq!(describe(&device.clone().autodiff()), format!("{kind} (CPU)"));
+        }
+    }
+
+    #[test]
+    fn software_rasterisers_are_recognised_by_name() {
+        for name in
+            ["llvmpipe (LLVM 15.0.6, 256 bits)", "SwiftShader Device (Subzero)", "Microsoft Basic Render Driver"]
+        {
+            assert!(is_software_adapter(name), "{name}");
+        }
+        for name in ["NVIDIA H100 80GB HBM3", "AMD Radeon RX 7900 XTX", "Apple M2"] {
+            assert!(!is_software_adapter(name), "{name}");
         }
     }
 }

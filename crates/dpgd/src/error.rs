@@ -20,6 +20,14 @@ pub enum Error {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// Several configuration problems, each an [`Error::Config`] (all of them, so that one
+    /// round of edits fixes the config).
+    #[error("{} problems in the configuration:\n{}", .0.len(), listed(.0))]
+    ConfigProblems(Vec<Error>),
+    /// A model cannot be trained privately as it is (a layer without per-example gradients, a
+    /// forward that mixes the examples of a batch, a model that fails on the data's shape).
+    #[error("model: {0}")]
+    Model(String),
     /// A dataset file is missing, truncated or malformed.
     #[error("dataset file {}: {message}", path.display())]
     Data {
@@ -111,4 +119,9 @@ impl Error {
     pub fn config(field: impl Into<String>, message: impl Into<String>) -> Error {
         Error::Config { field: field.into(), message: message.into() }
     }
+}
+
+/// Errors one per line, indented.
+fn listed(errors: &[Error]) -> String {
+    errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n")
 }

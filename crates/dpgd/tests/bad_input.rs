@@ -138,6 +138,9 @@ fn shapes_too_large_for_memory_are_refused_before_allocating() {
     let huge_chunk = base().replace("chunk = 8", "chunk = 1000000000");
     let e = try_train(&huge_chunk, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
     assert!(e.contains("train.chunk") && e.contains("GiB"), "{e}");
+    // The advice is the largest chunk that fits, not chunk 1 (issue "the second day", item 9).
+    let most: usize = e.split("at most ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+    assert!(most > 1000 && most < 1_000_000_000, "{e}");
     let wrapping = base().replace("preset = \"logistic\"", "layers = [{ kind = \"flatten\" }, { kind = \"linear\", out_features = 4611686018427387904 }, { kind = \"linear\", out_features = 10 }]");
     // Explicit layers are checked against the data's shape, when it is known: before training.
     let e = try_train(&wrapping, tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
@@ -267,4 +270,21 @@ fn an_engine_that_cannot_train_the_model_where_asked_is_refused_naming_the_fix()
     let e =
         dpgd::train::Trainer::resume_or_init(&cfg, &data, dir.path(), &opts, &mut silent).err().unwrap().to_string();
     assert!(e.contains("train.engine") && e.contains("train::run"), "{e}");
+}
+
+/// A config switched to another method lists every field it now needs changed, in one error
+/// (it took three rounds of edits, one error at a time, before).
+#[test]
+fn every_problem_of_a_config_is_reported_at_once() {
+    let text = base().replace("method = \"filtered\"", "method = \"sgd\"").replace("max_steps = 6", "max_steps = 9");
+    let e = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, dpgd::Error::ConfigProblems(ref all) if all.len() == 3), "{msg}");
+    for field in ["train.max_steps", "stopping.rule", "privacy.sample_rate"] {
+        assert!(msg.contains(&format!("config field `{field}`")), "{field}: {msg}");
+    }
+    // One problem is reported as itself.
+    let one = base().replace("lr = 1.0", "lr = -1.0");
+    let e = TrainConfig::from_toml(&one, &[]).unwrap().validate().unwrap_err();
+    assert!(matches!(e, dpgd::Error::Config { ref field, .. } if field == "train.lr"), "{e}");
 }

@@ -623,3 +623,35 @@ fn a_run_is_not_resumed_on_another_engine() {
     let e = run(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent).unwrap_err().to_string();
     assert!(e.contains("the burn engine") && e.contains("laid out differently"), "{e}");
 }
+
+/// Fine-tuning the README's way: the model a run returned (`model_with`), and the same weights
+/// loaded from the run's `model.safetensors` into a fresh struct (`load_into`), each go back
+/// into `BurnEngine::new` — no panic inside burn — and train on from the returned weights.
+#[test]
+fn a_returned_or_loaded_model_goes_back_into_an_engine_and_fine_tunes() {
+    use dpgd::train::{RunFolder, RunOptions, Silent, TrainConfig, run_with};
+    let d = device();
+    let net = || Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 10).init(&d), how: 9 };
+    let privacy = "method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 2";
+    let text = common::fixture_config("tune", "logistic", (100, 50), privacy, "lr = 1.0\nchunk = 8");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let first = tempfile::tempdir().unwrap();
+    let engine = BurnEngine::new(net(), &d, [1, 28, 28], 10).unwrap();
+    let trained = run_with(&cfg, engine, &data, first.path(), &RunOptions::default(), &mut Silent).unwrap();
+    // The returned model, straight back into an engine.
+    let returned = trained.engine.model_with(&trained.params).unwrap();
+    let again = BurnEngine::new(returned, &d, [1, 28, 28], 10).unwrap();
+    assert_eq!(again.current_params().unwrap(), trained.params);
+    // The run's file, into a fresh struct.
+    let file = RunFolder::new(first.path()).model_safetensors();
+    let loaded = dpgd::model::export::load_into(net(), &file).unwrap();
+    assert!(loaded.kept.is_empty());
+    let engine = BurnEngine::new(loaded.model, &d, [1, 28, 28], 10).unwrap();
+    assert_eq!(engine.current_params().unwrap(), trained.params);
+    let second = tempfile::tempdir().unwrap();
+    let tuned = run_with(&cfg, engine, &data, second.path(), &RunOptions::default(), &mut Silent).unwrap();
+    assert!(tuned.summary.finished);
+    let privacy = tuned.summary.privacy.unwrap();
+    assert!(privacy.accounting.unwrap().rests_on["initial_weights"].contains("assumed public"));
+}

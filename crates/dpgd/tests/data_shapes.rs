@@ -225,7 +225,26 @@ fn csv_features_train_and_bad_cells_are_refused_by_file_and_line() {
     let data = tempfile::tempdir().unwrap();
     write_csv(data.path(), (240, 60), "species");
     let d = dpgd::data::Dataset::load_with_label(data.path(), None, "species").unwrap();
-    assert_eq!((d.shape(), d.classes(), d.train.len()), ([1, 1, 3], 3, 240));
+    // Each feature column is a channel, so normalisation is per feature: by default the test
+    // split's mean and std of each column (public), never one number for all columns.
+    assert_eq!((d.shape(), d.classes(), d.train.len()), ([3, 1, 1], 3, 240));
+    let norm = d.default_normalize();
+    let column = |k: usize| -> Vec<f64> { d.test.features.iter().skip(k).step_by(3).map(|&v| f64::from(v)).collect() };
+    for k in 0..3 {
+        let v = column(k);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        assert!((f64::from(norm.mean.get(k).unwrap()) - mean).abs() < 1e-4, "column {k}: {norm:?}");
+    }
+    assert_ne!(norm.mean.get(0), norm.mean.get(1), "one number for every column: {norm:?}");
+    // A list with one value per feature column is accepted; one of another length names the count.
+    let listed = "label_column = \"species\"\n[data.normalize]\nmean = [5.0, -0.5, 0.2]\nstd = [2.0, 0.5, 0.15]";
+    let run = tempfile::tempdir().unwrap();
+    assert!(try_train(&config(data.path(), "preset = \"mlp\"", listed), run.path(), None).is_ok());
+    let short = "label_column = \"species\"\n[data.normalize]\nmean = [5.0, -0.5]\nstd = 1.0";
+    let e = try_train(&config(data.path(), "preset = \"mlp\"", short), tempfile::tempdir().unwrap().path(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2 values for data with 3 channels") && e.contains("feature columns"), "{e}");
     let run = tempfile::tempdir().unwrap();
     let s =
         try_train(&config(data.path(), "preset = \"mlp\"", "label_column = \"species\""), run.path(), None).unwrap();

@@ -415,6 +415,14 @@ fn shown(v: &Value) -> String {
             _ => n.to_string(),
         },
         Value::String(s) => s.clone(),
+        // A long list of numbers (the RDP orders and curve) by its ends: --json has them all.
+        Value::Array(a) if a.len() > 8 && a.iter().all(Value::is_number) => format!(
+            "{}, {}, …, {} ({} values; --json lists them)",
+            shown(&a[0]),
+            shown(&a[1]),
+            shown(&a[a.len() - 1]),
+            a.len()
+        ),
         // Objects in a list are separated more strongly than their own fields.
         Value::Array(a) => {
             let sep = if a.iter().any(Value::is_object) { "; " } else { ", " };

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dpgd::data::Split;
+use dpgd::data::{InputForm, Split};
 use dpgd::model::export::{self, ExportedModel};
 use dpgd::train::{RunFolder, TrainConfig};
 
@@ -24,8 +24,10 @@ pub(crate) struct PredictArgs {
     /// A run folder or a model.safetensors file (a model trained on `[data.features]` carries
     /// its transform: images of the shape it was trained on are transformed the same way).
     model: PathBuf,
-    /// Images: an IDX file (gzip or raw, `n × rows × cols` bytes) or a CSV file with one image per
-    /// line (rows·cols pixel values 0–255).
+    /// The examples: for a model of images, an IDX file (gzip or raw, `n × rows × cols` bytes) or
+    /// a CSV file with one image per line (rows·cols pixel values 0–255); for a model trained on
+    /// CSV columns, a CSV file with those columns (found by name under a header row, other columns
+    /// such as the label ignored; or, without a header, exactly those columns in order).
     #[arg(long)]
     input: PathBuf,
     /// Print one JSON object (the predicted classes and each image's class probabilities).
@@ -146,8 +148,22 @@ pub(crate) fn predict(a: PredictArgs) -> Result<()> {
             }
             out
         }
-        None => images(&a.input, m.input_len())?,
+        None => match &m.form {
+            InputForm::Columns { names } => {
+                if !a.input.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+                    bail!(
+                        "{}: this model reads the CSV columns {names:?}: give a CSV file with those columns",
+                        a.input.display()
+                    );
+                }
+                dpgd::data::csv::read_features(&a.input, names)?
+            }
+            InputForm::Pixels => images(&a.input, m.input_len())?,
+        },
     };
+    if data.pixels() != m.input_len() {
+        bail!("{}: examples of {} values; the model expects {}", a.input.display(), data.pixels(), m.input_len());
+    }
     let (mut predicted, mut probabilities) = (Vec::new(), Vec::new());
     for z in m.logits(data.head(0)).chunks_exact(m.classes()) {
         let top = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);

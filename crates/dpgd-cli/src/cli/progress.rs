@@ -136,8 +136,9 @@ impl Observer for RunProgress {
             ),
             None => format!("k = {}, up to {} steps", info.worst_case_steps, info.max_steps),
         };
+        let on = info.device.as_ref().map_or(String::new(), |d| format!(" on {d}"));
         self.say(&format!(
-            "{}: {what} on {} examples ({}), {schedule}{sigma}; {guarantee}",
+            "{}: {what} on {} examples ({}{on}), {schedule}{sigma}; {guarantee}",
             info.name, info.examples, info.engine
         ));
         self.say(&format!("noise: {}", info.noise));
@@ -171,36 +172,18 @@ impl Observer for RunProgress {
     }
 
     fn warning(&mut self, w: &Warning) {
-        let line = match w {
-            Warning::NotPrivate(why) => {
-                if self.said_not_private.swap(true, Ordering::Relaxed) {
-                    return;
-                }
-                format!("WARNING: this run is NOT PRIVATE: {}", why.join("; "))
-            }
-            Warning::NonFiniteSkipped { step, count } => {
+        // Once per sweep, and the first skip only (the rest are counted in the run's files).
+        match w {
+            Warning::NotPrivate(_) if self.said_not_private.swap(true, Ordering::Relaxed) => return,
+            Warning::NonFiniteSkipped { count, .. } => {
                 self.skipped += count;
                 if self.skipped > *count {
                     return;
                 }
-                format!(
-                    "warning (confidential: an exact count on training data): step {step}: {count} example(s) had a \
-                     non-finite gradient and were skipped (charged, contributing nothing); further skips are counted \
-                     in confidential/steps.jsonl"
-                )
             }
-            Warning::ActiveCollapsed { step, count, examples, returns_best } => format!(
-                "warning: at step {step} the noisy active count is ~{count:.0} of {examples} examples: the remaining \
-                 steps add mostly noise ({})",
-                if *returns_best {
-                    "the best released model is returned; fewer train.max_steps would save time"
-                } else {
-                    "use stopping.rule = \"best-train-accuracy\" to return the best model, or fewer train.max_steps"
-                }
-            ),
-            Warning::Advice(what) => format!("note: {what}"),
-        };
-        self.say(&line);
+            _ => {}
+        }
+        self.say(&w.to_string());
     }
 
     fn finished(&mut self, f: &FinishInfo) {
@@ -218,9 +201,12 @@ impl Observer for RunProgress {
                 format!("; ~{n:.0} of {} examples (noisy count) were still training at step {step}", f.examples)
             });
             // Two models near chance level (a diverged run) differ by noise: no gain is claimed.
-            let chance = 1.0 / f.classes.max(1) as f64;
-            let gain = if f.test_accuracy.max(at_k) < 2.0 * chance {
-                "both near chance level: the run did not learn (lower train.lr?), so no gain is claimed".to_string()
+            let gain = if f.near_chance(f.test_accuracy.max(at_k)) {
+                format!(
+                    "both near chance level ({:.2}%, always answering the test split's most common class): the run \
+                     did not learn (lower train.lr?), so no gain is claimed",
+                    100.0 * f.chance
+                )
             } else {
                 format!("{:+.2} points", 100.0 * (f.test_accuracy - at_k))
             };

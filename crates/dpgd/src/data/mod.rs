@@ -104,7 +104,8 @@ impl Normalize {
                 return Err(Error::config(
                     &field,
                     format!(
-                        "{} values for data with {channels} channels: give one per channel, or one number for all",
+                        "{} values for data with {channels} channels (a CSV file's feature columns are its \
+                         channels): give one per channel, or one number for all",
                         v.len()
                     ),
                 ));
@@ -198,6 +199,22 @@ impl Split {
         }
         self
     }
+
+    /// A copy of the examples `range` (clamped to the split): e.g. a public slice of a dataset
+    /// and the private rest, disjoint.
+    #[must_use]
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Self {
+        let (lo, hi) = (range.start.min(self.len()), range.end.min(self.len()));
+        let (lo, hi) = (lo, hi.max(lo));
+        let px = self.pixels();
+        let part = |v: &[u8]| if v.is_empty() { Vec::new() } else { v[lo * px..hi * px].to_vec() };
+        Self {
+            images: part(&self.images),
+            features: if self.features.is_empty() { Vec::new() } else { self.features[lo * px..hi * px].to_vec() },
+            labels: self.labels[lo..hi].to_vec(),
+            ..*self
+        }
+    }
 }
 
 /// A borrowed run of examples of a [`Split`] (see [`Split::head`]).
@@ -272,6 +289,24 @@ pub struct Dataset {
     classes: usize,
     /// The transform the splits hold the features of ([`features::Features::transform`]).
     features: Option<features::FeatureInput>,
+    /// The feature columns' names, for data read from CSV.
+    columns: Option<Vec<String>>,
+}
+
+/// What a model's examples are made from, as its file records it, so that `dpgd predict` reads
+/// new examples exactly as training and `dpgd eval` did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum InputForm {
+    /// Images of bytes 0–255 (IDX files, or CSV rows of whole numbers), scaled to [0, 1] before
+    /// normalisation.
+    #[default]
+    Pixels,
+    /// The named feature columns of a CSV file, as numbers (normalised as they are).
+    Columns {
+        /// The columns' names, in the order of an example's values.
+        names: Vec<String>,
+    },
 }
 
 /// The standard file stems of an MNIST-format dataset.
@@ -340,8 +375,11 @@ impl Dataset {
     pub fn load_with_label(dir: &Path, classes: Option<usize>, label_column: &str) -> Result<Self> {
         let mut fingerprints = Vec::with_capacity(4);
         let is_csv = locate(dir, FILES[0]).is_err() && dir.join(csv::FILES[0]).is_file();
+        let mut columns = None;
         let (test, test_labels_path) = if is_csv {
-            read_csv_split(dir, csv::FILES[1], label_column, &mut fingerprints)?
+            let (split, path, names) = read_csv_split(dir, csv::FILES[1], label_column, &mut fingerprints)?;
+            columns = Some(names);
+            (split, path)
         } else {
             read_split(dir, FILES[2], FILES[3], &mut fingerprints)?
         };
@@ -351,7 +389,19 @@ impl Dataset {
                 .map_err(|message| Error::Data { path: test_labels_path.clone(), message })?,
         };
         let (train, train_labels_path) = if is_csv {
-            read_csv_split(dir, csv::FILES[0], label_column, &mut fingerprints)?
+            let (split, path, names) = read_csv_split(dir, csv::FILES[0], label_column, &mut fingerprints)?;
+            if Some(&names) != columns.as_ref() {
+                return Err(Error::Data {
+                    path: test_labels_path,
+                    message: format!(
+                        "its feature columns {:?} are not {}'s {names:?}: both files need the same columns in the \
+                         same order",
+                        columns.unwrap_or_default(),
+                        csv::FILES[0]
+                    ),
+                });
+            }
+            (split, path)
         } else {
             read_split(dir, FILES[0], FILES[1], &mut fingerprints)?
         };
@@ -390,7 +440,7 @@ impl Dataset {
                 ),
             });
         }
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns })
     }
 
     /// A dataset held in memory (for library users whose data are not IDX files): the same
@@ -457,7 +507,7 @@ impl Dataset {
             fingerprint("test-images (in memory)", &[test.images.as_slice(), &f32_bytes(&test.features)].concat()),
             fingerprint("test-labels (in memory)", &test.labels),
         ];
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns: None })
     }
 
     /// The shape of one example, `[channels, height, width]`.
@@ -485,6 +535,15 @@ impl Dataset {
         }
         let test_images = self.fingerprints.iter().find(|f| f.file.starts_with(FILES[2])).map(|f| f.sha256.as_str());
         public_normalize(&self.test, test_images)
+    }
+
+    /// What the examples are made from (pixels, or named CSV columns).
+    #[must_use]
+    pub fn input_form(&self) -> InputForm {
+        match &self.columns {
+            Some(names) => InputForm::Columns { names: names.clone() },
+            None => InputForm::Pixels,
+        }
     }
 
     /// The feature transform the splits hold the output of, if any.
@@ -542,11 +601,11 @@ fn read_csv_split(
     file: &str,
     label: &str,
     fingerprints: &mut Vec<Fingerprint>,
-) -> Result<(Split, PathBuf)> {
+) -> Result<(Split, PathBuf, Vec<String>)> {
     let path = dir.join(file);
-    let (split, sha256) = csv::read(&path, label)?;
+    let csv::Table { split, sha256, columns } = csv::read(&path, label)?;
     fingerprints.push(Fingerprint { file: file.into(), sha256 });
-    Ok((split, path))
+    Ok((split, path, columns))
 }
 
 /// Reads an IDX file of images, `(n, H, W)` or `(n, H, W, C)` (channels last), into a

@@ -14,9 +14,11 @@
 //!   model also carries `dpgd.architecture`; a model of your own struct does not (dpgd cannot
 //!   rebuild your code), so `dpgd eval` refuses it and you load it into your struct.
 //!
-//! Both carry `dpgd.normalize`, the normalisation of the model's input, and a model trained on
-//! `[data.features]` carries `dpgd.features`: the transform and the shape of the images it
-//! takes ([`FeatureInput`]), so the file alone turns images into the model's input.
+//! Both carry `dpgd.normalize`, the normalisation of the model's input, and `dpgd.input`, what
+//! an example is made from ([`InputForm`]: pixels, or the named columns of a CSV file; files
+//! without it are of pixels); a model trained on `[data.features]` carries `dpgd.features`: the
+//! transform and the shape of the images it takes ([`FeatureInput`]). So the file alone turns
+//! new examples into the model's input exactly as training did.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,7 +28,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use super::ConfigModel;
 use crate::arch::ModelSpec;
 use crate::data::features::FeatureInput;
-use crate::data::{Examples, Normalize};
+use crate::data::{Examples, InputForm, Normalize};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::per_example::{Network, PerExample, TrainableParam};
@@ -49,6 +51,8 @@ pub struct ModelInput {
     pub normalize: Normalize,
     /// The feature transform, and the shape of the images it takes.
     pub features: Option<FeatureInput>,
+    /// What an example is made from (pixels, or named CSV columns).
+    pub form: InputForm,
 }
 
 /// A model read back from a `model.safetensors` file.
@@ -63,6 +67,8 @@ pub struct ExportedModel {
     /// The feature transform its input is made with, and the shape of the images it takes
     /// (`None`: it reads the examples themselves).
     pub features: Option<FeatureInput>,
+    /// What its examples are made from (pixels, or named CSV columns).
+    pub form: InputForm,
 }
 
 /// Runs `$body` with `$e` bound to the engine of an [`ExportedNet`], whichever it is.
@@ -214,6 +220,7 @@ fn write(
     if let Some(f) = &input.features {
         meta.insert("dpgd.features".to_string(), serde_json::to_string(f).map_err(|e| bad(&e))?);
     }
+    meta.insert("dpgd.input".to_string(), serde_json::to_string(&input.form).map_err(|e| bad(&e))?);
     let mut bytes = safetensors::serialize(views, Some(meta)).map_err(|e| bad(&e))?;
     canonical_header(&mut bytes).map_err(|e| bad(&e))?;
     crate::train::state::atomic_write(path, &bytes)
@@ -244,6 +251,7 @@ struct File {
     info: HashMap<String, String>,
     normalize: Normalize,
     features: Option<FeatureInput>,
+    form: InputForm,
 }
 
 impl File {
@@ -265,7 +273,11 @@ impl File {
             }
             None => None,
         };
-        Ok(Self { bytes, info, normalize, features })
+        let form = match info.get("dpgd.input") {
+            Some(f) => serde_json::from_str(f).map_err(|e| bad(format!("its input form does not parse ({e})")))?,
+            None => InputForm::Pixels,
+        };
+        Ok(Self { bytes, info, normalize, features, form })
     }
 
     fn layout(&self) -> &str {
@@ -313,7 +325,7 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
         Some(a) => serde_json::from_str(a).map_err(|e| bad(format!("its architecture does not parse ({e})")))?,
         None if file.layout() == "burn" => {
             return Err(bad("a model of your own burn struct (no dpgd architecture): load it into your struct with \
-                 dpgd::model::export::load_params(engine.params(), path) and engine.model_with(&theta)"
+                 dpgd::model::export::load_into(YourModel::new(&device), path)?.model"
                 .into()));
         }
         None => return Err(bad("no dpgd.architecture in its metadata: not written by dpgd".into())),
@@ -344,7 +356,7 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
         }
         other => return Err(bad(format!("unknown dpgd.layout {other:?} (written by a newer dpgd?)"))),
     };
-    Ok(ExportedModel { net, theta, normalize: file.normalize, features: file.features })
+    Ok(ExportedModel { net, theta, normalize: file.normalize, features: file.features, form: file.form })
 }
 
 /// θ for a burn-engine model of your own struct from a `model.safetensors` a run of it wrote
@@ -368,13 +380,103 @@ pub fn load_params(params: &[TrainableParam], path: &Path) -> Result<(Vec<f32>, 
     Ok((file.theta(&slots, len, path)?, file.normalize))
 }
 
+/// A module with weights loaded from a file ([`load_into`]).
+#[derive(Debug)]
+pub struct Loaded<M> {
+    /// The module, holding the file's values where the file had them.
+    pub model: M,
+    /// The normalisation the file's model was trained with.
+    pub normalize: Normalize,
+    /// The paths of the float parameters the file did not hold (they keep their values: a new
+    /// head, say), in the module's order.
+    pub kept: Vec<String>,
+}
+
+/// Loads the weights of a `model.safetensors` of layout `burn` — what a dpgd run on the burn
+/// engine writes — into `model`, any burn module (your own struct), matching each float
+/// parameter by its path in the struct (`conv1.weight`, `blocks.0.norm.gamma`): to evaluate it,
+/// or to fine-tune it (hand the result to [`crate::per_example::BurnEngine::new`]). Parameters
+/// the file does not hold keep their values and are listed in [`Loaded::kept`]; tensors of the
+/// file no parameter has are ignored; frozen parameters stay frozen.
+///
+/// # Errors
+/// [`Error::Record`] naming the file: not safetensors, the fast engine's layout (`pytorch`), a
+/// tensor whose shape or type is not the parameter's at its path, or none of the module's
+/// parameters in the file (another model).
+pub fn load_into<M: burn::module::Module>(model: M, path: &Path) -> Result<Loaded<M>> {
+    let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+    let file = File::read(path)?;
+    if file.layout() != "burn" {
+        return Err(bad("a fast-engine model (layout pytorch, PyTorch's parameter names): read it with \
+             dpgd::model::export::load, or fine-tune it from the command line with model.init_from"
+            .into()));
+    }
+    let tensors =
+        safetensors::SafeTensors::deserialize(&file.bytes).map_err(|e| bad(format!("not a safetensors file ({e})")))?;
+    let mut load = LoadByPath { tensors: &tensors, stack: Vec::new(), kept: Vec::new(), loaded: 0, problem: None };
+    let model = model.map(&mut load);
+    if let Some(p) = load.problem {
+        return Err(bad(p));
+    }
+    if load.loaded == 0 {
+        return Err(bad(format!(
+            "none of the model's parameters ({}) is in the file: it holds another model",
+            load.kept.join(", ")
+        )));
+    }
+    Ok(Loaded { model, normalize: file.normalize, kept: load.kept })
+}
+
+/// Replaces each float parameter by the file's tensor at its path.
+struct LoadByPath<'a> {
+    tensors: &'a safetensors::SafeTensors<'a>,
+    stack: Vec<String>,
+    kept: Vec<String>,
+    loaded: usize,
+    problem: Option<String>,
+}
+
+impl burn::module::ModuleMapper for LoadByPath<'_> {
+    fn enter_module(&mut self, name: &str, _container: &str) {
+        self.stack.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container: &str) {
+        self.stack.pop();
+    }
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<D>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<D>> {
+        let path = self.stack.join(".");
+        let Ok(t) = self.tensors.tensor(&path) else {
+            self.kept.push(path);
+            return param;
+        };
+        let shape = param.val().dims().to_vec();
+        if t.dtype() != Dtype::F32 || t.shape() != shape.as_slice() {
+            self.problem.get_or_insert(format!(
+                "tensor {path} is {:?} {:?}; the model's parameter there is F32 {shape:?}",
+                t.dtype(),
+                t.shape()
+            ));
+            return param;
+        }
+        self.loaded += 1;
+        let values: Vec<f32> = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        param.map(|old| {
+            let device = old.device();
+            burn::tensor::Tensor::from_data(burn::tensor::TensorData::new(values, shape.clone()), &device)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
 
     fn input(norm: &Normalize) -> ModelInput {
-        ModelInput { normalize: norm.clone(), features: None }
+        ModelInput { normalize: norm.clone(), features: None, form: InputForm::Pixels }
     }
 
     /// The feature transform and its image shape travel in the file: a model of features reads
@@ -390,7 +492,11 @@ mod tests {
             images: [1, 8, 8],
         };
         let path = tempfile::tempdir().unwrap().keep().join("model.safetensors");
-        let with = ModelInput { normalize: Normalize::all(0.0, 1.0), features: Some(features.clone()) };
+        let with = ModelInput {
+            normalize: Normalize::all(0.0, 1.0),
+            features: Some(features.clone()),
+            form: InputForm::Pixels,
+        };
         save(&net, &theta, &with, &path).unwrap();
         let m = load(&path).unwrap();
         assert_eq!((m.theta, m.features), (theta, Some(features)));
@@ -478,8 +584,28 @@ mod tests {
         // without its architecture (a user's struct), `load` says how to load it instead
         save_burn(model.engine.params(), &theta, &input(&norm), None, &path).unwrap();
         let err = load(&path).unwrap_err().to_string();
-        assert!(err.contains("load_params") && err.contains("model.safetensors"), "{err}");
+        assert!(err.contains("load_into") && err.contains("model.safetensors"), "{err}");
         assert_eq!(load_params(model.engine.params(), &path).unwrap().0, theta);
+        // Into a fresh module of the struct (another initialisation), by path, the README's
+        // way: a model a run returned (`model_with`) goes back into an engine without a panic
+        // and holds the file's θ.
+        let fresh = ConfigModel::new(&spec, &device, 99).unwrap();
+        let start = fresh.engine.model_with(&fresh.engine.current_params().unwrap()).unwrap();
+        let loaded = load_into(start, &path).unwrap();
+        assert_eq!((loaded.normalize, loaded.kept.len()), (norm.clone(), 0));
+        let engine = crate::per_example::BurnEngine::new(loaded.model, &device, [1, 6, 6], 3).unwrap();
+        assert_eq!(engine.current_params().unwrap(), theta);
+        // A file of another model is refused; one missing a parameter keeps it and says so.
+        let other = ConfigModel::new(&ModelSpec::logistic_for([1, 6, 6], 3), &device, 1).unwrap();
+        let other_model = other.engine.model_with(&other.engine.current_params().unwrap()).unwrap();
+        let err = load_into(other_model, &path).unwrap_err().to_string();
+        assert!(err.contains("none of the model's parameters") || err.contains("the model's parameter there"), "{err}");
+        let partial: Vec<TrainableParam> = model.engine.params()[1..].to_vec();
+        save_burn(&partial, &theta, &input(&norm), None, &path).unwrap();
+        let again = ConfigModel::new(&spec, &device, 99).unwrap();
+        let loaded =
+            load_into(again.engine.model_with(&again.engine.current_params().unwrap()).unwrap(), &path).unwrap();
+        assert_eq!(loaded.kept, [model.engine.params()[0].path.clone()]);
     }
 
     /// An architecture with more parameters than the file holds is refused before anything

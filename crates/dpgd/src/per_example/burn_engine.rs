@@ -211,11 +211,15 @@ impl<M: Classifier> BurnEngine<M> {
 
     fn build(model: M, device: &Device, input: [usize; 3], classes: usize, backprop: Backprop) -> Result<Self> {
         let batched = backprop == Backprop::Batched;
-        let refuse = |m: String| Error::config("model", m);
+        let refuse = Error::Model;
         let device = if device.is_autodiff() { device.clone() } else { device.clone().autodiff() };
-        // `train` applies each parameter's configured gradient requirement on the autodiff device
-        // (frozen parameters stay frozen and are not trained).
-        let model = model.to_device(&device).train();
+        // `valid` first detaches every parameter from any graph it came out of (a model a run
+        // returned, weights loaded on an autodiff device: burn panics on making such a
+        // parameter trainable), keeping which ones are frozen; `train` then applies each
+        // parameter's configured gradient requirement on the autodiff device (frozen parameters
+        // stay frozen and are not trained).
+        let model = caught(|| model.valid().to_device(&device).train())
+            .map_err(|why| refuse(format!("burn could not prepare the model for training ({why})")))?;
         let mut inv = Inventory::default();
         model.visit(&mut inv);
         if let Some(path) = inv.reparameterized.first() {
@@ -240,17 +244,12 @@ impl<M: Classifier> BurnEngine<M> {
         let mut recorded = std::collections::HashSet::new();
         let mut values_per_example = 0;
         for b in [2, 3] {
-            let dry = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let dry = caught(|| {
                 let x = Tensor::<4>::zeros([b, input[0], input[1], input[2]], &device);
                 let y = Tensor::<1, Int>::zeros([b], &device);
                 rows_of(&model, x, y, b, &sizes)
-            }))
-            .map_err(|panic| {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("a panic");
+            })
+            .map_err(|why| {
                 refuse(format!(
                     "the model's forward fails on examples of the data's shape {input:?} = [channels, height, width] \
                      ({why}): build the model for that shape"
@@ -308,7 +307,9 @@ impl<M: Classifier> BurnEngine<M> {
             backprop,
         };
         let theta = engine.current_params()?;
-        super::check_rows_are_own(&engine, &theta, MIXING_CHECK_BATCH).map_err(|m| refuse(m.explained()))?;
+        caught(|| super::check_rows_are_own(&engine, &theta, MIXING_CHECK_BATCH))
+            .map_err(|why| refuse(format!("the model's forward or backward fails on a batch of examples ({why})")))?
+            .map_err(|m| refuse(m.explained()))?;
         Ok(engine)
     }
 
@@ -473,6 +474,14 @@ fn rows_of<M: Classifier>(
         tape_params: tape.records.iter().flat_map(|r| r.params()).collect(),
         values: tape.records.iter().map(|r| r.values_per_example()).sum(),
     }
+}
+
+/// Runs `f`, turning a panic (inside burn, or in a user's forward) into the message it carried.
+fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let why = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied());
+        why.unwrap_or("a panic").to_string()
+    })
 }
 
 /// The micro-batch size [`BurnEngine::new`] checks the rows at (the trainer checks again at

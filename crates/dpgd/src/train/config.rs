@@ -512,63 +512,89 @@ impl TrainConfig {
     /// # Errors
     /// The first invalid field, named, with what a valid value looks like.
     pub fn validate(&self) -> Result<ValidConfig> {
-        let p = &self.privacy;
-        probability("delta", p.delta).map_err(|e| field("privacy.delta", e))?;
-        positive("clip", p.clip).map_err(|e| field("privacy.clip", e))?;
-        // Far inside f64's range: C² and k·C² stay normal, and the exact sum grid exists.
-        if !(1e-100..=1e100).contains(&p.clip) {
-            return Err(Error::config("privacy.clip", format!("{} is outside 1e-100 to 1e100", p.clip)));
-        }
-        positive("lr", self.train.lr).map_err(|e| field("train.lr", e))?;
-        self.validate_data()?;
-        if !(0.0..1.0).contains(&self.train.momentum) {
-            return Err(Error::config(
-                "train.momentum",
-                format!("{} is not in [0, 1): use 0.9, or 0 for none", self.train.momentum),
-            ));
-        }
-        if let Some(lr) = self.train.lr_after_k {
-            positive("lr_after_k", lr).map_err(|e| field("train.lr_after_k", e))?;
-        }
-        let k = p.worst_case_steps;
-        if k == 0 {
-            return Err(Error::config("privacy.worst_case_steps", "must be >= 1 (B_norm = worst_case_steps * clip^2)"));
-        }
-        if self.train.chunk == Some(0) {
-            return Err(Error::config("train.chunk", "must be >= 1"));
-        }
-        if self.train.threads > MAX_THREADS {
-            return Err(Error::config(
-                "train.threads",
-                format!("{} threads is more than {MAX_THREADS}; use 0 for all cores", self.train.threads),
-            ));
-        }
-        // Its backend must be compiled in: found now, not when the finished run is saved.
-        self.train.device.device()?;
-        if let (Some(q), false) = (p.sample_rate, p.method.imp().samples()) {
-            return Err(Error::config(
-                "privacy.sample_rate",
-                format!(
-                    "{q}: only method = \"sgd\" (or \"sgd-filtered\") samples; remove sample_rate or use method = \"sgd\""
-                ),
-            ));
-        }
-        let max_steps = self.max_steps()?;
-        let releases = self.scheduled_releases(max_steps)?;
-        let privacy = if p.method.imp().is_private() { Some(self.privacy_plan(&releases)?) } else { None };
+        // Every problem at once: the independent checks, then those that build on them with a
+        // stand-in for what failed (so a config edited for another method lists all it needs).
+        let mut problems: Vec<Error> = self.field_checks().into_iter().filter_map(Result::err).collect();
+        let k = self.privacy.worst_case_steps;
+        let max_steps = self.max_steps().unwrap_or_else(|e| {
+            problems.push(e);
+            k.clamp(1, MAX_STEPS)
+        });
+        let releases = self.scheduled_releases(max_steps).unwrap_or_else(|e| {
+            problems.push(e);
+            Vec::new()
+        });
+        let privacy = match self.privacy.method.imp().is_private() {
+            true => self.privacy_plan(&releases).map_err(|e| problems.push(e)).ok(),
+            false => None,
+        };
         // A preset fits any data large enough (checked here on MNIST's shape); explicit layers
         // may depend on the data's shape (channels for group_norm, a pooling window the size of
         // the image), so a shape that does not fit MNIST's is only an error once the data are
         // loaded and their shape is known (`model_for`).
-        if let Some(layers) = &self.model.layers {
-            self.check_engine(layers)?;
+        if let Some(Err(e)) = self.model.layers.as_ref().map(|layers| self.check_engine(layers)) {
+            problems.push(e);
         }
         let model = match (&self.model.preset, &self.model.layers) {
             (None, None) => None,
-            (Some(_), _) => Some(self.model_spec()?),
+            (Some(_), _) => self.model_spec().map_err(|e| problems.push(e)).ok(),
             (None, Some(_)) => self.model_spec().ok(),
         };
-        Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model })
+        match problems.len() {
+            0 => Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model }),
+            1 => Err(problems.remove(0)),
+            _ => Err(Error::ConfigProblems(problems)),
+        }
+    }
+
+    /// The checks of single fields, each on its own.
+    fn field_checks(&self) -> Vec<Result<()>> {
+        let (p, t) = (&self.privacy, &self.train);
+        vec![
+            probability("delta", p.delta).map(|_| ()).map_err(|e| field("privacy.delta", e)),
+            positive("clip", p.clip).map_err(|e| field("privacy.clip", e)).and_then(|_| {
+                // Far inside f64's range: C² and k·C² stay normal, and the exact sum grid exists.
+                if (1e-100..=1e100).contains(&p.clip) {
+                    Ok(())
+                } else {
+                    Err(Error::config("privacy.clip", format!("{} is outside 1e-100 to 1e100", p.clip)))
+                }
+            }),
+            positive("lr", t.lr).map(|_| ()).map_err(|e| field("train.lr", e)),
+            self.validate_data(),
+            if (0.0..1.0).contains(&t.momentum) {
+                Ok(())
+            } else {
+                Err(Error::config("train.momentum", format!("{} is not in [0, 1): use 0.9, or 0 for none", t.momentum)))
+            },
+            t.lr_after_k
+                .map_or(Ok(()), |lr| positive("lr_after_k", lr).map(|_| ()).map_err(|e| field("train.lr_after_k", e))),
+            if p.worst_case_steps == 0 {
+                Err(Error::config("privacy.worst_case_steps", "must be >= 1 (B_norm = worst_case_steps * clip^2)"))
+            } else {
+                Ok(())
+            },
+            if t.chunk == Some(0) { Err(Error::config("train.chunk", "must be >= 1")) } else { Ok(()) },
+            if t.threads > MAX_THREADS {
+                Err(Error::config(
+                    "train.threads",
+                    format!("{} threads is more than {MAX_THREADS}; use 0 for all cores", t.threads),
+                ))
+            } else {
+                Ok(())
+            },
+            // Its backend must be compiled in: found now, not when the finished run is saved.
+            t.device.device().map(|_| ()),
+            match (p.sample_rate, p.method.imp().samples()) {
+                (Some(q), false) => Err(Error::config(
+                    "privacy.sample_rate",
+                    format!(
+                        "{q}: only method = \"sgd\" (or \"sgd-filtered\") samples; remove sample_rate or use method = \"sgd\""
+                    ),
+                )),
+                _ => Ok(()),
+            },
+        ]
     }
 
     fn validate_data(&self) -> Result<()> {

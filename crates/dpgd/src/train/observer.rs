@@ -20,6 +20,9 @@ pub struct StartInfo {
     /// The engine computing the per-example gradients, in words (`the fast CPU engine`, `the
     /// burn engine`).
     pub engine: &'static str,
+    /// The device it computes on, in words (the adapter, for a GPU backend; `None`: the fast
+    /// engine, on the CPU).
+    pub device: Option<String>,
     /// Steps the run may take.
     pub max_steps: usize,
     /// k = B_norm/C².
@@ -80,8 +83,27 @@ pub struct FinishInfo {
     pub worst_case_steps: usize,
     /// The guarantee line, as in [`StartInfo::guarantee`].
     pub guarantee: String,
-    /// Number of classes (chance level is 1/classes).
-    pub classes: usize,
+    /// Chance level for the test split: the accuracy of always answering its most common class
+    /// (public, as the test split is).
+    pub chance: f64,
+}
+
+impl FinishInfo {
+    /// Whether `accuracy` on the test split is near chance level: within a tenth of the way
+    /// from [`chance`](Self::chance) to 100 % (a run that did not learn; two such models
+    /// differ by noise).
+    #[must_use]
+    pub fn near_chance(&self, accuracy: f64) -> bool {
+        accuracy <= self.chance + 0.1 * (1.0 - self.chance)
+    }
+}
+
+/// The share of `labels` held by the most common one (0 for none).
+#[must_use]
+pub fn majority_share(labels: &[u8]) -> f64 {
+    let mut counts = [0usize; 256];
+    labels.iter().for_each(|&y| counts[usize::from(y)] += 1);
+    counts.iter().max().map_or(0.0, |&m| m as f64 / labels.len().max(1) as f64)
 }
 
 /// Something the operator should know.
@@ -111,6 +133,39 @@ pub enum Warning {
     },
     /// Advice on the configuration (a deprecated field, a noise level that defeats its purpose).
     Advice(String),
+    /// The GPU backend runs on a software rasteriser (no GPU adapter was found): the adapter.
+    SoftwareAdapter(String),
+}
+
+/// The warning as the operator reads it (the CLI prints this line).
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::NotPrivate(why) => write!(f, "WARNING: this run is NOT PRIVATE: {}", why.join("; ")),
+            Warning::NonFiniteSkipped { step, count } => write!(
+                f,
+                "warning (confidential: an exact count on training data): step {step}: {count} example(s) had a \
+                 non-finite gradient and were skipped (charged, contributing nothing); further skips are counted in \
+                 confidential/steps.jsonl"
+            ),
+            Warning::ActiveCollapsed { step, count, examples, returns_best } => write!(
+                f,
+                "warning: at step {step} the noisy active count is ~{count:.0} of {examples} examples: the remaining \
+                 steps add mostly noise ({})",
+                if *returns_best {
+                    "the best released model is returned; fewer train.max_steps would save time"
+                } else {
+                    "use stopping.rule = \"best-train-accuracy\" to return the best model, or fewer train.max_steps"
+                }
+            ),
+            Warning::Advice(what) => write!(f, "note: {what}"),
+            Warning::SoftwareAdapter(adapter) => write!(
+                f,
+                "WARNING: the GPU backend runs on {adapter}: no GPU adapter was found, and this is many times slower \
+                 than train.device = \"flex\" on the same CPU"
+            ),
+        }
+    }
 }
 
 /// A run's events, in order: `started`, then `step` per step (with `warning`s in between),
@@ -131,3 +186,34 @@ pub trait Observer {
 pub struct Silent;
 
 impl Observer for Silent {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chance is the test split's majority class, not one over the classes: 81.5 % on a two-class
+    /// set whose majority is 63 % is learning, 65 % is not; on ten balanced classes, 19 % is
+    /// chance and 25 % is not.
+    #[test]
+    fn chance_is_the_test_splits_most_common_class() {
+        let labels: Vec<u8> = (0..100).map(|i| u8::from(i >= 63)).collect();
+        let info = |chance| FinishInfo {
+            method: Method::Filtered,
+            steps: 1,
+            selected_step: 1,
+            test_accuracy: 0.0,
+            test_accuracy_at_k: None,
+            active_after_k: None,
+            examples: 1,
+            worst_case_steps: 1,
+            guarantee: String::new(),
+            chance,
+        };
+        let two = info(majority_share(&labels));
+        assert!((two.chance - 0.63).abs() < 1e-12);
+        assert!(!two.near_chance(0.815) && two.near_chance(0.65));
+        let ten = info(majority_share(&(0..1000).map(|i| (i % 10) as u8).collect::<Vec<_>>()));
+        assert!(ten.near_chance(0.19) && !ten.near_chance(0.25));
+        assert_eq!(majority_share(&[]), 0.0);
+    }
+}

@@ -18,7 +18,7 @@ pub struct MetricsRow {
     /// Test accuracy of this step's model (held-out test set), when evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_accuracy: Option<f64>,
-    /// The released noisy number of active examples.
+    /// The released noisy number of active examples (clamped to [0, n], post-processing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_count_noisy: Option<f64>,
     /// The released noisy training accuracy (the stopping rule's query).
@@ -125,4 +125,8 @@ pub struct Diagnostics {
     pub active_at_end: usize,
     /// Training examples.
     pub examples: usize,
+    /// The device the last invocation computed on (the adapter, for a GPU backend; absent for
+    /// the fast engine, on the CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }

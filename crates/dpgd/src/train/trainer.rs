@@ -137,6 +137,27 @@ pub trait TrainModel: PerExample {
     fn engine_name(&self) -> &'static str {
         "the burn engine"
     }
+    /// The device it computes on, in words (the adapter, for a GPU backend), for run output
+    /// and the confidential record (`None`: the fast engine, on the CPU).
+    fn device_name(&self) -> Option<String> {
+        None
+    }
+    /// Where θ₀, the weights training starts from, came from, for `privacy.json`: the
+    /// guarantee assumes them public (independent of the training data).
+    fn initial_weights(&self, _cfg: &ValidConfig) -> String {
+        "the model's values when its engine was built (initialised by the caller's code, or weights it loaded to \
+         fine-tune): assumed public, that is, not computed from this training data (weights trained elsewhere \
+         count only if that training did not see these examples)"
+            .into()
+    }
+}
+
+/// θ₀ of a config's model: drawn from `model.init_seed`.
+fn drawn_from_seed(cfg: &ValidConfig) -> String {
+    format!(
+        "drawn at random from model.init_seed = {}, independent of the training data (public)",
+        cfg.config().model.init_seed
+    )
 }
 
 impl TrainModel for Network {
@@ -154,9 +175,15 @@ impl TrainModel for Network {
     fn engine_name(&self) -> &'static str {
         "the fast CPU engine"
     }
+    fn initial_weights(&self, cfg: &ValidConfig) -> String {
+        drawn_from_seed(cfg)
+    }
 }
 
 impl<M: Classifier> TrainModel for BurnEngine<M> {
+    fn device_name(&self) -> Option<String> {
+        Some(crate::device::describe(self.device()))
+    }
     /// The model's own initial values (the user initialised it); `seed` is not used.
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.current_params()
@@ -173,6 +200,9 @@ impl<M: Classifier> TrainModel for BurnEngine<M> {
 }
 
 impl TrainModel for ConfigModel {
+    fn device_name(&self) -> Option<String> {
+        self.engine.device_name()
+    }
     /// The model's initial values, drawn when it was built from the config's `model.init_seed`.
     fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
         self.engine.current_params()
@@ -186,6 +216,9 @@ impl TrainModel for ConfigModel {
     /// The config's `model` section is the model.
     fn identity(&self) -> Option<serde_json::Value> {
         None
+    }
+    fn initial_weights(&self, cfg: &ValidConfig) -> String {
+        drawn_from_seed(cfg)
     }
 }
 
@@ -218,6 +251,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     norm: Normalize,
     /// The feature transform the data went through (written with the model).
     features: Option<crate::data::features::FeatureInput>,
+    /// What the examples are made from (written with the model).
+    form: crate::data::InputForm,
     pool: rayon::ThreadPool,
     step: usize,
     theta: Vec<f32>,
@@ -291,18 +326,15 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         }
         let c = cfg.config();
         if net.input_shape() != data.shape() || net.classes() != data.classes() {
-            return Err(Error::config(
-                "model",
-                format!(
-                    "the model takes examples of shape {:?} and gives {} logits; the data in {} have shape {:?} \
+            return Err(Error::Model(format!(
+                "the model takes examples of shape {:?} and gives {} logits; the data in {} have shape {:?} \
                      ([channels, height, width]) and {} classes",
-                    net.input_shape(),
-                    net.classes(),
-                    data.dir.display(),
-                    data.shape(),
-                    data.classes()
-                ),
-            ));
+                net.input_shape(),
+                net.classes(),
+                data.dir.display(),
+                data.shape(),
+                data.classes()
+            )));
         }
         let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
         check_data(&train, &test, &data.dir)?;
@@ -329,8 +361,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let theta = net.initial_params(c.model.init_seed)?;
         // What the sum's sensitivity rests on, checked on this engine, device and kernels at
         // this run's micro-batch size, before any training example is read.
-        crate::per_example::check_rows_are_own(&net, &theta, chunk)
-            .map_err(|m| Error::config("model", m.explained()))?;
+        crate::per_example::check_rows_are_own(&net, &theta, chunk).map_err(|m| Error::Model(m.explained()))?;
         let norm = match &c.data.normalize {
             Some(n) => n.clone(),
             None => data.default_normalize(),
@@ -349,6 +380,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             test,
             norm,
             features: data.feature_input().cloned(),
+            form: data.input_form(),
             pool,
             step: 0,
             theta,
@@ -377,6 +409,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let why = self.cfg.non_private_reasons();
         if !why.is_empty() {
             self.observer.warning(&Warning::NotPrivate(why));
+        }
+        if let Some(adapter) = self.plan.net().device_name().filter(|d| crate::device::is_software_adapter(d)) {
+            self.observer.warning(&Warning::SoftwareAdapter(adapter));
         }
         let n = self.train.len() as f64;
         if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && c.stopping.sigma > 0.05 * n {
@@ -515,6 +550,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             "resumed_after_step": step,
             "train.threads": self.pool.current_num_threads(),
             "train.device": self.cfg.config().train.device.to_string(),
+            "device": self.plan.net().device_name(),
         });
         text += &format!("{line}\n");
         state::atomic_write(&path, text.as_bytes())
@@ -647,8 +683,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             }
             None => Vec::new(),
         };
-        let value = |k: ReleaseKind| released.iter().find(|(m, _)| *m == k).map(|r| r.1);
         let n = self.train.len();
+        // Counts of training examples lie in [0, n] (n is public): a noisy one outside is shown
+        // clamped, as post-processing, which costs no privacy.
+        let value = |k: ReleaseKind| released.iter().find(|(m, _)| *m == k).map(|r| r.1.clamp(0.0, n as f64));
         let train_accuracy = value(ReleaseKind::TrainAccuracy).map(|count| count / n as f64);
         if let Some(a) = train_accuracy {
             self.stopping.observe(t, a, &self.theta);
@@ -751,6 +789,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             method: c.privacy.method,
             examples: self.train.len(),
             engine: self.plan.net().engine_name(),
+            device: self.plan.net().device_name(),
             max_steps: self.cfg.max_steps(),
             worst_case_steps: self.cfg.worst_case_steps(),
             resumed_after: self.step,
@@ -802,10 +841,14 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             .rev()
             .filter(|r| r.step > k)
             .find_map(|r| r.active_count_noisy.map(|count| ActiveAfterK { step: r.step, count }));
-        let input = ModelInput { normalize: self.norm.clone(), features: self.features.clone() };
+        let input =
+            ModelInput { normalize: self.norm.clone(), features: self.features.clone(), form: self.form.clone() };
         self.plan.net().write_model(model, &input, &self.folder, self.cfg)?;
         let model = model.to_vec();
-        let privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
+        let mut privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
+        if let Some(a) = privacy.accounting.as_mut() {
+            a.rests_on.insert("initial_weights".into(), self.plan.net().initial_weights(self.cfg));
+        }
         let result = RunResult {
             private: privacy.private,
             epsilon: privacy.epsilon,
@@ -833,7 +876,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             examples: self.train.len(),
             worst_case_steps: k,
             guarantee: privacy.summary.clone(),
-            classes: self.plan.net().classes(),
+            chance: super::observer::majority_share(self.test.labels()),
         };
         self.observer.finished(&info);
         let summary = RunSummary {
@@ -855,6 +898,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             nonfinite_skipped: self.record.confidential.iter().map(|r| r.nonfinite_skipped).sum(),
             active_at_end: self.ledger.active_count_non_private(),
             examples: self.train.len(),
+            device: self.plan.net().device_name(),
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
         if self.cfg.ledger_budget().is_some() {
@@ -920,8 +964,20 @@ fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: u
             .and_then(|b| b.checked_add(p.checked_mul(16)?))
     };
     let fits = |b: Option<u64>| b.is_some_and(|b| b <= crate::memory::limit());
+    // The largest chunk below `chunk` that fits on `t` threads (needs grow with the chunk).
+    let largest = |t: usize| {
+        let (mut lo, mut hi) = (0usize, chunk);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(needed(mid, t)) { lo = mid } else { hi = mid - 1 }
+        }
+        lo
+    };
     let fix = if fits(needed(1, 1)) {
-        "lower train.chunk or train.threads (train.chunk = 1 on 1 thread fits)".to_string()
+        match largest(threads) {
+            0 => format!("lower train.threads: train.chunk = {} fits on 1 thread", largest(1)),
+            c => format!("lower train.chunk to at most {c} (on {threads} threads), or train.threads"),
+        }
     } else {
         // Even one example at a time does not fit: the model is too large, and the advice says where.
         match net.largest_part() {
