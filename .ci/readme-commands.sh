@@ -5,13 +5,13 @@
 # one after the other. What is changed, per subcommand, is only the amount of data:
 #   train: --set data.train_subset=1000 --set data.test_subset=500
 #   sweep: --only privacy.epsilon=2.0 --only train.seed=1 (one of its runs)
-# Usage: .ci/readme-commands.sh [path/to/dpgd]  (default: $CARGO_TARGET_DIR/debug/dpgd, which
-# `cargo test` builds).
+# Usage: .ci/readme-commands.sh [path/to/dpgd]  (default: $CARGO_TARGET_DIR/release/dpgd, which
+# `cargo test --release` builds).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
-dpgd="${1:-$target/debug/dpgd}"
-[ -x "$dpgd" ] || { echo "readme-commands: no binary at $dpgd (run cargo test first)" >&2; exit 1; }
+dpgd="${1:-$target/release/dpgd}"
+[ -x "$dpgd" ] || { echo "readme-commands: no binary at $dpgd (run cargo test --release first)" >&2; exit 1; }
 # The dataset step's local source, as .cargo/config.toml sets it for cargo run.
 export DPGD_DATASETS="${DPGD_DATASETS:-$root/../shared/datasets}"
 

@@ -62,8 +62,11 @@ pub struct StoppingConfig {
     #[serde(default = "default_stop_every")]
     pub every: usize,
     /// Noise std of each noisy count of correctly classified training examples (sensitivity 1).
-    #[serde(default = "default_stop_sigma")]
-    pub sigma: f64,
+    /// Absent: chosen so that these counts take [`AUTO_RELEASE_SHARE`] of the run's privacy
+    /// budget (split with an absent `release.active_count_sigma`), from the privacy settings
+    /// alone; the validated config holds the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigma: Option<f64>,
     /// Stop early after this many queries without a new best (0 = query until `max_steps`).
     /// The privacy cost is that of every scheduled query either way.
     #[serde(default)]
@@ -72,7 +75,7 @@ pub struct StoppingConfig {
 
 impl Default for StoppingConfig {
     fn default() -> Self {
-        Self { rule: None, every: default_stop_every(), sigma: default_stop_sigma(), patience: 0 }
+        Self { rule: None, every: default_stop_every(), sigma: None, patience: 0 }
     }
 }
 
@@ -213,7 +216,8 @@ pub struct TrainSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<usize>,
     /// Learning rate of the steps after k (filtered GD's extra steps, paid for by the examples'
-    /// leftover budgets); absent: `lr` throughout.
+    /// leftover budgets); absent: the method's default share of `lr` (a quarter for filtered
+    /// GD), written into the validated config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr_after_k: Option<f64>,
     /// Heavy-ball momentum μ in [0, 1): the update is v ← μ·v + ĝ, θ ← θ − η·v with ĝ the noisy
@@ -255,9 +259,10 @@ pub struct ReleaseConfig {
     /// How the number of active examples is released.
     #[serde(default)]
     pub active_count: ActiveRelease,
-    /// Noise std of the noisy active count (sensitivity 1).
-    #[serde(default = "default_count_sigma")]
-    pub active_count_sigma: f64,
+    /// Noise std of the noisy active count (sensitivity 1). Absent: chosen as
+    /// `stopping.sigma` is (see [`StoppingConfig::sigma`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_count_sigma: Option<f64>,
     /// Release the active count every N steps.
     #[serde(default = "default_eval")]
     pub active_count_every: usize,
@@ -265,11 +270,7 @@ pub struct ReleaseConfig {
 
 impl Default for ReleaseConfig {
     fn default() -> Self {
-        Self {
-            active_count: ActiveRelease::None,
-            active_count_sigma: default_count_sigma(),
-            active_count_every: default_eval(),
-        }
+        Self { active_count: ActiveRelease::None, active_count_sigma: None, active_count_every: default_eval() }
     }
 }
 
@@ -311,14 +312,28 @@ fn is_zero(x: &f64) -> bool {
 fn default_eval() -> usize {
     5
 }
-fn default_count_sigma() -> f64 {
-    100.0
-}
 fn default_stop_every() -> usize {
     5
 }
-fn default_stop_sigma() -> f64 {
-    500.0
+/// The share of a run's privacy budget its noisy counts take when their noise is not given
+/// (`stopping.sigma`, `release.active_count_sigma`): 10 %, split between the kinds that are
+/// released. The rest is training's. A budget, not a precision: the counts' noise follows the
+/// run's ε and schedule, never the data.
+pub const AUTO_RELEASE_SHARE: f64 = 0.1;
+
+/// The noise of counts when the run has no privacy budget to share (a non-private run, or
+/// DP-SGD, whose accountant does not take counts).
+const FALLBACK_COUNT_SIGMA: f64 = 100.0;
+const FALLBACK_STOP_SIGMA: f64 = 500.0;
+
+/// `x` > 0 rounded up to three significant digits (a count's noise, readable in the record).
+fn round_up_3(x: f64) -> f64 {
+    if !(x.is_finite() && x > 0.0) {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.log10().floor() as i32);
+    let up = (x * scale).ceil() / scale;
+    if up >= x { up } else { up + 1.0 / scale }
 }
 fn default_name() -> String {
     "run".into()
@@ -520,12 +535,13 @@ impl TrainConfig {
             problems.push(e);
             k.clamp(1, MAX_STEPS)
         });
-        let releases = self.scheduled_releases(max_steps).unwrap_or_else(|e| {
+        let resolved = if problems.is_empty() { self.with_resolved_defaults(max_steps) } else { self.clone() };
+        let releases = resolved.scheduled_releases(max_steps).unwrap_or_else(|e| {
             problems.push(e);
             Vec::new()
         });
         let privacy = match self.privacy.method.imp().is_private() {
-            true => self.privacy_plan(&releases).map_err(|e| problems.push(e)).ok(),
+            true => resolved.privacy_plan(&releases).map_err(|e| problems.push(e)).ok(),
             false => None,
         };
         // A preset fits any data large enough (checked here on MNIST's shape); explicit layers
@@ -541,10 +557,75 @@ impl TrainConfig {
             (None, Some(_)) => self.model_spec().ok(),
         };
         match problems.len() {
-            0 => Ok(ValidConfig { config: self.clone(), privacy, max_steps, releases, model }),
+            0 => Ok(ValidConfig { config: resolved, privacy, max_steps, releases, model }),
             1 => Err(problems.remove(0)),
             _ => Err(Error::ConfigProblems(problems)),
         }
+    }
+
+    /// This config with its defaults that follow the privacy settings resolved: the method's
+    /// learning rate after k ([`super::method::TrainingMethod::default_lr_after_k`]), and the
+    /// noise of its noisy counts where it is not given: the auto
+    /// kinds together take [`AUTO_RELEASE_SHARE`] of the budget, split evenly, training the
+    /// rest. Count r (m_r releases of std σ_r, sensitivity 1) costs m_r/σ_r² against training's
+    /// k·s²/σ² (s = 2 under replace-one) in μ² (Gaussian DP) and in 2ρ (zCDP) alike, so
+    /// σ_r = σ·√(m_r·(1 − share)/(share_r·k·s²)). With a target ε, σ depends on the counts'
+    /// cost: a few rounds of calibration settle it, and the counts' σ_r are then fixed (rounded
+    /// up to three significant digits), so the validated config's σ meets ε exactly. Where the
+    /// privacy settings cannot be planned, the counts keep their fallback noise and planning
+    /// the run reports the problem.
+    fn with_resolved_defaults(&self, max_steps: usize) -> TrainConfig {
+        let mut out = self.clone();
+        let k = self.privacy.worst_case_steps;
+        // The method's learning rate after k, where it has one and there are steps after k.
+        if let (None, Some(share), true) =
+            (self.train.lr_after_k, self.privacy.method.imp().default_lr_after_k(), max_steps > k)
+        {
+            out.train.lr_after_k = Some(self.train.lr * share);
+        }
+        let stop = self.stop_rule() == StopRule::BestTrainAccuracy && self.stopping.sigma.is_none();
+        let count = self.release.active_count == ActiveRelease::Noisy && self.release.active_count_sigma.is_none();
+        let method = self.privacy.method.imp();
+        if !(stop || count) || !method.is_private() || method.samples() {
+            return out;
+        }
+        let unresolved = out.clone();
+        out.resolve_count_noise(max_steps, stop, count).map(|()| out).unwrap_or(unresolved)
+    }
+
+    /// Sets the noise of the auto counts (`stop`: the stopping rule's, `count`: the active
+    /// count's) as [`Self::with_resolved_defaults`] describes.
+    fn resolve_count_noise(&mut self, max_steps: usize, stop: bool, count: bool) -> Result<()> {
+        let k = self.privacy.worst_case_steps;
+        let every = self.release.active_count_every.max(1);
+        let s2 = if self.privacy.neighbours == Neighbours::ReplaceOne { 4.0 } else { 1.0 };
+        let share = AUTO_RELEASE_SHARE / f64::from(u8::from(stop) + u8::from(count));
+        let stops = if max_steps >= k { (max_steps - k) / self.stopping.every.max(1) + 1 } else { 0 };
+        let ratio = |m: usize| (m as f64 * (1.0 - AUTO_RELEASE_SHARE) / (share * k as f64 * s2)).sqrt();
+        let set = |out: &mut TrainConfig, sigma: f64| {
+            if stop {
+                out.stopping.sigma = Some(round_up_3(sigma * ratio(stops)));
+            }
+            if count {
+                out.release.active_count_sigma = Some(round_up_3(sigma * ratio(max_steps / every)));
+            }
+        };
+        let mut sigma = match self.privacy.sigma {
+            Some(given) => given,
+            // Training's σ with counts that cost next to nothing, to start from.
+            None => {
+                set(self, 1e12);
+                self.privacy_plan(&self.scheduled_releases(max_steps)?)?.sigma
+            }
+        };
+        for round in 0..4 {
+            set(self, sigma);
+            if self.privacy.sigma.is_some() || round == 3 {
+                break;
+            }
+            sigma = self.privacy_plan(&self.scheduled_releases(max_steps)?)?.sigma;
+        }
+        Ok(())
     }
 
     /// The checks of single fields, each on its own.
@@ -657,7 +738,7 @@ impl TrainConfig {
             let every = r.active_count_every;
             let release = ScheduledRelease {
                 kind: ReleaseKind::ActiveCount,
-                sigma: r.active_count_sigma,
+                sigma: r.active_count_sigma.unwrap_or(FALLBACK_COUNT_SIGMA),
                 first: every,
                 every,
                 last: max_steps,
@@ -679,7 +760,7 @@ impl TrainConfig {
             let k = self.privacy.worst_case_steps;
             let release = ScheduledRelease {
                 kind: ReleaseKind::TrainAccuracy,
-                sigma: s.sigma,
+                sigma: s.sigma.unwrap_or(FALLBACK_STOP_SIGMA),
                 first: k,
                 every: s.every,
                 last: max_steps,
@@ -1388,6 +1469,71 @@ mod tests {
             ("non-private", 2, Ok(())),
         ] {
             assert_eq!(check(method, steps), want, "{method}, max_steps = {steps}");
+        }
+    }
+
+    fn filtered(rest: &str) -> TrainConfig {
+        with_method("filtered", 100, rest)
+    }
+
+    fn with_method(method: &str, max_steps: usize, rest: &str) -> TrainConfig {
+        let text = format!(
+            "name = \"t\"\n[data]\ndir = \"d\"\n[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"{method}\"\n\
+             delta = 1e-5\nclip = 1.0\nworst_case_steps = 50\n{rest}\n[train]\nlr = 2.0\nmax_steps = {max_steps}\n\
+             [release]\nactive_count = \"noisy\"\nactive_count_every = 5\n"
+        );
+        TrainConfig::from_toml(&text, &[]).unwrap()
+    }
+
+    /// The counts' noise, when not given, follows the run's budget rather than a constant sized
+    /// for 60,000 examples: at ε = 1 the stopping rule's σ is a few dozen (it was 500, a third of
+    /// a 1,400-example set), the counts together take a tenth of the budget (μ² shares), and
+    /// the validated σ still meets ε.
+    #[test]
+    fn absent_count_noise_takes_a_tenth_of_the_budget() {
+        let valid = filtered("epsilon = 1.0").validate().unwrap();
+        let c = valid.config();
+        let (stop, count) = (c.stopping.sigma.unwrap(), c.release.active_count_sigma.unwrap());
+        assert!(stop < 100.0 && count < 100.0, "stopping.sigma {stop}, active_count_sigma {count}");
+        let sigma = valid.sigma().unwrap();
+        let counts = 11.0 / (stop * stop) + 20.0 / (count * count);
+        let share = counts / (50.0 / (sigma * sigma) + counts);
+        assert!((0.09..=0.1).contains(&share), "the counts take {share} of the budget");
+        let eps = valid.epsilon().unwrap();
+        assert!(eps <= 1.0 && eps > 0.999, "epsilon {eps}");
+        // Both kinds get half the counts' share each, and a larger ε means less noise.
+        assert!((11.0 / (stop * stop) / counts - 0.5).abs() < 0.01);
+        let looser = filtered("epsilon = 4.0").validate().unwrap();
+        assert!(looser.config().stopping.sigma.unwrap() < stop / 3.0);
+    }
+
+    /// A given noise is kept, a given σ is the start (no recalibration), and the learning rate
+    /// after k defaults to a quarter for filtered GD only.
+    #[test]
+    fn given_settings_are_kept_and_the_rest_resolved() {
+        let mut given = filtered("epsilon = 1.0");
+        given.stopping.sigma = Some(321.0);
+        given.train.lr_after_k = Some(0.7);
+        let valid = given.validate().unwrap();
+        assert_eq!(valid.config().stopping.sigma, Some(321.0));
+        assert_eq!(valid.config().train.lr_after_k, Some(0.7));
+        let auto = filtered("epsilon = 1.0").validate().unwrap();
+        assert_eq!(auto.config().train.lr_after_k, Some(0.5));
+        let by_sigma = filtered("sigma = 3.0").validate().unwrap();
+        assert_eq!(by_sigma.sigma(), Some(3.0));
+        let stop = by_sigma.config().stopping.sigma.unwrap();
+        // σ_r = σ·√(m·0.9/(0.05·k)) with m = 11 stopping queries, k = 50, rounded up.
+        let want = 3.0 * (11.0 * 0.9 / (0.05 * 50.0f64)).sqrt();
+        assert!(stop >= want && stop < want * 1.01, "{stop} against {want}");
+        let plain = with_method("plain", 50, "epsilon = 1.0").validate().unwrap();
+        assert_eq!(plain.config().train.lr_after_k, None);
+    }
+
+    #[test]
+    fn noise_is_rounded_up_to_three_digits() {
+        for (x, want) in [(57.71, 57.8), (57.8, 57.8), (0.012341, 0.0124), (1234.5, 1240.0), (100.0, 100.0)] {
+            let got = super::round_up_3(x);
+            assert!(got >= x && (got - want).abs() < want * 1e-9, "{x} -> {got}, want {want}");
         }
     }
 

@@ -414,13 +414,14 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             self.observer.warning(&Warning::SoftwareAdapter(adapter));
         }
         let n = self.train.len() as f64;
-        if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && c.stopping.sigma > 0.05 * n {
+        let stop_sigma = c.stopping.sigma.unwrap_or(0.0);
+        if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && stop_sigma > 0.05 * n {
             self.observer.warning(&Warning::Advice(format!(
-                "stopping.sigma = {} is {:.0} % of the {n} training examples: the stopping rule's noisy accuracies \
-                 are mostly noise; about 1 % of the examples (stopping.sigma = {:.0}) lets it tell models apart",
-                c.stopping.sigma,
-                100.0 * c.stopping.sigma / n,
-                (0.01 * n).max(1.0)
+                "stopping.sigma = {stop_sigma} is {:.0} % of the {n} training examples: the stopping rule's noisy \
+                 accuracies are mostly noise and cannot tell models apart (about 1 % of the examples would, if the \
+                 budget allows it); on so few examples at this epsilon, use stopping.rule = \"max-steps\" and a \
+                 train.max_steps near privacy.worst_case_steps, or a larger epsilon",
+                100.0 * stop_sigma / n,
             )));
         }
         if c.train.checkpoint_every.is_some() {
