@@ -1,5 +1,5 @@
 """Opacus's full private step for the residual CNN with GroupNorm of
-crates/dpgd/examples/custom_model.rs (a model dpgd's fast engine cannot express): per-example
+examples/custom_model.rs (a model dpgd's fast engine cannot express): per-example
 gradients (GradSampleModule hooks), clip, sum over all 60k MNIST examples in chunks, one noise
 draw, one update. Reuses the peer benchmark's helpers (../shared/peers/bench_torch.py).
 

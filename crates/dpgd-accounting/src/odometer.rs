@@ -404,7 +404,7 @@ mod tests {
         assert!(o.bound().is_some());
     }
 
-    /// Issue 34: 10,000 rounds of 0.01 have intrinsic time Σε₀² = 1 exactly; summed in floats
+    /// 10,000 rounds of 0.01 have intrinsic time Σε₀² = 1 exactly; summed in floats
     /// upwards it was 1.0000000000000002, past the case boundary of the Rogers odometer, whose
     /// bound jumped from 9.19 to 19.56.
     #[test]

@@ -33,7 +33,7 @@ fn convert_prints_epsilon_and_echoes_inputs() {
     assert_eq!(g["method"], "gaussian-exact");
 }
 
-/// Issue "privacy round 2", item 5: a general ρ-zCDP guarantee (a discrete-Gaussian run's) is
+/// A general ρ-zCDP guarantee (a discrete-Gaussian run's) is
 /// converted by a rule valid for any zCDP mechanism unless the Gaussian curve is asked for; and
 /// pure ε-DP is never answered with a larger ε than ε itself.
 #[test]
@@ -97,7 +97,7 @@ fn budget_lists_every_conversion_side_by_side() {
     assert!(String::from_utf8_lossy(&human.stdout).contains("gaussian-exact"));
 }
 
-/// Issue "private SGD": the DP-SGD question gets a DP-SGD answer (Opacus 1.6's accountant says
+/// The DP-SGD question gets a DP-SGD answer (Opacus 1.6's accountant says
 /// ε = 0.922 at α = 17 for its MNIST example; tests/reference/subsampled_refs.txt), and the
 /// full-batch calculator says which setting it answers for.
 #[test]

@@ -90,6 +90,22 @@ fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
     assert!(!o.status.success() && text(&o).contains("--config"), "{}", text(&o));
     let o = dpgd(&["train", "--config", &cfg, "--out", &run]);
     assert!(!o.status.success() && text(&o).contains("--resume"), "{}", text(&o));
+    // Every field the library lets a resume change, the command line lets it change: here the
+    // data moved (their contents are checked).
+    let moved = tmp.path().join("moved");
+    std::fs::rename(tmp.path().join("data"), &moved).unwrap();
+    let o = dpgd(&[
+        "train",
+        "--quiet",
+        "--resume",
+        &run,
+        "--stop-after",
+        "4",
+        "--set",
+        &format!("data.dir={}", moved.display()),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::rename(&moved, tmp.path().join("data")).unwrap();
     let o = dpgd(&["train", "--quiet", "--resume", &run, "--set", "train.threads=1"]);
     assert!(o.status.success(), "{}", text(&o));
     // σ instead of ε on the command line replaces the file's ε.
@@ -104,7 +120,7 @@ fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
         "privacy.sigma=3",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    // Issue "privacy round 2", item 17: a σ that loosens the file's ε = 4 is said loudly.
+    // A σ that loosens the file's ε = 4 is said loudly.
     assert!(!text(&o).contains("loosens"), "sigma = 3 gives epsilon below 4: {}", text(&o));
     let loose = tmp.path().join("loose").display().to_string();
     let o = dpgd(&["train", "--quiet", "--config", &cfg, "--out", &loose, "--set", "privacy.sigma=0.3"]);
@@ -120,7 +136,7 @@ fn resume_refuses_what_it_cannot_honour_and_the_cli_helps() {
     assert_eq!(text(&o).matches("No such file").count(), 1, "{}", text(&o));
 }
 
-/// Issue "privacy round 2", item 19: Ctrl-C ends a run as a kill would, and says how to continue.
+/// Ctrl-C ends a run as a kill would, and says how to continue.
 #[test]
 fn ctrl_c_says_how_to_resume() {
     let tmp = tempfile::tempdir().unwrap();
@@ -151,7 +167,7 @@ fn ctrl_c_says_how_to_resume() {
     assert!(err.contains(&format!("--resume {}", run.display())), "{err}");
 }
 
-/// Issue "your model": a config model with a kind only the burn engine trains (group norm)
+/// A config model with a kind only the burn engine trains (group norm)
 /// publishes `model.safetensors` too, and `dpgd eval` and `dpgd predict` read it without the
 /// config: the same test accuracy as the run's result.json.
 #[test]
@@ -187,7 +203,7 @@ fn a_burn_engine_run_publishes_a_safetensors_model_that_eval_reads() {
     assert!(text(&o).contains(&format!("test accuracy {:.2} %", 100.0 * accuracy)), "{accuracy}: {}", text(&o));
 }
 
-/// Issue "your model, your data": `dpgd train` on a folder of CSV files, then `dpgd eval` on it.
+/// `dpgd train` on a folder of CSV files, then `dpgd eval` on it.
 #[test]
 fn train_and_eval_on_csv_features() {
     let tmp = tempfile::tempdir().unwrap();

@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(rounds_allowed(&f, 2.0).unwrap(), Some(0));
     }
 
-    /// Issue 34: "1 in rounds of 0.1" answered 9 — the float 0.1 is above 1/10, and ten of
+    /// "1 in rounds of 0.1" once answered 9 — the float 0.1 is above 1/10, and ten of
     /// them summed upwards exceed 1. Typed decimals are summed and compared exactly.
     #[test]
     fn typed_budgets_are_exact_decimals() {

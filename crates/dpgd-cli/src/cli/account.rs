@@ -310,6 +310,9 @@ pub(crate) enum RdpConversion {
 }
 
 impl RdpConversion {
+    /// The accounting crate's conversion: the classic one is what it names `bun-steinke`, which
+    /// on an RDP curve R is ε = min over α of R(α) + ln(1/δ)/(α − 1) (Mironov 2017, Prop. 3), and
+    /// on zCDP's R(α) = ρα gives Bun & Steinke 2016's ρ + 2√(ρ ln(1/δ)).
     fn conversion(self) -> Conversion {
         match self {
             RdpConversion::Cks => Conversion::Cks,

@@ -195,7 +195,7 @@ impl Observer for RunProgress {
             f.selected_step,
             100.0 * f.test_accuracy
         ));
-        let beyond_k = f.method.imp().beyond_k().filter(|_| f.steps > f.worst_case_steps);
+        let beyond_k = f.method.training().beyond_k().filter(|_| f.steps > f.worst_case_steps);
         if let (Some(at_k), Some((first_k, ours))) = (f.test_accuracy_at_k, beyond_k) {
             let kept = f.active_after_k.map_or(String::new(), |(step, n)| {
                 format!("; ~{n:.0} of {} examples (noisy count) were still training at step {step}", f.examples)

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dpgd::data::{Dataset, fetch};
-use dpgd::train::{Override, RunFolder, RunOptions, TrainConfig, run};
+use dpgd::train::{Override, RESUMABLE_FIELDS, RunFolder, RunOptions, TrainConfig, resumable_fields, run};
 
 use super::progress::{Mode, RunProgress};
 
@@ -34,9 +34,6 @@ pub(crate) struct TrainArgs {
     stop_after: Option<usize>,
 }
 
-/// Fields a resumed run may change: they do not change what it computes.
-const RESUMABLE: [&str; 2] = ["train.threads", "train.device"];
-
 pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     let mut overrides: Vec<Override> = a.unset.iter().map(|k| Override::Unset(k.trim().to_string())).collect();
     for o in &a.overrides {
@@ -44,12 +41,12 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     }
     let (config_path, dir) = match (&a.resume, &a.config) {
         (Some(dir), _) => {
-            if let Some(o) = overrides.iter().find(|o| !RESUMABLE.contains(&o.key())) {
+            if let Some(o) = overrides.iter().find(|o| !RESUMABLE_FIELDS.contains(&o.key())) {
                 bail!(
                     "--resume cannot change {}: a run continues with the settings it started with (only {} may \
                      change); start a new run with --config and --out instead",
                     o.key(),
-                    RESUMABLE.join(" and ")
+                    resumable_fields()
                 );
             }
             let folder = RunFolder::new(dir);

@@ -1,0 +1,281 @@
+//! The layer kinds of the per-example engine, one file each: its compiled geometry, forward
+//! pass, input gradient, per-example parameter gradient and per-example squared gradient norm
+//! (the shape rule is the kind's, in [`crate::arch::kinds`]).
+//!
+//! **Adding a layer kind to this engine** is one new file here implementing the `Rule` trait
+//! (with a `compile` from its spec) plus one registration line in the `layers!` list below;
+//! the kind itself (config form, shape rule, burn form) is one file of [`crate::arch::kinds`]
+//! and trains on the burn engine until it has a rule here.
+//!
+//! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
+//! example after example.
+
+mod conv2d;
+mod elementwise;
+mod flatten;
+mod linear;
+mod max_pool;
+
+pub use conv2d::Conv2d;
+pub use elementwise::{Relu, Tanh};
+pub use flatten::Flatten;
+pub use linear::Linear;
+pub use max_pool::MaxPool2d;
+
+use crate::arch::{LayerSpec, MAX_VALUES, Shape, ShapeError};
+
+/// Hands out consecutive ranges of θ to the layers being compiled.
+#[derive(Debug, Default)]
+pub(crate) struct Alloc {
+    next: usize,
+}
+
+impl Alloc {
+    /// The parameters handed out so far.
+    pub(crate) fn used(&self) -> usize {
+        self.next
+    }
+    /// The offset of `n` more parameters.
+    pub(crate) fn take(&mut self, n: usize, at: usize) -> Result<usize, ShapeError> {
+        let start = self.next;
+        self.next = start
+            .checked_add(n)
+            .filter(|&t| t <= MAX_VALUES)
+            .ok_or_else(|| ShapeError { layer: Some(at), reason: "the model has more than 2^40 parameters".into() })?;
+        Ok(start)
+    }
+}
+
+/// Where a layer's parameters sit in the flat θ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Offset of the weights.
+    pub weight: usize,
+    /// Number of weights.
+    pub weight_len: usize,
+    /// Offset of the bias, if any.
+    pub bias: Option<usize>,
+    /// Number of bias values.
+    pub bias_len: usize,
+    /// The fan-in of PyTorch's default initialisation U(−1/√fan_in, 1/√fan_in).
+    pub fan_in: usize,
+}
+
+/// Scratch a layer needs per example of a micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Needs {
+    /// Its own im2col matrix (kept from forward to backward).
+    pub cols: usize,
+    /// Its own arg-max indices (kept from forward to backward).
+    pub argmax: usize,
+    /// Shared staging for channel-last outputs and output gradients.
+    pub hwc: usize,
+    /// Shared column gradients.
+    pub dcols: usize,
+}
+
+/// A layer's own scratch in a workspace.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LayerScratch {
+    pub cols: Vec<f32>,
+    pub argmax: Vec<u32>,
+    /// The output gradient δᵢ of a layer with an [`OuterBlock`], kept for the clip (`dout` per
+    /// example, sized from the block).
+    pub delta: Vec<f32>,
+}
+
+/// Scratch shared by the layers of a workspace.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shared {
+    pub hwc: Vec<f32>,
+    pub dcols: Vec<f32>,
+}
+
+/// The forward pass of one layer over `b` examples.
+pub(crate) struct Forward<'a> {
+    pub theta: &'a [f32],
+    pub input: &'a [f32],
+    pub output: &'a mut [f32],
+    pub b: usize,
+    pub own: &'a mut LayerScratch,
+    pub shared: &'a mut Shared,
+}
+
+/// The backward pass of one layer over `b` examples.
+pub(crate) struct Backward<'a> {
+    pub theta: &'a [f32],
+    pub input: &'a [f32],
+    pub output: &'a [f32],
+    /// ∂ℓᵢ/∂(output), `b × out_len`.
+    pub dy: &'a [f32],
+    /// ∂ℓᵢ/∂(input), `b × in_len`, when an earlier layer needs it.
+    pub dx: Option<&'a mut [f32]>,
+    /// Per-example parameter gradients, `b` rows of `p`.
+    pub grads: &'a mut [f32],
+    /// Given only to a layer whose [`Rule::adds_norms`] is true, when the engine is asked for
+    /// the rows' squared norms: the layer adds to `norms[e]` the f64 sum of the squares of
+    /// exactly the parameter-gradient values it wrote for example `e`, while they are in cache
+    /// (and, with [`factored`](Self::factored), its outer block's norm from the factors).
+    pub norms: Option<&'a mut [f64]>,
+    /// Set only for a layer with an [`Rule::outer`] block when the clip reads the rows (norms
+    /// given): the layer does not write that block, keeps each example's δᵢ in `own.delta` and
+    /// adds the block's squared norm from its factors ([`crate::clip::outer_squared_norm`]).
+    pub factored: bool,
+    pub p: usize,
+    pub b: usize,
+    pub own: &'a mut LayerScratch,
+    pub shared: &'a mut Shared,
+}
+
+/// A block of the parameter gradient that is an outer product δᵢ aᵢᵀ of the layer's output
+/// gradient and its input (a fully connected layer's weights), which the clip can read from the
+/// two factors instead of the written values ([`crate::clip::Outer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OuterBlock {
+    /// Where the row-major `[dout, din]` block starts in θ.
+    pub at: usize,
+    /// Output values (δ's length).
+    pub dout: usize,
+    /// Input values (a's length, all of the layer's input).
+    pub din: usize,
+}
+
+/// One layer kind's exact per-example rules.
+pub(crate) trait Rule {
+    /// Values per example at the output.
+    fn out_len(&self) -> usize;
+    /// Its parameters, if it has any.
+    fn params(&self) -> Option<Params> {
+        None
+    }
+    /// The scratch it needs per example.
+    fn needs(&self) -> Needs {
+        Needs::default()
+    }
+    /// Forward pass.
+    fn forward(&self, f: Forward<'_>);
+    /// Input gradient (if `dx` is given) and per-example parameter gradients.
+    fn backward(&self, g: Backward<'_>);
+    /// Whether [`backward`](Self::backward) adds up its rows' squared norms itself (see
+    /// [`Backward::norms`]); otherwise the engine computes them from the rows afterwards
+    /// ([`squared_norm`](Self::squared_norm)).
+    fn adds_norms(&self) -> bool {
+        false
+    }
+    /// Its weight gradient as an outer product, if it is one; such a layer
+    /// [`adds_norms`](Self::adds_norms) and keeps δᵢ (`LayerScratch::delta`, which the engine
+    /// sizes from the block) when asked to ([`Backward::factored`]).
+    fn outer(&self) -> Option<OuterBlock> {
+        None
+    }
+    /// Floating-point operations of its products for one example: forward, per-example
+    /// parameter gradient and (when `input_grad`) input gradient; a multiply-add counts two.
+    /// Element-wise work (activations, pooling, bias, clipping) is not counted: the figure is
+    /// the work a dense-math peak is measured on.
+    fn flops(&self, _input_grad: bool) -> u64 {
+        0
+    }
+    /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
+    fn squared_norm(&self, grad_row: &[f32]) -> f64 {
+        self.params().map_or(0.0, |p| {
+            let w = crate::clip::squared_norm(&grad_row[p.weight..p.weight + p.weight_len]);
+            w + p.bias.map_or(0.0, |b| crate::clip::squared_norm(&grad_row[b..b + p.bias_len]))
+        })
+    }
+}
+
+/// The engine's layer kinds: each line registers one, `Variant(rule type)` for the
+/// [`LayerSpec`] variant of that name (the rule implements [`Rule`] and has a
+/// `compile(spec, input shape, output shape, layer index, parameter allocator)`; the shapes
+/// passed the kind's [`crate::arch::Kind::out_shape`]).
+macro_rules! layers {
+    ($($variant:ident($ty:ident)),* $(,)?) => {
+        /// A compiled layer (static dispatch over its kinds).
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Layer {
+            $(
+                #[allow(missing_docs)]
+                $variant($ty),
+            )*
+        }
+
+        impl Layer {
+            /// The engine's layer kinds (the [`LayerSpec`] variants it has a rule for), in
+            /// registration order.
+            pub const KINDS: &'static [&'static str] = &[$(stringify!($variant)),*];
+
+            /// Compiles `spec` for `input` (the layer at index `at`), allocating its parameters.
+            pub(crate) fn compile(spec: LayerSpec, input: Shape, output: Shape, at: usize, alloc: &mut Alloc) -> Result<Layer, ShapeError> {
+                match spec {
+                    $( LayerSpec::$variant(s) => Ok(Layer::$variant($ty::compile(s, input, output, at, alloc)?)), )*
+                    #[allow(unreachable_patterns)]
+                    _ => Err(ShapeError { layer: Some(at), reason: format!("{} is not a layer kind of the fast engine (it trains on the burn engine)", spec.name()) }),
+                }
+            }
+
+            /// Whether the fast engine has this layer kind (a model of such kinds only trains on
+            /// it; any other kind trains on the burn engine).
+            #[must_use]
+            pub fn supports(spec: &LayerSpec) -> bool {
+                matches!(spec, $( LayerSpec::$variant(_) )|*)
+            }
+
+            fn rule(&self) -> &dyn Rule {
+                match self { $( Layer::$variant(l) => l, )* }
+            }
+
+            /// Values per example at this layer's output.
+            #[must_use]
+            pub fn out_len(&self) -> usize {
+                match self { $( Layer::$variant(l) => l.out_len(), )* }
+            }
+
+            /// Where its parameters sit in θ, if it has any.
+            #[must_use]
+            pub fn params(&self) -> Option<Params> {
+                match self { $( Layer::$variant(l) => l.params(), )* }
+            }
+
+            pub(crate) fn needs(&self) -> Needs {
+                match self { $( Layer::$variant(l) => l.needs(), )* }
+            }
+
+            pub(crate) fn forward(&self, f: Forward<'_>) {
+                match self { $( Layer::$variant(l) => l.forward(f), )* }
+            }
+
+            pub(crate) fn backward(&self, g: Backward<'_>) {
+                match self { $( Layer::$variant(l) => l.backward(g), )* }
+            }
+
+            pub(crate) fn adds_norms(&self) -> bool {
+                self.rule().adds_norms()
+            }
+
+            pub(crate) fn outer(&self) -> Option<OuterBlock> {
+                self.rule().outer()
+            }
+
+            /// Floating-point operations of its products for one example (see `Rule::flops`).
+            #[must_use]
+            pub fn flops(&self, input_grad: bool) -> u64 {
+                self.rule().flops(input_grad)
+            }
+
+            /// ‖∂ℓ/∂(its parameters)‖² of one example, from that example's gradient row.
+            #[must_use]
+            pub fn squared_norm(&self, grad_row: &[f32]) -> f64 {
+                self.rule().squared_norm(grad_row)
+            }
+        }
+    };
+}
+
+layers! {
+    Conv2d(Conv2d),
+    Linear(Linear),
+    Relu(Relu),
+    Tanh(Tanh),
+    MaxPool2d(MaxPool2d),
+    Flatten(Flatten),
+}

@@ -1,0 +1,266 @@
+//! The training methods. `privacy.method` names one ([`Method`]); each is one file here
+//! implementing [`TrainingMethod`], registered on one line of [`Method::training`]. A method
+//! owns what it does: its rules for steps and stopping, its calibration, and the accounting its
+//! guarantee rests on ([`RunAccounting`]: σ, which examples a step computes and sums, the
+//! divisor, the ledger's budget, the DP event, ε, and its part of `privacy.json`). The config's
+//! checks, the trainer and the reports ask the method; nothing else matches on which one runs.
+//!
+//! **Adding a method** is one file implementing [`TrainingMethod`] (its accounting is one of the
+//! two families here, [`full_batch`] and [`poisson`], or a [`RunAccounting`] of its own) plus one
+//! [`Method`] name and its line in [`Method::training`].
+
+mod dp_sgd;
+mod dp_sgd_individual;
+mod filtered_gd;
+pub mod full_batch;
+mod non_private;
+mod plain_gd;
+pub mod poisson;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{PrivacyConfig, StopRule, TrainConfig, ValidConfig, field, typed_down};
+use super::privacy::{Accounting, RunSession};
+use super::releases::ScheduledRelease;
+use super::step::Selection;
+use crate::accounting::event::DpEvent;
+use crate::accounting::{Conversion, GaussianDp, positive};
+use crate::error::{Error, Result};
+use crate::noise::NoiseSeed;
+
+/// Which algorithm to run (`privacy.method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Private GD: exactly `privacy.worst_case_steps` steps, clip C, noise σC (the baseline).
+    Plain,
+    /// Private GD with individual filtering ([FZ21] Algorithm 3): up to `train.max_steps` steps.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    Filtered,
+    /// DP-SGD ([`super::sgd`]): `privacy.worst_case_steps` steps, each on a Poisson sample of
+    /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
+    /// accounted by Rényi DP of the subsampled Gaussian.
+    Sgd,
+    /// DP-SGD with individual accounting ([`crate::accounting::individual_sgd`]): every step
+    /// charges every example the Rényi DP of the step for its own clipped gradient (so every
+    /// example's gradient is computed every step), and drops it when its budget — what
+    /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
+    SgdFiltered,
+    /// No clipping and no noise. NOT PRIVATE: for reference only.
+    NonPrivate,
+}
+
+impl Method {
+    /// What the method does: the registration of each name's implementation.
+    #[must_use]
+    pub fn training(self) -> &'static dyn TrainingMethod {
+        match self {
+            Method::Plain => &plain_gd::PlainGd,
+            Method::Filtered => &filtered_gd::FilteredGd,
+            Method::Sgd => &dp_sgd::DpSgd,
+            Method::SgdFiltered => &dp_sgd_individual::DpSgdIndividual,
+            Method::NonPrivate => &non_private::NonPrivateGd,
+        }
+    }
+
+    /// The method in words, for run output.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        self.training().describe()
+    }
+}
+
+/// What a training method does, as the rest of the crate asks it.
+pub trait TrainingMethod: Sync {
+    /// The method in words, for run output.
+    fn describe(&self) -> &'static str;
+    /// Whether it clips and adds noise (everything but the non-private reference).
+    fn is_private(&self) -> bool {
+        true
+    }
+    /// Whether each step works on a Poisson sample of rate `privacy.sample_rate` (which the
+    /// config must then give, and may not give otherwise).
+    fn samples(&self) -> bool {
+        false
+    }
+    /// Whether a per-example ledger drops examples whose budgets are spent, so that the run
+    /// may go on past `privacy.worst_case_steps` (up to `train.max_steps`); otherwise a private
+    /// run takes exactly `privacy.worst_case_steps` steps.
+    fn drops_exhausted_examples(&self) -> bool {
+        false
+    }
+    /// Whether the adaptive stopping rule (noisy training accuracy from step k on, [FZ21] §5.1)
+    /// applies, and is the default.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    fn chooses_best_step(&self) -> bool {
+        false
+    }
+    /// For a method that may run past `privacy.worst_case_steps` = k: what its first k steps
+    /// are on their own, and what it adds after them, in words — the end summary compares the
+    /// model at step k with the one returned (`None`: the run ends at k).
+    fn beyond_k(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+    /// The learning rate of the steps after k, as a share of `train.lr`, when
+    /// `train.lr_after_k` and `stopping.sigma` are absent (`None`: `train.lr` throughout).
+    fn default_lr_after_k(&self) -> Option<f64> {
+        None
+    }
+    /// The stopping rule when `stopping.rule` is absent.
+    fn default_stop_rule(&self) -> StopRule {
+        if self.chooses_best_step() { StopRule::BestTrainAccuracy } else { StopRule::MaxSteps }
+    }
+    /// The conversion to (ε, δ) when `privacy.conversion` is absent (`None`: the config's
+    /// default, the exact curve of Gaussian DP).
+    fn default_conversion(&self) -> Option<Conversion> {
+        None
+    }
+    /// σ calibrated to the config's target (or its σ, checked) and everything the run's
+    /// guarantee rests on, for a config whose fields each passed their checks and whose noisy
+    /// counts are scheduled as `releases`; `None` for a method without a guarantee.
+    ///
+    /// # Errors
+    /// What the method cannot account for, named by the config field to change.
+    fn calibrate(&self, config: &TrainConfig, releases: &[ScheduledRelease]) -> Result<Option<Arc<dyn RunAccounting>>>;
+}
+
+/// The accounting of one private run, fixed at validation: what its guarantee rests on, and
+/// the rules of its steps that the guarantee depends on.
+pub trait RunAccounting: Debug + Send + Sync {
+    /// The noise multiplier σ (the noise of the summed gradients is N(0, σ²C²) per coordinate).
+    fn sigma(&self) -> f64;
+    /// The whole run's ε at `cfg`'s δ under its conversion, rounded up.
+    fn epsilon(&self, cfg: &ValidConfig) -> Option<f64>;
+    /// The ε at `cfg`'s δ of the run's first `step` steps with the releases made by then,
+    /// rounded up.
+    fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64>;
+    /// The run's composition as data — training and every release — for any accountant that
+    /// takes it; `None` where the guarantee is not a fixed composition's (a filter's at one
+    /// order).
+    fn event(&self) -> Option<DpEvent>;
+    /// The whole run's Gaussian-DP guarantee, where it has one.
+    fn guarantee(&self) -> Option<GaussianDp> {
+        None
+    }
+    /// The per-example budget B_norm = k·C² of full-batch GD, where the run has one.
+    fn b_norm(&self) -> Option<f64> {
+        None
+    }
+    /// Each example's budget in the ledger that clips and drops it (`None`: the clip is C
+    /// alone and no ledger stops examples).
+    fn ledger_budget(&self) -> Option<f64>;
+    /// What the ledger's budget and charges measure, in words.
+    fn ledger_unit(&self) -> String;
+    /// Whether training and the noisy counts answer through one privacy session
+    /// ([`RunSession`]) that the trainer opens.
+    fn has_session(&self) -> bool {
+        false
+    }
+    /// The sampling rate of a run whose steps sample.
+    fn sample_rate(&self) -> Option<f64> {
+        None
+    }
+    /// Step `step`'s Poisson sample of the `n` examples (`None`: every active example) from the
+    /// run's noise `seed`, and the divisor of its noisy sum.
+    ///
+    /// # Errors
+    /// A failing random source.
+    fn sample(&self, _step: usize, n: usize, _seed: NoiseSeed) -> Result<(Option<Vec<bool>>, f64)> {
+        Ok((None, n as f64))
+    }
+    /// Which examples a step computes, charges and sums, given its `sample`.
+    fn selection<'s>(&'s self, sample: Option<&'s [bool]>) -> Selection<'s> {
+        sample.map_or(Selection::All, Selection::Sample)
+    }
+    /// How the guarantee is reached, for the one-line summary ("via …").
+    fn via(&self, conversion: Conversion) -> String {
+        conversion.to_string()
+    }
+    /// The neighbouring relation as the guarantee states it, for the one-line summary.
+    fn neighbours(&self, cfg: &ValidConfig) -> String {
+        cfg.config().privacy.neighbours.to_string()
+    }
+    /// The accounting part of `privacy.json` after `steps_run` steps on `examples` examples
+    /// (`None` without the session a method with one needs).
+    ///
+    /// # Errors
+    /// If the guarantee cannot be recomputed (never for a validated config).
+    fn report(
+        &self,
+        cfg: &ValidConfig,
+        session: Option<&RunSession>,
+        examples: usize,
+        steps_run: usize,
+    ) -> Result<Option<Accounting>>;
+}
+
+/// What a private config asks for: a noise multiplier σ, or σ calibrated to a target ε at δ
+/// (each the largest float not above the decimal typed, so the run's ε is at most the typed
+/// value exactly).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    /// `privacy.sigma`, positive.
+    Sigma(f64),
+    /// `privacy.epsilon` and `privacy.delta`, read down.
+    Epsilon {
+        /// ε, positive.
+        epsilon: f64,
+        /// δ.
+        delta: f64,
+    },
+}
+
+impl Target {
+    /// The target `p` gives: exactly one of ε and σ.
+    ///
+    /// # Errors
+    /// Both or neither given, or a value that is not positive (named).
+    pub fn of(p: &PrivacyConfig) -> Result<Self> {
+        match (p.epsilon, p.sigma) {
+            (Some(_), Some(_)) => Err(Error::config(
+                "privacy.sigma",
+                "give either privacy.epsilon or privacy.sigma, not both (on the command line, --unset one of them)",
+            )),
+            (None, None) => Err(Error::config("privacy.epsilon", "give a target privacy.epsilon (or privacy.sigma)")),
+            (None, Some(s)) => Ok(Target::Sigma(positive("sigma", s).map_err(|e| field("privacy.sigma", e))?)),
+            (Some(eps), None) => {
+                positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
+                Ok(Target::Epsilon { epsilon: typed_down(eps), delta: typed_down(p.delta) })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What each method is, in one table: a method whose answers change shows up here.
+    #[test]
+    fn each_method_says_what_it_does() {
+        let all = [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+        let table: Vec<(bool, bool, bool, StopRule)> = all
+            .iter()
+            .map(|m| {
+                let t = m.training();
+                (t.is_private(), t.samples(), t.drops_exhausted_examples(), t.default_stop_rule())
+            })
+            .collect();
+        use StopRule::{BestTrainAccuracy as Best, MaxSteps as Max};
+        assert_eq!(
+            table,
+            [
+                (true, false, false, Max),
+                (true, false, true, Best),
+                (true, true, false, Max),
+                (true, true, true, Max),
+                (false, false, false, Max)
+            ]
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! Training: configuration (validated before use), the private step, the durable run state,
+//! the privacy session, and the [`Trainer`] that runs them.
+
+pub mod budget;
+mod config;
+pub mod folder;
+pub mod method;
+pub mod observer;
+pub mod outputs;
+mod plot;
+pub mod privacy;
+pub mod releases;
+pub mod sgd;
+pub mod state;
+pub mod step;
+pub mod stopping;
+mod trainer;
+
+pub(crate) use config::field_differences;
+pub use config::{
+    ActiveRelease, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED,
+    RESUMABLE_FIELDS, ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig,
+    resumable_fields,
+};
+pub use folder::RunFolder;
+pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
+pub use privacy::significant;
+pub use trainer::{RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run, run_with};

@@ -1,0 +1,628 @@
+//! One step of private gradient descent with individual filtering ([FZ21] Algorithm 3):
+//! per-example gradients of every active example, the clipping kernel of [`crate::clip`] with
+//! its ledger charge, the clipped sum; then noise and the update.
+//!
+//! [FZ21]: https://arxiv.org/abs/2008.11193
+
+use std::sync::{Mutex, PoisonError};
+
+use rayon::prelude::*;
+
+use super::config::ValidConfig;
+use crate::accounting::filter::{IndividualFilter, LedgerSlot};
+use crate::accounting::individual_sgd::IndividualSgd;
+use crate::accounting::sampling::DiscreteGaussian;
+use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, Rows, SumGrid, axpy, clip_block_with_norms};
+use crate::data::{Examples, Normalize};
+use crate::error::{Error, Result};
+use crate::noise::{NoiseSampler, add_gaussian, gaussian};
+use crate::per_example::{Network, PerExample};
+
+/// How per-example gradients are combined.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Aggregation {
+    /// Algorithm 3's clip to min(‖g‖, C, √remaining), charged to the ledger.
+    Clip {
+        /// C.
+        clip: f64,
+        /// Non-finite gradient policy.
+        on_nonfinite: NonFinitePolicy,
+        /// The grid the clipped rows are rounded onto and summed on exactly
+        /// ([`crate::clip::clip_block`], with the norms the engine computed).
+        grid: SumGrid,
+    },
+    /// The plain sum, no clipping, no ledger. NOT PRIVATE.
+    UnclippedNonPrivate,
+}
+
+impl Aggregation {
+    /// How a run of `cfg` combines the per-example gradients of `n` examples: clipped and summed
+    /// exactly on the grid of its noise ([`SumGrid::for_noise`]; the discrete sampler's range is
+    /// checked before the run starts), or summed unclipped for a non-private run.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `privacy.clip` when C·n admits no exact grid, or `privacy.noise`
+    /// when σC/γ is outside the discrete sampler's range.
+    pub fn for_run(cfg: &ValidConfig, net: &impl PerExample, n: usize) -> Result<Self> {
+        let c = cfg.config();
+        let (noise, clip) = (c.privacy.noise, c.privacy.clip);
+        if !cfg.method().training().is_private() {
+            return Ok(Aggregation::UnclippedNonPrivate);
+        }
+        let grid = SumGrid::for_noise(noise, clip, n, net.num_params()).map_err(|_| {
+            Error::config(
+                "privacy.clip",
+                format!("{clip} times {n} examples has no exact sum grid: use a clip between 1e-100 and 1e100"),
+            )
+        })?;
+        if let (NoiseSampler::DiscreteGaussian, Some(sigma)) = (noise, cfg.sigma()) {
+            let gamma = grid.gamma();
+            DiscreteGaussian::new(sigma * clip / gamma).map_err(|e| {
+                Error::config(
+                    "privacy.noise",
+                    format!("discrete-gaussian noise of std sigma*C = {} on a grid of {gamma:e}: {e}", sigma * clip),
+                )
+            })?;
+        }
+        Ok(Aggregation::Clip { clip, on_nonfinite: c.privacy.on_nonfinite, grid })
+    }
+}
+
+/// A gradient sum: clipped, on the grid of step `gamma` (exact integers in units of γ), or
+/// unclipped in floating point (non-private runs only).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClippedSum {
+    /// Σᵢ gᵢ in f32, unclipped: NOT PRIVATE.
+    Float(Vec<f32>),
+    /// Σᵢ round(ḡᵢ/γ), exact.
+    Grid {
+        /// The sum in units of `gamma`.
+        values: Vec<i64>,
+        /// The grid step γ.
+        gamma: f64,
+    },
+}
+
+impl ClippedSum {
+    /// The sum as f32 values.
+    #[must_use]
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            ClippedSum::Float(v) => v.clone(),
+            ClippedSum::Grid { values, gamma } => values.iter().map(|&v| (v as f64 * gamma) as f32).collect(),
+        }
+    }
+}
+
+/// What one block of examples gives the step: its unclipped float sum (empty for a clipped sum,
+/// whose integers stay in the worker's grid), its statistics, and its first example with a
+/// non-finite gradient under `on_nonfinite = "error"`.
+struct BlockResult {
+    unclipped: Vec<f32>,
+    stats: SumStats,
+    failed: Option<usize>,
+}
+
+/// Blocks of examples per step (fixed, for a deterministic reduction).
+const BLOCKS: usize = 64;
+
+/// What a gradient sum computed (confidential: exact counts and losses on training data).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SumStats {
+    /// Examples whose gradient was computed (the active ones).
+    pub computed: usize,
+    /// Of those, examples with a NaN or infinite gradient, skipped (charged, contributing nothing).
+    pub skipped_nonfinite: usize,
+    /// Σ of the computed examples' losses (finite ones only).
+    pub loss_sum: f64,
+}
+
+impl SumStats {
+    fn add(&mut self, other: &SumStats) {
+        self.computed += other.computed;
+        self.skipped_nonfinite += other.skipped_nonfinite;
+        self.loss_sum += other.loss_sum;
+    }
+
+    /// Counts a micro-batch of computed examples and adds their finite losses.
+    fn add_losses(&mut self, losses: &[f32]) {
+        self.computed += losses.len();
+        self.loss_sum += losses.iter().filter(|l| l.is_finite()).map(|&l| f64::from(l)).sum::<f64>();
+    }
+}
+
+/// Per-thread buffers for one micro-batch.
+struct Scratch<W> {
+    ws: W,
+    x: Vec<f32>,
+    labels: Vec<u8>,
+    grads: Vec<f32>,
+    losses: Vec<f32>,
+    /// Each row's squared norm, from the engine.
+    norms: Vec<f64>,
+    acc: Vec<f32>,
+    grid: Vec<i64>,
+    stats: SumStats,
+    failed: Option<usize>,
+}
+
+impl<W> Scratch<W> {
+    fn new<E: PerExample<Scratch = W>>(net: &E, chunk: usize) -> Self {
+        Self {
+            ws: net.scratch(chunk),
+            x: vec![0.0; chunk * net.input_len()],
+            labels: Vec::with_capacity(chunk),
+            grads: vec![0.0; chunk * net.num_params()],
+            losses: vec![0.0; chunk],
+            norms: vec![0.0; chunk],
+            acc: Vec::new(),
+            grid: Vec::new(),
+            stats: SumStats::default(),
+            failed: None,
+        }
+    }
+}
+
+/// What one step computes over: the model, the training examples and how gradients combine;
+/// plus one set of scratch buffers per worker thread, reused across steps.
+pub struct GradientPlan<'a, E: PerExample = Network> {
+    net: E,
+    data: Examples<'a>,
+    norm: Normalize,
+    aggregation: Aggregation,
+    chunk: usize,
+    /// Scratch buffers, taken by a block for its duration and put back: never locked while a
+    /// block computes, so a worker that runs another block nested inside an engine's own
+    /// parallel kernel (work stealing) takes another set instead of waiting on its own.
+    scratch: Mutex<Vec<Scratch<E::Scratch>>>,
+    /// Held for a whole [`gradient_sum`](Self::gradient_sum): the workers' integer sums live in
+    /// the scratch buffers for the whole call, so two calls on one plan must not overlap.
+    running: Mutex<()>,
+}
+
+impl<E: PerExample> std::fmt::Debug for GradientPlan<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GradientPlan")
+            .field("aggregation", &self.aggregation)
+            .field("chunk", &self.chunk)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, E: PerExample> GradientPlan<'a, E> {
+    /// A plan over `data` with micro-batches of `chunk ≥ 1` examples; its scratch buffers are
+    /// allocated on first use, one per worker thread.
+    #[must_use]
+    pub fn new(net: E, data: Examples<'a>, norm: Normalize, aggregation: Aggregation, chunk: usize) -> Self {
+        Self {
+            net,
+            data,
+            norm,
+            aggregation,
+            chunk: chunk.max(1),
+            scratch: Mutex::new(Vec::new()),
+            running: Mutex::new(()),
+        }
+    }
+
+    /// The per-example engine.
+    #[must_use]
+    pub fn net(&self) -> &E {
+        &self.net
+    }
+
+    /// The number of training examples the plan sums over.
+    #[must_use]
+    pub fn examples(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The engine, giving the plan up.
+    #[must_use]
+    pub fn into_net(self) -> E {
+        self.net
+    }
+
+    /// Σᵢ ḡ(xᵢ) over the training examples at θ: per-example gradients in micro-batches
+    /// (parallel over fixed blocks on the current rayon pool), combined per the aggregation.
+    /// Examples whose budget is spent are skipped (they would contribute zero). The ledger is
+    /// charged here, before anything is released.
+    ///
+    /// # Errors
+    /// [`Error::NonFiniteGradient`] naming the first bad example under
+    /// [`NonFinitePolicy::Error`] (nothing is released then; charges already made stay made,
+    /// which only overstates privacy spent); [`Error::State`] if the ledger does not have one
+    /// entry per example.
+    pub fn gradient_sum(
+        &self,
+        theta: &[f32],
+        ledger: &mut IndividualFilter,
+        step: usize,
+    ) -> Result<(ClippedSum, SumStats)> {
+        self.gradient_sum_of(theta, ledger, step, Selection::All)
+    }
+
+    /// As [`gradient_sum`](Self::gradient_sum), over the examples `selection` sums: all of
+    /// them, or a DP-SGD step's Poisson sample. For [`Selection::Sample`] only the included
+    /// examples are computed, split into the fixed number of blocks by their own count, so a
+    /// step's work and memory follow the sample's size, not n; for
+    /// [`Selection::ChargedSample`] every active example is computed and charged.
+    ///
+    /// # Errors
+    /// As [`gradient_sum`](Self::gradient_sum); a sample that is not one flag per example.
+    pub fn gradient_sum_of(
+        &self,
+        theta: &[f32],
+        ledger: &mut IndividualFilter,
+        step: usize,
+        selection: Selection<'_>,
+    ) -> Result<(ClippedSum, SumStats)> {
+        let n = self.data.len();
+        let sample = selection.sample();
+        if ledger.len() != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
+            return Err(Error::State(format!(
+                "the ledger has {} entries, θ {} values and the sample {} flags for {n} examples and {} parameters",
+                ledger.len(),
+                theta.len(),
+                sample.map_or(n, <[bool]>::len),
+                self.net.num_params()
+            )));
+        }
+        if matches!(self.aggregation, Aggregation::Clip { .. }) && self.net.num_params() > MAX_CLIPPED_PARAMS {
+            return Err(Error::State(format!(
+                "the model has {} parameters; clipping is exact only up to {MAX_CLIPPED_PARAMS}",
+                self.net.num_params()
+            )));
+        }
+        let _running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        // The grid must bound this sum (|each term| < 2⁵¹, the whole sum < 2⁵³ grid units): no
+        // grid finer than the fixed-point grid of this clip and n.
+        if let Aggregation::Clip { clip, grid, .. } = self.aggregation
+            && SumGrid::fixed_point(clip, n).is_ok_and(|finest| grid.gamma() < finest.gamma())
+        {
+            return Err(Error::State(format!(
+                "the sum grid {:e} is finer than the exact grid for clip {clip} and {n} examples",
+                grid.gamma()
+            )));
+        }
+        // Fixed blocks summed in a fixed order: the result does not depend on how rayon
+        // schedules them, so a fixed noise seed reproduces a run bit for bit.
+        let mut slots: Vec<(usize, LedgerSlot<'_>)> = match selection {
+            Selection::All | Selection::ChargedSample(..) => ledger.slots_mut(0..n).enumerate().collect(),
+            Selection::Sample(m) => ledger.slots_mut(0..n).enumerate().filter(|(i, _)| m[*i]).collect(),
+        };
+        let block = slots.len().div_ceil(BLOCKS).div_ceil(self.chunk).max(1) * self.chunk;
+        let gamma = match self.aggregation {
+            Aggregation::Clip { grid, .. } => Some(grid.gamma()),
+            Aggregation::UnclippedNonPrivate => None,
+        };
+        let p = self.net.num_params();
+        // The clipped sum is integers: exact in any order, so each set of scratch buffers
+        // accumulates the blocks it served and the sets' sums are added at the end (memory per
+        // worker, not per block). The unclipped f32 sum and the loss sums are per block, combined
+        // in block order, so a fixed seed reproduces them too.
+        let grid_len = if gamma.is_some() { p } else { 0 };
+        for s in self.scratch.lock().unwrap_or_else(PoisonError::into_inner).iter_mut() {
+            s.grid.clear();
+            s.grid.resize(grid_len, 0);
+        }
+        let partials: Vec<BlockResult> = slots
+            .par_chunks_mut(block)
+            .map(|slots| {
+                let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                let mut own = taken.unwrap_or_else(|| {
+                    let mut fresh = Scratch::new(&self.net, self.chunk);
+                    fresh.grid.resize(grid_len, 0);
+                    fresh
+                });
+                let s = &mut own;
+                if gamma.is_none() {
+                    s.acc.clear();
+                    s.acc.resize(p, 0.0);
+                }
+                s.stats = SumStats::default();
+                s.failed = None;
+                // The block's active examples (exhausted ones would contribute zero), in index
+                // order, in micro-batches of `chunk`.
+                let unclipped = gamma.is_none();
+                let mut active: Vec<(usize, &mut LedgerSlot<'_>)> = slots
+                    .iter_mut()
+                    .filter(|(_, slot)| unclipped || slot.remaining() > 0.0)
+                    .map(|(i, slot)| (*i, slot))
+                    .collect();
+                for batch in active.chunks_mut(self.chunk) {
+                    self.micro_batch(theta, batch, selection, s);
+                    if s.failed.is_some() {
+                        break;
+                    }
+                }
+                let float_sum = if gamma.is_some() { Vec::new() } else { s.acc.clone() };
+                let part = BlockResult { unclipped: float_sum, stats: s.stats, failed: s.failed };
+                self.scratch.lock().unwrap_or_else(PoisonError::into_inner).push(own);
+                part
+            })
+            .collect();
+        let mut sum = vec![0.0f32; if gamma.is_none() { p } else { 0 }];
+        let mut stats = SumStats::default();
+        for BlockResult { unclipped: acc, stats: part, failed } in partials {
+            if let Some(example) = failed {
+                return Err(Error::NonFiniteGradient { example, step });
+            }
+            if gamma.is_none() {
+                axpy(1.0, &acc, &mut sum);
+            }
+            stats.add(&part);
+        }
+        // No overflow: SumGrid bounds every coordinate of the whole sum below 2⁵³ units for the
+        // fine grid, and by n·(C/γ + 1) ≪ 2⁶³ for the coarse one.
+        let mut grid = vec![0i64; if gamma.is_some() { p } else { 0 }];
+        for s in self.scratch.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            grid.iter_mut().zip(&s.grid).for_each(|(a, b)| *a += b);
+        }
+        let sum = match gamma {
+            Some(gamma) => ClippedSum::Grid { values: grid, gamma },
+            None => ClippedSum::Float(sum),
+        };
+        Ok((sum, stats))
+    }
+
+    /// One micro-batch: `batch` holds up to `chunk` active examples (index, ledger slot). The
+    /// engine always computes exactly `chunk` examples — the rest are zero inputs whose rows
+    /// are never read — because its rounding may depend on the batch size (a batch of one is
+    /// computed differently): at one size, an example's row depends on nothing but itself and
+    /// θ, so a neighbour changes the sum by its own row alone.
+    fn micro_batch(
+        &self,
+        theta: &[f32],
+        batch: &mut [(usize, &mut LedgerSlot<'_>)],
+        selection: Selection<'_>,
+        s: &mut Scratch<E::Scratch>,
+    ) {
+        let (net, data) = (&self.net, self.data);
+        let (px, p, c, b) = (net.input_len(), net.num_params(), self.chunk, batch.len());
+        if b == 0 {
+            return;
+        }
+        s.labels.clear();
+        for (j, (i, _)) in batch.iter().enumerate() {
+            data.normalised_into(*i..*i + 1, &self.norm, &mut s.x[j * px..(j + 1) * px]);
+            s.labels.push(data.labels()[*i]);
+        }
+        s.x[b * px..c * px].fill(0.0);
+        s.labels.resize(c, 0);
+        let (x, grads) = (&s.x[..c * px], &mut s.grads[..c * p]);
+        // The norms only where the clip charges them.
+        let (clip, on_nonfinite, grid) = match self.aggregation {
+            Aggregation::UnclippedNonPrivate => {
+                net.gradients(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses);
+                for row in s.grads[..b * p].chunks_exact(p) {
+                    axpy(1.0, row, &mut s.acc);
+                }
+                s.stats.add_losses(&s.losses[..b]);
+                return;
+            }
+            Aggregation::Clip { clip, on_nonfinite, grid } => (clip, on_nonfinite, grid),
+        };
+        let outer = net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
+        s.stats.add_losses(&s.losses[..b]);
+        // Each row is clipped and added right after its backward pass, while in cache.
+        let rows = Rows::with_outer(&s.grads[..c * p], p, outer);
+        let mut block = BlockStats::default();
+        let clipped = if let Selection::ChargedSample(sample, acc) = selection {
+            charged_sample(&rows, &s.norms, batch, (sample, acc), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
+        } else {
+            let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
+            let which: Vec<usize> = (0..b).collect();
+            clip_block_with_norms(
+                &rows,
+                &which,
+                &s.norms,
+                &mut slots,
+                clip,
+                on_nonfinite,
+                grid,
+                &mut s.grid,
+                &mut block,
+            )
+        };
+        if let Err(j) = clipped {
+            s.failed = Some(batch[j].0);
+        }
+        s.stats.skipped_nonfinite += block.skipped_nonfinite;
+    }
+}
+
+/// Which examples a step computes and sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Selection<'s> {
+    /// Every active example (full-batch GD).
+    All,
+    /// DP-SGD: the examples a Poisson sample includes (one flag per example), clipped to C.
+    Sample(&'s [bool]),
+    /// DP-SGD with individual accounting: every active example is computed and charged the
+    /// step's Rényi DP for its own clipped norm (sampled or not); the sampled ones are summed.
+    ChargedSample(&'s [bool], &'s IndividualSgd),
+}
+
+impl Selection<'_> {
+    fn sample(&self) -> Option<&[bool]> {
+        match *self {
+            Selection::All => None,
+            Selection::Sample(m) | Selection::ChargedSample(m, _) => Some(m),
+        }
+    }
+}
+
+/// One micro-batch of DP-SGD with individual accounting: every example of `batch` (row j of
+/// `rows`) pays its Rényi charge in its own ledger ([`charge_individually`]); the clip kernel
+/// adds the sampled rows within the squared norm that charge paid for. The others add nothing,
+/// so the kernel never sees them: a non-finite one (charged in full) is not the kernel's to
+/// skip or refuse, as it would not be in plain DP-SGD. On a non-finite row under
+/// `on_nonfinite = "error"`, the position in `batch` of the example.
+fn charged_sample(
+    rows: &Rows<'_>,
+    norms: &[f64],
+    batch: &mut [(usize, &mut LedgerSlot<'_>)],
+    (sample, acc): (&[bool], &IndividualSgd),
+    (clip, policy, grid): (f64, NonFinitePolicy, SumGrid),
+    sum: &mut [i64],
+    block: &mut BlockStats,
+) -> std::result::Result<(), usize> {
+    let (mut kept, mut caps) = (Vec::new(), Vec::new());
+    for (j, (i, slot)) in batch.iter_mut().enumerate() {
+        debug_assert!(rows.is_squared_norm_of(j, norms[j]), "the norm of row {j}");
+        let cap = charge_individually(norms[j], slot, clip, acc);
+        if sample[*i] {
+            kept.push(j);
+            caps.push(cap);
+        }
+    }
+    let mut spent = vec![0.0f64; caps.len()];
+    let mut slots: Vec<LedgerSlot<'_>> =
+        caps.iter().zip(spent.iter_mut()).map(|(&cap, sp)| LedgerSlot::with_budget(cap, sp)).collect();
+    let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
+    clip_block_with_norms(rows, &kept, norms, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
+}
+
+/// Charges one example the Rényi DP of this step for its clipped gradient, of squared norm
+/// `squared_norm` ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
+/// ledger `slot`; where that does not fit, all it has left, for the largest ratio whose charge
+/// fits. Returns the squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
+fn charge_individually(squared_norm: f64, slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
+    let norm = squared_norm.sqrt();
+    let ratio = if norm.is_finite() { (norm / clip).min(1.0) } else { 1.0 };
+    let remaining = slot.remaining();
+    // Where the charge does not fit, the example pays all it has left (at least the charge of
+    // the ratio it is capped to) and is dropped from the next step on.
+    let (ratio, cost) = match acc.charge(ratio) {
+        c if c <= remaining => (ratio, c),
+        _ => (acc.largest_ratio_within(remaining), remaining),
+    };
+    slot.grant(cost);
+    if !norm.is_finite() {
+        return 0.0;
+    }
+    // (ratio·C)², lowered by a few ulps so that rounding never lets a row exceed what was paid.
+    let r = ratio * clip;
+    r * r * (1.0 - 4.0 * f64::EPSILON)
+}
+
+/// The released noisy sum, `noise_std` = σC (0: no noise, for non-private runs):
+/// - for a [`ClippedSum::Grid`] and the Gaussian sampler, N(0, σ²C²) added in f64 to the exact
+///   sum (its grid units convert to f64 exactly, see [`SumGrid::fixed_point`]), then rounded
+///   to f32 — post-processing of the noisy value;
+/// - for a [`ClippedSum::Grid`] and the discrete Gaussian, N_Z(0, (σC/γ)²) per coordinate on
+///   the grid, exactly;
+/// - for an unclipped [`ClippedSum::Float`] (non-private), Gaussian noise in f32.
+///
+/// # Errors
+/// A noise scale the discrete sampler does not support (σC/γ outside its range).
+pub fn add_noise(
+    sum: ClippedSum,
+    sampler: NoiseSampler,
+    noise_std: f64,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<Vec<f32>> {
+    Ok(match (sum, sampler) {
+        (ClippedSum::Float(mut v), _) => {
+            if noise_std > 0.0 {
+                add_gaussian(&mut v, noise_std, rng);
+            }
+            v
+        }
+        (ClippedSum::Grid { values, gamma }, NoiseSampler::Gaussian) => values
+            .iter()
+            .map(|&v| {
+                let exact = v as f64 * gamma;
+                (if noise_std > 0.0 { exact + gaussian(noise_std, rng) } else { exact }) as f32
+            })
+            .collect(),
+        (ClippedSum::Grid { mut values, gamma }, NoiseSampler::DiscreteGaussian) => {
+            if noise_std > 0.0 {
+                DiscreteGaussian::new(noise_std / gamma)?.add_noise(&mut values, rng);
+            }
+            ClippedSum::Grid { values, gamma }.to_f32()
+        }
+    })
+}
+
+/// How one noisy sum moves θ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateRule {
+    /// Learning rate η.
+    pub lr: f64,
+    /// What the noisy sum is divided by: n for full-batch GD, the expected batch size q·n for
+    /// DP-SGD (never the realised one).
+    pub divisor: f64,
+    /// Heavy-ball momentum μ in [0, 1).
+    pub momentum: f64,
+}
+
+impl UpdateRule {
+    /// Plain gradient steps: η and the divisor, no momentum.
+    #[must_use]
+    pub fn plain(lr: f64, divisor: f64) -> Self {
+        Self { lr, divisor, momentum: 0.0 }
+    }
+}
+
+/// ĝ = (sum + noise) / divisor, the noise as in [`add_noise`]; then θ ← θ − η·ĝ, or with
+/// momentum μ > 0, v ← μ·v + ĝ and θ ← θ − η·v (`velocity` is v: empty means zeros, and it is
+/// left untouched when μ = 0). Only post-processing of the noisy sum: no privacy cost.
+///
+/// # Errors
+/// As [`add_noise`].
+pub fn apply_update(
+    theta: &mut [f32],
+    velocity: &mut Vec<f32>,
+    sum: ClippedSum,
+    (sampler, noise_std): (NoiseSampler, f64),
+    rule: UpdateRule,
+    rng: &mut rand_chacha::ChaCha20Rng,
+) -> Result<()> {
+    let noisy = add_noise(sum, sampler, noise_std, rng)?;
+    let scale = 1.0 / rule.divisor.max(f64::MIN_POSITIVE);
+    if rule.momentum == 0.0 {
+        axpy(-rule.lr * scale, &noisy, theta);
+        return Ok(());
+    }
+    velocity.resize(theta.len(), 0.0);
+    let (mu, scale) = (rule.momentum as f32, scale as f32);
+    velocity.iter_mut().zip(&noisy).for_each(|(v, g)| *v = mu * *v + g * scale);
+    axpy(-rule.lr, velocity.as_slice(), theta);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// Heavy-ball steps as PyTorch's SGD takes them: v₁ = ĝ₁, v₂ = μv₁ + ĝ₂, θ −= η·vₜ; μ = 0
+    /// leaves the buffer alone.
+    #[test]
+    fn momentum_is_heavy_ball() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let (mut theta, mut v) = (vec![1.0f32, 2.0], Vec::new());
+        let rule = UpdateRule { lr: 0.5, divisor: 2.0, momentum: 0.9 };
+        let noise = (NoiseSampler::Gaussian, 0.0);
+        apply_update(&mut theta, &mut v, ClippedSum::Float(vec![2.0, -4.0]), noise, rule, &mut rng).unwrap();
+        assert_eq!((theta.clone(), v.clone()), (vec![0.5, 3.0], vec![1.0, -2.0]));
+        apply_update(&mut theta, &mut v, ClippedSum::Float(vec![0.0, 2.0]), noise, rule, &mut rng).unwrap();
+        let v2 = [0.9f32, 0.9 * -2.0 + 1.0];
+        assert_eq!(v, v2);
+        assert_eq!(theta, vec![0.5 - 0.5 * v2[0], 3.0 - 0.5 * v2[1]]);
+        let mut untouched = Vec::new();
+        apply_update(
+            &mut theta,
+            &mut untouched,
+            ClippedSum::Float(vec![1.0, 1.0]),
+            noise,
+            UpdateRule::plain(1.0, 1.0),
+            &mut rng,
+        )
+        .unwrap();
+        assert!(untouched.is_empty());
+    }
+}

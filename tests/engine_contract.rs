@@ -1,0 +1,191 @@
+//! The contract of a per-example engine ([`PerExample`]), one test every engine passes: the
+//! fast engine, the burn engine (batched backward) and its fallback (one backward per example),
+//! on a model with convolutions, outer-product blocks and every parameter kind they share.
+//! The clauses, each what the clip's guarantee rests on:
+//!
+//! 1. a row is its example's own: other examples in the batch, the example's position, and the
+//!    zero padding of a short last micro-batch do not change it (beyond
+//!    [`PerExample::row_tolerance`]; the trainer calls an engine at one batch size);
+//! 2. the squared norm an engine reports is its row's, the factored (outer-product) blocks
+//!    included, within the rounding of an f64 sum in any order;
+//! 3. `gradients` and `gradients_with_norms` give the same rows;
+//! 4. with the exact clipped sum, a neighbour (the batch without one example, padded) moves the sum by
+//!    exactly that example's own clipped row: the sensitivity the noise is calibrated to, in the
+//!    integers the computer adds.
+
+use burn::tensor::Device;
+use dpgd::accounting::filter::{IndividualFilter, LedgerSlot};
+use dpgd::arch::{LayerSpec as L, ModelSpec, kinds};
+use dpgd::clip::{BlockStats, NonFinitePolicy, Rows, SumGrid, clip_block};
+use dpgd::model::BurnModel;
+use dpgd::per_example::{BurnEngine, Network, PerExample, check_rows_are_own};
+use rand::{RngExt, SeedableRng};
+use rayon::iter::ParallelIterator;
+
+const CLIP: f64 = 0.05;
+
+/// Conv → ReLU → max-pool → flatten → linear → tanh → linear: convolution rows written, the
+/// linear layers' weight blocks left as outer products by the engines that factor them.
+fn spec() -> ModelSpec {
+    ModelSpec {
+        input: [1, 8, 8],
+        classes: 3,
+        layers: vec![
+            L::Conv2d(kinds::Conv2d { out_channels: 3, kernel: 3, stride: 1, padding: 1, bias: true }),
+            L::Relu(kinds::Relu),
+            L::MaxPool2d(kinds::MaxPool2d { kernel: 2, stride: 2 }),
+            L::Flatten(kinds::Flatten),
+            L::Linear(kinds::Linear { out_features: 5, bias: true }),
+            L::Tanh(kinds::Tanh),
+            L::Linear(kinds::Linear { out_features: 3, bias: true }),
+        ],
+    }
+}
+
+fn examples(n: usize, len: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let x = (0..n * len).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let y = (0..n).map(|_| rng.random_range(0..3u8)).collect();
+    (x, y)
+}
+
+/// The rows and norms of the examples `x` (as the clip reads them: written values and exact
+/// outer products), and the rows `gradients` writes.
+struct Computed {
+    rows: Vec<Vec<f64>>,
+    norms: Vec<f64>,
+    dense: Vec<f32>,
+}
+
+fn compute<E: PerExample>(engine: &E, theta: &[f32], x: &[f32], y: &[u8]) -> Computed {
+    let (b, p) = (y.len(), engine.num_params());
+    let mut scratch = engine.scratch(b);
+    let (mut grads, mut losses, mut norms) = (vec![0.0f32; b * p], vec![0.0f32; b], vec![0.0f64; b]);
+    let outer = engine.gradients_with_norms(theta, x, y, &mut scratch, &mut grads, &mut losses, &mut norms);
+    let view = Rows::with_outer(&grads, p, outer);
+    let rows = (0..b)
+        .map(|r| {
+            let mut row = vec![0.0; p];
+            view.read_row(r, &mut row);
+            row
+        })
+        .collect();
+    let mut scratch = engine.scratch(b);
+    let mut dense = vec![0.0f32; b * p];
+    engine.gradients(theta, x, y, &mut scratch, &mut dense, &mut losses);
+    Computed { rows, norms, dense }
+}
+
+/// `x` (examples of `len` values) zero-padded to `batch` examples, as the trainer pads a short
+/// micro-batch.
+fn padded(x: &[f32], len: usize, batch: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    out.resize(batch * len, 0.0);
+    out
+}
+
+fn padded_labels(y: &[u8], batch: usize) -> Vec<u8> {
+    let mut out = y.to_vec();
+    out.resize(batch, 0);
+    out
+}
+
+/// Equal within the engine's tolerance, relative to the row's largest value.
+fn same_row(a: &[f64], b: &[f64], tolerance: f64) -> bool {
+    let scale = a.iter().chain(b).fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).all(|(u, v)| u == v || (u - v).abs() <= tolerance * scale)
+}
+
+/// The exact clipped sum of the dense rows `rows` (b × p), every example with a fresh budget.
+fn clipped_sum(rows: &[f32], p: usize) -> Vec<i64> {
+    let b = rows.len() / p;
+    let mut ledger = IndividualFilter::new(b, 4.0 * CLIP * CLIP).unwrap();
+    let mut slots: Vec<LedgerSlot<'_>> = ledger.slots_mut(0..b).collect();
+    let mut refs: Vec<_> = slots.iter_mut().collect();
+    let grid = SumGrid::fixed_point(CLIP, 64).unwrap();
+    let mut acc = vec![0i64; p];
+    clip_block(rows, p, &mut refs, CLIP, NonFinitePolicy::Skip, grid, &mut acc, &mut BlockStats::default()).unwrap();
+    acc
+}
+
+/// Every clause, on `engine` at θ.
+fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
+    let (p, len, tol) = (engine.num_params(), engine.input_len(), engine.row_tolerance());
+    // 1. Companions and position, at two micro-batch sizes.
+    for batch in [5, 8] {
+        check_rows_are_own(engine, theta, batch).unwrap_or_else(|e| panic!("{name}: {}", e.explained()));
+    }
+    let (x, y) = examples(7, len, 3);
+    let all = compute(engine, theta, &x, &y);
+    // 1. Padding: a short last micro-batch, zero-padded to the batch size as the trainer pads
+    //    it, gives its examples the rows they have among real companions.
+    let short = compute(engine, theta, &padded(&x[..3 * len], len, 7), &padded_labels(&y[..3], 7));
+    for r in 0..3 {
+        assert!(same_row(&short.rows[r], &all.rows[r], tol), "{name}: example {r}'s row changes with padding");
+    }
+    for (r, row) in all.rows.iter().enumerate() {
+        // 2. The norm is the row's, factored blocks included.
+        let exact: f64 = row.iter().map(|v| v * v).sum();
+        assert!(exact > 0.0, "{name}: example {r} has a zero row: the test would not test");
+        let slack = p as f64 * f64::EPSILON * exact;
+        assert!(
+            (all.norms[r] - exact).abs() <= slack,
+            "{name}: example {r}: norm {} for a row of {exact}",
+            all.norms[r]
+        );
+        // 3. Both entry points give the row.
+        let dense: Vec<f64> = all.dense[r * p..(r + 1) * p].iter().map(|&v| f64::from(v)).collect();
+        assert!(
+            same_row(&dense, row, tol.max(1e-6)),
+            "{name}: gradients and gradients_with_norms differ on example {r}"
+        );
+    }
+    // 4. Without example j (the others shift into its place), the exact sum moves by exactly
+    //    j's clipped row. Host engines give bit-identical rows (tolerance 0): exact equality.
+    if tol == 0.0 {
+        let whole = clipped_sum(&all.dense, p);
+        for j in [0, 3, 6] {
+            let keep: Vec<usize> = (0..7).filter(|&i| i != j).collect();
+            let xs: Vec<f32> = keep.iter().flat_map(|&i| x[i * len..(i + 1) * len].iter().copied()).collect();
+            let ys: Vec<u8> = keep.iter().map(|&i| y[i]).collect();
+            let without = compute(engine, theta, &padded(&xs, len, 7), &padded_labels(&ys, 7));
+            let without = clipped_sum(&without.dense[..6 * p], p);
+            let own = clipped_sum(&all.dense[j * p..(j + 1) * p], p);
+            let moved: Vec<i64> = whole.iter().zip(&without).map(|(a, b)| a - b).collect();
+            assert_eq!(moved, own, "{name}: removing example {j} moves the exact sum by more than its own row");
+            assert!(own.iter().any(|&v| v != 0), "{name}: example {j} adds nothing: the test would not test");
+        }
+    }
+}
+
+fn devices() -> Vec<Device> {
+    #[allow(deprecated)]
+    let cpu = [Device::flex(), Device::ndarray()];
+    let wgpu = cfg!(feature = "wgpu").then(|| dpgd::device::DeviceKind::Wgpu.device().unwrap());
+    cpu.into_iter().chain(wgpu).collect()
+}
+
+#[test]
+fn the_fast_engine_keeps_the_contract() {
+    let net = Network::new(&spec()).unwrap();
+    let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
+    contract("fast engine", &net, &theta);
+}
+
+#[test]
+fn the_burn_engine_keeps_the_contract() {
+    for d in devices() {
+        let engine = BurnEngine::new(BurnModel::from_spec(&spec(), &d).unwrap(), &d, [1, 8, 8], 3).unwrap();
+        let theta = engine.current_params().unwrap();
+        contract(&format!("burn engine on {d:?}"), &engine, &theta);
+    }
+}
+
+#[test]
+fn the_burn_engines_fallback_keeps_the_contract() {
+    for d in devices() {
+        let engine = BurnEngine::with_fallback(BurnModel::from_spec(&spec(), &d).unwrap(), &d, [1, 8, 8], 3).unwrap();
+        let theta = engine.current_params().unwrap();
+        contract(&format!("burn engine's fallback on {d:?}"), &engine, &theta);
+    }
+}
