@@ -79,10 +79,8 @@ fn the_stopping_rule_is_accounted_and_returns_the_best_released_model() {
     assert!(eps <= 4.0 + 1e-9 && eps > 4.0 - 1e-6, "the budget is used: {eps}");
     // σ pays for the queries: larger than without them.
     let no_queries = "max_steps = 18\n[stopping]\nrule = \"max-steps\"\n";
-    let without = TrainConfig::from_toml(&config("filtered", "epsilon = 4.0", no_queries), &[])
-        .unwrap()
-        .validate()
-        .unwrap();
+    let without =
+        TrainConfig::from_toml(&config("filtered", "epsilon = 4.0", no_queries), &[]).unwrap().validate().unwrap();
     assert!(p.training.sigma > without.sigma().unwrap());
     // The released accuracies appear at exactly the query steps; the returned model is the
     // first step with the highest one, and its test accuracy is the one recorded there.

@@ -271,7 +271,7 @@ fn a_run_on_scattering_features_trains_evaluates_and_predicts() {
     let labels = dpgd::data::Dataset::load(&data, Some(10)).unwrap().test.labels;
     let correct = predicted.iter().zip(&labels).filter(|(p, y)| **p == usize::from(**y)).count();
     // predict's classes agree with eval's accuracy: the same transform on the same images.
-    assert!(accuracy.contains(&format!("({correct} of 60 test images")), "{accuracy}: predict got {correct}");
+    assert!(accuracy.contains(&format!("({correct} of 60 test examples")), "{accuracy}: predict got {correct}");
     let file = run.join("publishable/model.safetensors").display().to_string();
     let o = with_cache(&["predict", &file, "--input", &images]);
     assert!(o.status.success(), "{}", text(&o));

@@ -75,11 +75,16 @@ impl TrainConfig {
         }
         let count = self.release.active_count == ActiveRelease::Noisy && self.release.active_count_sigma.is_none();
         let method = self.privacy.method.training();
-        if !(stop || count) || !method.is_private() || method.samples() {
-            return out;
+        if (stop || count) && method.is_private() && !method.samples() {
+            let unresolved = out.clone();
+            out = out.resolve_count_noise(max_steps, stop, count).map(|()| out).unwrap_or(unresolved);
         }
-        let unresolved = out.clone();
-        out.resolve_count_noise(max_steps, stop, count).map(|()| out).unwrap_or(unresolved)
+        // Noise the run does not resolve (counts it does not release, or no budget to share)
+        // is recorded as the fixed values configs of earlier versions recorded, so that a run
+        // made then and its config today are still the same run.
+        out.stopping.sigma.get_or_insert(FALLBACK_STOP_SIGMA);
+        out.release.active_count_sigma.get_or_insert(FALLBACK_COUNT_SIGMA);
+        out
     }
 
     /// Sets the noise of the auto counts (`stop`: the stopping rule's, `count`: the active

@@ -85,7 +85,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     }
     let correct = m.count_correct(test);
     println!(
-        "test accuracy {:.2} % ({correct} of {} test images in {})",
+        "test accuracy {:.2} % ({correct} of {} test examples in {})",
         100.0 * correct as f64 / test.len() as f64,
         test.len(),
         dir.display()
