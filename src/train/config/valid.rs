@@ -1,9 +1,10 @@
 //! The checked configuration the trainer accepts, and what its privacy rests on.
 
+use std::sync::Arc;
+
 #[allow(clippy::wildcard_imports)]
 use super::*;
 use crate::train::method::RunAccounting;
-use std::sync::Arc;
 
 /// A checked configuration: the only thing the trainer accepts. Read-only.
 #[derive(Debug, Clone)]
@@ -16,7 +17,9 @@ pub struct ValidConfig {
 }
 
 impl ValidConfig {
-    /// The configuration as given (with overrides applied).
+    /// The configuration as given, with overrides applied and the defaults that follow the
+    /// privacy settings resolved (count noise, the learning rate after k): what the run's
+    /// `config.toml` records.
     #[must_use]
     pub fn config(&self) -> &TrainConfig {
         &self.config

@@ -1,10 +1,11 @@
 //! Checking a config: every field on its own, then what depends on several (the steps, the
 //! releases' schedule, σ calibrated to ε, the model and its engine), every problem at once.
 
+use std::sync::Arc;
+
 #[allow(clippy::wildcard_imports)]
 use super::*;
 use crate::train::method::RunAccounting;
-use std::sync::Arc;
 
 impl TrainConfig {
     /// Checks every field and resolves σ, the model and the schedule.
