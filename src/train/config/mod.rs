@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use super::method::Method;
 use super::releases::{ReleaseKind, ScheduledRelease};
 use crate::accounting::event::DpEvent;
-use crate::accounting::{AccountingError, Conversion, GaussianDp, Neighbours, positive, probability};
+use crate::accounting::{AccountingError, Conversion, Neighbours, positive, probability};
 use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
 use crate::data::features::Features;

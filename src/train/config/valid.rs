@@ -45,12 +45,6 @@ impl ValidConfig {
     pub fn sigma(&self) -> Option<f64> {
         self.privacy.as_ref().map(|p| p.sigma())
     }
-    /// The whole run's Gaussian-DP guarantee where its accounting has one (full-batch GD:
-    /// training plus every scheduled release). Its ε under `privacy.conversion` is the run's ε.
-    #[must_use]
-    pub fn guarantee(&self) -> Option<GaussianDp> {
-        self.privacy.as_ref()?.guarantee()
-    }
     /// The per-example budget B_norm = k·C² of full-batch private GD (the accounting crate's
     /// [`PrivateGd::b_norm`](crate::accounting::PrivateGd::b_norm)); None for other methods.
     #[must_use]
