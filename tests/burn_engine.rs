@@ -11,6 +11,7 @@ use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::PaddingConfig2d;
 use burn::tensor::activation::{log_softmax, relu};
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use common::devices;
 use dpgd::nn::{
     Classifier, Conv2d, Conv2dConfig, Embedding, EmbeddingConfig, GroupNorm, GroupNormConfig, LayerNorm,
     LayerNormConfig, Linear, LinearConfig,
@@ -22,15 +23,6 @@ use rand::{RngExt, SeedableRng};
 /// The default device (flex).
 fn device() -> Device {
     Device::flex()
-}
-
-/// Every backend the build has: the exactness tests run on each (flex and ndarray always;
-/// wgpu when the `wgpu` feature is on — on a GPU, or on Mesa's lavapipe where there is none).
-fn devices() -> Vec<Device> {
-    #[allow(deprecated)]
-    let cpu = [Device::flex(), Device::ndarray()];
-    let wgpu = cfg!(feature = "wgpu").then(|| dpgd::device::DeviceKind::Wgpu.device().unwrap());
-    cpu.into_iter().chain(wgpu).collect()
 }
 
 /// Per-example gradients through burn's autodiff, one example and one backward at a time, in

@@ -13,7 +13,9 @@
 //!    exactly that example's own clipped row: the sensitivity the noise is calibrated to, in the
 //!    integers the computer adds.
 
-use burn::tensor::Device;
+mod common;
+
+use common::devices;
 use dpgd::accounting::filter::{IndividualFilter, LedgerSlot};
 use dpgd::arch::{LayerSpec as L, ModelSpec, kinds};
 use dpgd::clip::{BlockStats, NonFinitePolicy, Rows, SumGrid, clip_block};
@@ -156,13 +158,6 @@ fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
             assert!(own.iter().any(|&v| v != 0), "{name}: example {j} adds nothing: the test would not test");
         }
     }
-}
-
-fn devices() -> Vec<Device> {
-    #[allow(deprecated)]
-    let cpu = [Device::flex(), Device::ndarray()];
-    let wgpu = cfg!(feature = "wgpu").then(|| dpgd::device::DeviceKind::Wgpu.device().unwrap());
-    cpu.into_iter().chain(wgpu).collect()
 }
 
 #[test]

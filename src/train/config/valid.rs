@@ -63,7 +63,7 @@ impl ValidConfig {
     pub fn ledger_unit(&self) -> String {
         match &self.privacy {
             Some(p) => p.ledger_unit(),
-            None => "squared norm of the clipped per-example gradient".into(),
+            None => crate::train::method::full_batch::CLIPPED_NORM_UNIT.into(),
         }
     }
     /// The run's privacy-relevant composition as data — training and every release — for any

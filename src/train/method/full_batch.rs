@@ -17,6 +17,9 @@ use crate::train::config::{TrainConfig, ValidConfig, attribute, field};
 use crate::train::privacy::{Accounting, ReleaseReport, RunSession, SessionReport, TrainingReport, private_gd};
 use crate::train::releases::{ReleaseKind, ScheduledRelease};
 
+/// What a full-batch run's ledger measures (and what a run without a ledger reports).
+pub(crate) const CLIPPED_NORM_UNIT: &str = "squared norm of the clipped per-example gradient";
+
 /// σ, the run's Gaussian-DP guarantee and its event (training and every scheduled release).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FullBatch {
@@ -107,7 +110,7 @@ impl RunAccounting for FullBatch {
         Some(self.b_norm)
     }
     fn ledger_unit(&self) -> String {
-        "squared norm of the clipped per-example gradient".into()
+        CLIPPED_NORM_UNIT.into()
     }
     fn has_session(&self) -> bool {
         true
