@@ -71,6 +71,9 @@ struct Args {
     /// The burn device: flex or ndarray (CPU), or wgpu (built with `--features wgpu`).
     #[arg(long, default_value = "flex")]
     device: String,
+    /// Examples per micro-batch (64 suits the CPU; a GPU wants 1024 or more).
+    #[arg(long, default_value_t = 64)]
+    chunk: usize,
 }
 
 /// The user's model: stem conv (stride 2) → GroupNorm → ReLU, a residual block of conv →
@@ -133,7 +136,7 @@ fn main() -> anyhow::Result<()> {
     let config = format!(
         "name = \"custom-model\"\n[data]\ndir = {dir:?}\ntrain_subset = {}\ntest_subset = {}\n\
          [privacy]\nmethod = \"filtered\"\nepsilon = {}\ndelta = {}\nclip = {}\nworst_case_steps = {}\n\
-         [train]\nlr = {}\nmax_steps = {}\neval_every = 4\nchunk = 64\ndevice = {:?}\n\
+         [train]\nlr = {}\nmax_steps = {}\neval_every = 4\nchunk = {}\ndevice = {:?}\n\
          [release]\nactive_count = \"noisy\"\nactive_count_sigma = 1000.0\nactive_count_every = 4\n\
          [stopping]\nrule = \"best-train-accuracy\"\nevery = 4\nsigma = 500.0\npatience = 3\n",
         a.train_subset,
@@ -144,6 +147,7 @@ fn main() -> anyhow::Result<()> {
         a.worst_case_steps,
         a.lr,
         a.max_steps,
+        a.chunk,
         a.device,
         dir = a.data.display().to_string(),
     );

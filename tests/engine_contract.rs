@@ -7,20 +7,23 @@
 //!    zero padding of a short last micro-batch do not change it (beyond
 //!    [`PerExample::row_tolerance`]; the trainer calls an engine at one batch size);
 //! 2. the squared norm an engine reports is its row's, the factored (outer-product) blocks
-//!    included, within the rounding of an f64 sum in any order;
+//!    included, within the rounding of an f64 sum in any order; for an engine that keeps its
+//!    rows on its device, at least the row's exact squared norm and within 10⁻⁴ of it;
 //! 3. `gradients` and `gradients_with_norms` give the same rows;
 //! 4. with the exact clipped sum, a neighbour (the batch without one example, padded) moves the sum by
 //!    exactly that example's own clipped row: the sensitivity the noise is calibrated to, in the
-//!    integers the computer adds.
+//!    integers the computer adds; for an engine that keeps its rows, by exactly the example's own
+//!    row as the device rounds and sums it, and within the device grid's rounding of the host's
+//!    exact sum.
 
 mod common;
 
 use common::devices;
 use dpgd::accounting::filter::{IndividualFilter, LedgerSlot};
 use dpgd::arch::{LayerSpec as L, ModelSpec, kinds};
-use dpgd::clip::{BlockStats, NonFinitePolicy, Rows, SumGrid, clip_block};
+use dpgd::clip::{BlockStats, DeviceGrid, NonFinitePolicy, Rows, SumGrid, clip_block, clip_kept_block};
 use dpgd::model::BurnModel;
-use dpgd::per_example::{BurnEngine, Network, PerExample, check_rows_are_own};
+use dpgd::per_example::{BurnEngine, Held, Network, PerExample, check_rows_are_own};
 use rand::{RngExt, SeedableRng};
 use rayon::iter::ParallelIterator;
 
@@ -52,19 +55,32 @@ fn examples(n: usize, len: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
 }
 
 /// The rows and norms of the examples `x` (as the clip reads them: written values and exact
-/// outer products), and the rows `gradients` writes.
+/// outer products), and the rows `gradients` writes. For an engine that keeps its rows on its
+/// device, the norms are its bounds, and `kept` the device's exact clipped sum of the first
+/// `sum_rows` rows ([`kept_sum`]).
 struct Computed {
     rows: Vec<Vec<f64>>,
     norms: Vec<f64>,
     dense: Vec<f32>,
+    kept: Option<Vec<i64>>,
 }
 
-fn compute<E: PerExample>(engine: &E, theta: &[f32], x: &[f32], y: &[u8]) -> Computed {
+fn compute<E: PerExample>(engine: &E, theta: &[f32], x: &[f32], y: &[u8], sum_rows: usize) -> Computed {
     let (b, p) = (y.len(), engine.num_params());
     let mut scratch = engine.scratch(b);
     let (mut grads, mut losses, mut norms) = (vec![0.0f32; b * p], vec![0.0f32; b], vec![0.0f64; b]);
-    let outer = engine.gradients_with_norms(theta, x, y, &mut scratch, &mut grads, &mut losses, &mut norms);
-    let view = Rows::with_outer(&grads, p, outer);
+    let (outer, kept) =
+        match engine.gradients_with_norms(theta, x, y, &mut scratch, &mut grads, &mut losses, &mut norms) {
+            Held::Host(outer) => (Some(outer), None),
+            Held::Device(rows) => (None, Some(kept_sum(rows, &norms[..sum_rows], p, b))),
+        };
+    let mut scratch2 = engine.scratch(b);
+    let mut dense = vec![0.0f32; b * p];
+    engine.gradients(theta, x, y, &mut scratch2, &mut dense, &mut losses);
+    let view = match outer {
+        Some(outer) => Rows::with_outer(&grads, p, outer),
+        None => Rows::dense(&dense, p),
+    };
     let rows = (0..b)
         .map(|r| {
             let mut row = vec![0.0; p];
@@ -72,10 +88,22 @@ fn compute<E: PerExample>(engine: &E, theta: &[f32], x: &[f32], y: &[u8]) -> Com
             row
         })
         .collect();
-    let mut scratch = engine.scratch(b);
-    let mut dense = vec![0.0f32; b * p];
-    engine.gradients(theta, x, y, &mut scratch, &mut dense, &mut losses);
-    Computed { rows, norms, dense }
+    Computed { rows, norms, dense, kept }
+}
+
+/// The device's exact clipped sum of the rows kept on it whose norms are given (the first
+/// `norms.len()` of a micro-batch of `batch`), every example with a fresh budget, as the trainer
+/// adds them ([`clip_kept_block`]).
+fn kept_sum(rows: &mut dyn dpgd::clip::KeptRows, norms: &[f64], p: usize, batch: usize) -> Vec<i64> {
+    let b = norms.len();
+    let mut ledger = IndividualFilter::new(b, 4.0 * CLIP * CLIP).unwrap();
+    let mut slots: Vec<LedgerSlot<'_>> = ledger.slots_mut(0..b).collect();
+    let mut refs: Vec<_> = slots.iter_mut().collect();
+    let mut acc = vec![0i64; p];
+    let grid = (SumGrid::fixed_point(CLIP, 64).unwrap(), batch);
+    clip_kept_block(rows, norms, &mut refs, CLIP, NonFinitePolicy::Skip, grid, &mut acc, &mut BlockStats::default())
+        .unwrap();
+    acc
 }
 
 /// `x` (examples of `len` values) zero-padded to `batch` examples, as the trainer pads a short
@@ -118,10 +146,10 @@ fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
         check_rows_are_own(engine, theta, batch).unwrap_or_else(|e| panic!("{name}: {}", e.explained()));
     }
     let (x, y) = examples(7, len, 3);
-    let all = compute(engine, theta, &x, &y);
+    let all = compute(engine, theta, &x, &y, 7);
     // 1. Padding: a short last micro-batch, zero-padded to the batch size as the trainer pads
     //    it, gives its examples the rows they have among real companions.
-    let short = compute(engine, theta, &padded(&x[..3 * len], len, 7), &padded_labels(&y[..3], 7));
+    let short = compute(engine, theta, &padded(&x[..3 * len], len, 7), &padded_labels(&y[..3], 7), 3);
     for r in 0..3 {
         assert!(same_row(&short.rows[r], &all.rows[r], tol), "{name}: example {r}'s row changes with padding");
     }
@@ -129,12 +157,21 @@ fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
         // 2. The norm is the row's, factored blocks included.
         let exact: f64 = row.iter().map(|v| v * v).sum();
         assert!(exact > 0.0, "{name}: example {r} has a zero row: the test would not test");
-        let slack = p as f64 * f64::EPSILON * exact;
-        assert!(
-            (all.norms[r] - exact).abs() <= slack,
-            "{name}: example {r}: norm {} for a row of {exact}",
-            all.norms[r]
-        );
+        if engine.keeps_rows() {
+            // A bound: never below the row's exact squared norm, and tight.
+            assert!(
+                all.norms[r] >= exact && all.norms[r] <= exact * (1.0 + 1e-4),
+                "{name}: example {r}: bound {} for a row of {exact}",
+                all.norms[r]
+            );
+        } else {
+            let slack = p as f64 * f64::EPSILON * exact;
+            assert!(
+                (all.norms[r] - exact).abs() <= slack,
+                "{name}: example {r}: norm {} for a row of {exact}",
+                all.norms[r]
+            );
+        }
         // 3. Both entry points give the row.
         let dense: Vec<f64> = all.dense[r * p..(r + 1) * p].iter().map(|&v| f64::from(v)).collect();
         assert!(
@@ -150,12 +187,40 @@ fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
             let keep: Vec<usize> = (0..7).filter(|&i| i != j).collect();
             let xs: Vec<f32> = keep.iter().flat_map(|&i| x[i * len..(i + 1) * len].iter().copied()).collect();
             let ys: Vec<u8> = keep.iter().map(|&i| y[i]).collect();
-            let without = compute(engine, theta, &padded(&xs, len, 7), &padded_labels(&ys, 7));
+            let without = compute(engine, theta, &padded(&xs, len, 7), &padded_labels(&ys, 7), 6);
+            if let (Some(whole), Some(without)) = (&all.kept, &without.kept) {
+                // On the device: the example's own row, alone at the head of a padded batch.
+                let alone = compute(
+                    engine,
+                    theta,
+                    &padded(&x[j * len..(j + 1) * len], len, 7),
+                    &padded_labels(&y[j..=j], 7),
+                    1,
+                );
+                let own = alone.kept.unwrap();
+                let moved: Vec<i64> = whole.iter().zip(without).map(|(a, b)| a - b).collect();
+                assert_eq!(moved, own, "{name}: removing example {j} moves the device's sum by more than its own row");
+                assert!(own.iter().any(|&v| v != 0), "{name}: example {j} adds nothing on the device");
+            }
             let without = clipped_sum(&without.dense[..6 * p], p);
             let own = clipped_sum(&all.dense[j * p..(j + 1) * p], p);
             let moved: Vec<i64> = whole.iter().zip(&without).map(|(a, b)| a - b).collect();
             assert_eq!(moved, own, "{name}: removing example {j} moves the exact sum by more than its own row");
             assert!(own.iter().any(|&v| v != 0), "{name}: example {j} adds nothing: the test would not test");
+        }
+    }
+    // 4. The device's sum is the host's within the device grid's rounding and the bound's
+    //    margin on the factors.
+    if let Some(kept) = &all.kept {
+        let grid = SumGrid::fixed_point(CLIP, 64).unwrap();
+        let device = DeviceGrid::new(grid, CLIP, 7).grid().gamma();
+        let host = clipped_sum(&all.dense, p);
+        for (j, (k, h)) in kept.iter().zip(&host).enumerate() {
+            let gap = (k - h) as f64 * grid.gamma();
+            assert!(
+                gap.abs() <= 7.0 * (device + 1e-4 * CLIP),
+                "{name}: coordinate {j}: device and host sums differ by {gap}"
+            );
         }
     }
 }
@@ -171,8 +236,12 @@ fn the_fast_engine_keeps_the_contract() {
 fn the_burn_engine_keeps_the_contract() {
     for d in devices() {
         let engine = BurnEngine::new(BurnModel::from_spec(&spec(), &d).unwrap(), &d, [1, 8, 8], 3).unwrap();
+        assert!(engine.rows_on_device(), "the batched burn engine clips on its device");
         let theta = engine.current_params().unwrap();
         contract(&format!("burn engine on {d:?}"), &engine, &theta);
+        // And with the rows copied to the host, as a comparison run does.
+        let host = engine.with_rows_on_host();
+        contract(&format!("burn engine on {d:?}, rows on the host"), &host, &theta);
     }
 }
 

@@ -4,6 +4,7 @@ gradients (GradSampleModule hooks), clip, sum over all 60k MNIST examples in chu
 draw, one update. Reuses the peer benchmark's helpers (../shared/peers/bench_torch.py).
 
     $PEERS_VENV/bin/python experiments/speed/residual_opacus.py --out experiments/speed/results/opacus-residual.json
+    python3 experiments/speed/residual_opacus.py --device cuda --chunk 1024   # on a GPU, synchronised
 """
 import argparse, json, os, statistics, sys, time
 
@@ -11,7 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/peers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("PEERS_DIR", os.path.join(HERE, "..", "..", "..", "shared", "peers")))
 import bench_torch as bt  # noqa: E402
 import mnist_data as md  # noqa: E402
 
@@ -40,25 +42,31 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (model, data and sums on the GPU)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(1)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    gen = torch.Generator(device=dev).manual_seed(1)
     xtr, ytr = md.load("train")
-    X, Y = torch.from_numpy(xtr), torch.from_numpy(ytr)
-    model = ResidualNet()
+    X, Y = torch.from_numpy(xtr).to(dev), torch.from_numpy(ytr).to(dev)
+    model = ResidualNet().to(dev)
     pe, params = bt.make_opacus(model)
     N, times = X.shape[0], []
     for rep in range(a.warmup + a.reps):
+        sync()
         t0 = time.perf_counter()
         acc = [torch.zeros_like(p) for p in params]
         for s in range(0, N, a.chunk):
             for A, G in zip(acc, bt.clip_and_sum(pe(X[s:s + a.chunk], Y[s:s + a.chunk]), 1.0)):
                 A.add_(G)
         with torch.no_grad():
-            for p, g in zip(params, bt.add_noise(acc, 1.0, 1.0, gen)):
-                p.add_(g, alpha=-1.0 / N)
+            for p, g in zip(params, acc):
+                p.add_(g + torch.normal(0.0, 1.0, size=g.shape, generator=gen, device=dev), alpha=-1.0 / N)
+        sync()
         dt = time.perf_counter() - t0
         print(f"opacus residual fullstep rep {rep}: {dt:.2f} s", flush=True)
         if rep >= a.warmup:
@@ -67,7 +75,10 @@ def main():
     res = {"framework": "torch", "torch": torch.__version__, "opacus": opacus.__version__, "method": "opacus",
            "model": "residual-groupnorm",
            "nparams": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
+           "device": torch.cuda.get_device_name() if cuda else "cpu",
            "results": {"chunk": a.chunk, "step_s": bt.stats(times)}, "peak_rss_mib": md.peak_rss_mib()}
+    if cuda:
+        res["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(f"median {statistics.median(times):.2f} s, peak RSS {res['peak_rss_mib']:.0f} MiB", flush=True)
     if a.out:
         with open(a.out, "w") as f:

@@ -35,8 +35,10 @@ use serde::{Deserialize, Serialize};
 use crate::accounting::filter::LedgerSlot;
 use crate::noise::NoiseSampler;
 
+pub mod kept;
 mod rows;
 
+pub use kept::{DeviceGrid, KeptRows};
 pub use rows::{Outer, Rows, outer_squared_norm};
 
 /// Relative shrink of every clip factor (2⁻²⁰ ≈ 1e-6): covers the f64 rounding of the squared
@@ -262,24 +264,112 @@ pub fn clip_block(
 ) -> Result<(), usize> {
     let norms: Vec<f64> = rows.chunks_exact(p.max(1)).take(slots.len()).map(squared_norm).collect();
     let which: Vec<usize> = (0..slots.len()).collect();
-    clip_block_with_norms(&Rows::dense(rows, p), &which, &norms, slots, clip, policy, grid, acc, stats)
+    clip_block_with_norms(RowsAt::Host(&Rows::dense(rows, p)), &which, &norms, slots, clip, policy, grid, acc, stats)
+}
+
+/// [`clip_block`] for rows an engine kept on its device ([`KeptRows`]; row r charged to
+/// `slots[r]`, `norms[r]` at least its exact squared norm: [`kept::squared_norm_bound`]) in
+/// micro-batches of `batch` rows: each example is charged and given its factor on the device
+/// grid [`DeviceGrid::new`]`(grid, clip, batch)`, and the device's integer sum of the live rows
+/// is added to `acc` in units of `grid`. What the trainer does with an engine that keeps its
+/// rows.
+///
+/// # Errors
+/// As [`clip_block`].
+#[allow(clippy::too_many_arguments)]
+pub fn clip_kept_block(
+    rows: &mut dyn KeptRows,
+    norms: &[f64],
+    slots: &mut [&mut LedgerSlot<'_>],
+    clip: f64,
+    policy: NonFinitePolicy,
+    (grid, batch): (SumGrid, usize),
+    acc: &mut [i64],
+    stats: &mut BlockStats,
+) -> Result<(), usize> {
+    let which: Vec<usize> = (0..slots.len()).collect();
+    let at = RowsAt::Device(rows, DeviceGrid::new(grid, clip, batch));
+    clip_block_with_norms(at, &which, norms, slots, clip, policy, grid, acc, stats)
+}
+
+/// Where a micro-batch's rows are for the clip to add them: written on the host, or kept by
+/// the engine on its device (a GPU), which rounds them onto the coarser [`DeviceGrid`] and sums
+/// them there ([`kept`]).
+pub(crate) enum RowsAt<'r, 'a> {
+    /// Written rows and outer blocks, on the host.
+    Host(&'r Rows<'a>),
+    /// Rows the engine kept, and the grid it rounds them onto.
+    Device(&'r mut dyn KeptRows, DeviceGrid),
+}
+
+impl RowsAt<'_, '_> {
+    fn p(&self) -> usize {
+        match self {
+            RowsAt::Host(rows) => rows.p(),
+            RowsAt::Device(rows, _) => rows.p(),
+        }
+    }
+
+    /// Whether `sq` is row r's squared norm as the engine contract asks (debug checks; a kept
+    /// row is not on the host to check: the engine contract test checks its bounds).
+    pub(crate) fn is_squared_norm_of(&self, r: usize, sq: f64) -> bool {
+        match self {
+            RowsAt::Host(rows) => rows.is_squared_norm_of(r, sq),
+            RowsAt::Device(..) => true,
+        }
+    }
+
+    /// Adds the `live` rows (row, clip factor in units of [`grid`](Self::grid)) to `acc`, in
+    /// units of the run's grid.
+    fn add(&mut self, live: &[(usize, f64)], acc: &mut [i64]) {
+        match self {
+            RowsAt::Host(rows) => rows.add_rounded(live, acc),
+            RowsAt::Device(rows, grid) => {
+                if live.is_empty() {
+                    return;
+                }
+                let factors: Vec<(usize, f32)> = live.iter().map(|&(r, f)| (r, kept::device_factor(f))).collect();
+                let mut sum = vec![0i64; rows.p()];
+                rows.sum_rounded(&factors, &mut sum);
+                grid.add_to(&sum, acc);
+            }
+        }
+    }
+
+    /// The grid the rows are rounded onto for a sum on `sum`.
+    fn grid(&self, sum: SumGrid) -> SumGrid {
+        match self {
+            RowsAt::Host(_) => sum,
+            RowsAt::Device(_, grid) => grid.grid(),
+        }
+    }
+
+    /// Rows charged before their group is added: 64 on the host (the group's rows still in
+    /// cache); the whole micro-batch on a device (one sum and one transfer).
+    fn group(&self) -> usize {
+        match self {
+            RowsAt::Host(_) => 64,
+            RowsAt::Device(..) => usize::MAX,
+        }
+    }
 }
 
 /// [`clip_block`] over the rows `which` of `rows` (row `which[k]` charged to `slots[k]`), with
-/// each row's squared norm given: `norms[r]` must be the f64 sum of the squares of exactly row
-/// r's values, added in any order (what [`Rows::squared_norm`] computes up to the order of its
-/// additions, or an outer block's [`outer_squared_norm`]; [`FACTOR_SHRINK`] covers the rounding
-/// of either). An engine computes it while the rows it writes are still in cache
-/// ([`crate::per_example::PerExample::gradients_with_norms`]); a smaller value would let a row
-/// add more than its example is charged, so the engine contract test checks every engine's
-/// norms against its rows, and builds with debug assertions recompute each norm here and stop
-/// on a mismatch.
+/// each row's squared norm given. For written rows, `norms[r]` must be the f64 sum of the
+/// squares of exactly row r's values, added in any order (what [`Rows::squared_norm`] computes
+/// up to the order of its additions, or an outer block's [`outer_squared_norm`];
+/// [`FACTOR_SHRINK`] covers the rounding of either); for kept rows, an upper bound of it
+/// ([`kept::squared_norm_bound`]). An engine computes it while the rows it writes are still in
+/// cache ([`crate::per_example::PerExample::gradients_with_norms`]); a smaller value would let a
+/// row add more than its example is charged, so the engine contract test checks every engine's
+/// norms against its rows, and builds with debug assertions recompute each written row's norm
+/// here and stop on a mismatch.
 ///
 /// # Errors
 /// As [`clip_block`], the index into `which`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn clip_block_with_norms(
-    rows: &Rows<'_>,
+    mut rows: RowsAt<'_, '_>,
     which: &[usize],
     norms: &[f64],
     slots: &mut [&mut LedgerSlot<'_>],
@@ -289,26 +379,22 @@ pub(crate) fn clip_block_with_norms(
     acc: &mut [i64],
     stats: &mut BlockStats,
 ) -> Result<(), usize> {
-    const GROUP: usize = 64;
     // Internal: callers size the rows, norms and slots from one micro-batch.
     assert!(which.len() == slots.len(), "a row per slot");
-    for (g, (which, slots)) in which.chunks(GROUP).zip(slots.chunks_mut(GROUP)).enumerate() {
+    let (group, row_grid, p) = (rows.group(), rows.grid(grid), rows.p());
+    for (g, (which, slots)) in which.chunks(group).zip(slots.chunks_mut(group)).enumerate() {
         let mut live = Vec::with_capacity(which.len());
         for (k, (&r, slot)) in which.iter().zip(slots.iter_mut()).enumerate() {
             let sq = norms[r];
-            debug_assert!(
-                rows.is_squared_norm_of(r, sq),
-                "row {r}: norm {sq} given for a row of squared norm {}",
-                rows.squared_norm(r)
-            );
-            let (f, out) = clip_factor_of(rows.p(), sq, slot, clip, policy, grid).map_err(|_| g * GROUP + k)?;
+            debug_assert!(rows.is_squared_norm_of(r, sq), "row {r}: norm {sq} given for a row of another norm");
+            let (f, out) = clip_factor_of(p, sq, slot, clip, policy, row_grid).map_err(|_| g * group + k)?;
             if f != 0.0 {
                 live.push((r, f));
             }
             stats.rows += 1;
             stats.skipped_nonfinite += usize::from(out.norm.is_nan());
         }
-        rows.add_rounded(&live, acc);
+        rows.add(&live, acc);
     }
     Ok(())
 }
@@ -668,7 +754,7 @@ mod tests {
             let mut acc = vec![0i64; case.p];
             let mut slot = ledger.slot_mut(0);
             let stats = &mut BlockStats::default();
-            clip_block_with_norms(&rows, &[0], &[norm], &mut [&mut slot], clip, NonFinitePolicy::Skip, grid, &mut acc, stats)
+            clip_block_with_norms(RowsAt::Host(&rows), &[0], &[norm], &mut [&mut slot], clip, NonFinitePolicy::Skip, grid, &mut acc, stats)
                 .unwrap();
             let added = acc.iter().map(|&v| (v as f64 * grid.gamma()).powi(2)).sum::<f64>().sqrt();
             prop_assert!(added <= ledger.spent(0).sqrt(), "{} > {}", added, ledger.spent(0).sqrt());
@@ -720,7 +806,7 @@ mod tests {
         let mut slot = ledger.slot_mut(0);
         let stats = &mut BlockStats::default();
         clip_block_with_norms(
-            &rows,
+            RowsAt::Host(&rows),
             &[0],
             &[norm],
             &mut [&mut slot],
@@ -780,7 +866,7 @@ mod tests {
         let grid = SumGrid::fixed_point(10.0, 1).unwrap();
         let mut acc = vec![0i64; 3];
         let _ = clip_block_with_norms(
-            &Rows::dense(&rows, 3),
+            RowsAt::Host(&Rows::dense(&rows, 3)),
             &[0],
             &[25.0],
             &mut refs,
@@ -824,7 +910,7 @@ mod tests {
                 let which: Vec<usize> = (0..n).collect();
                 let rows = Rows::dense(&rows, p);
                 clip_block_with_norms(
-                    &rows,
+                    RowsAt::Host(&rows),
                     &which,
                     &norms,
                     &mut refs,

@@ -13,7 +13,7 @@ use crate::arch::kinds::Read;
 use crate::arch::{Activation, BurnLayer, ModelSpec, Shape, ShapeError};
 use crate::error::{Error, Result};
 use crate::nn::Classifier;
-use crate::per_example::{BurnEngine, Layer, Network, PerExample};
+use crate::per_example::{BurnEngine, Held, Layer, Network, PerExample};
 
 /// A sequential burn model: one [`BurnLayer`] per layer of a [`ModelSpec`].
 #[derive(Module, Debug)]
@@ -223,6 +223,8 @@ impl ConfigModel {
     }
 }
 
+/// Every method forwards to the burn engine, the ones with defaults included (its rows kept on
+/// the device, its row tolerance and its reseeding are the engine's).
 impl PerExample for ConfigModel {
     type Scratch = <BurnEngine<BurnModel> as PerExample>::Scratch;
 
@@ -252,11 +254,35 @@ impl PerExample for ConfigModel {
     ) {
         self.engine.gradients(theta, x, labels, scratch, grads, losses);
     }
+    fn gradients_with_norms<'s>(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        scratch: &'s mut Self::Scratch,
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) -> Held<'s> {
+        self.engine.gradients_with_norms(theta, x, labels, scratch, grads, losses, norms)
+    }
+    fn keeps_rows(&self) -> bool {
+        self.engine.keeps_rows()
+    }
+    fn preferred_chunk(&self) -> usize {
+        self.engine.preferred_chunk()
+    }
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32] {
         self.engine.logits(theta, x, b, scratch)
     }
     fn largest_part(&self) -> Option<(String, usize)> {
         self.engine.largest_part()
+    }
+    fn row_tolerance(&self) -> f64 {
+        self.engine.row_tolerance()
+    }
+    fn reseed(&self, seed: u64) {
+        self.engine.reseed(seed);
     }
 }
 

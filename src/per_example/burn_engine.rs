@@ -6,17 +6,23 @@
 //! forward with a tape open, back-propagate the summed per-example cross-entropies with the
 //! parameters frozen (only activation gradients are computed: about half of a normal
 //! backward), let each recorded layer turn its probe's gradient into per-example parameter
-//! gradients, and copy the `[batch, P]` rows to the host in θ's layout. Clipping, the exact
-//! sum, the ledger and the noise are then the trainer's, shared with the fast engine.
+//! gradients, and keep them on the device: only each row's squared norm (bounded above for the
+//! device's f32 arithmetic) goes to the host, where the ledger turns it into a clip factor; the
+//! device scales each row by its factor, rounds it onto the sum's grid and adds the micro-batch
+//! in integers, and only that P-integer sum comes back ([`crate::clip::kept`] states why the
+//! sensitivity holds in the device's arithmetic). The ledger, the exact 64-bit sum, the noise
+//! and the releases are the trainer's, shared with the fast engine. (The one-backward-per-example
+//! fallback, and [`BurnEngine::with_rows_on_host`], copy the `[batch, P]` rows to the host
+//! instead.)
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use super::PerExample;
+use super::{DeviceRows, Held, PerExample};
 use crate::error::{Error, Result};
 use crate::nn::{Classifier, record};
 
@@ -57,6 +63,8 @@ pub struct BurnEngine<M: Classifier> {
     index: HashMap<ParamId, usize>,
     /// How the per-example gradients are computed.
     backprop: Backprop,
+    /// Whether a clipped sum keeps the rows on the device (batched rows in f32 or f64).
+    keep_rows: bool,
 }
 
 /// How the burn engine computes per-example gradients.
@@ -162,6 +170,7 @@ pub struct BurnScratch<M> {
     model: M,
     loaded: Vec<f32>,
     logits: Vec<f32>,
+    kept: DeviceRows,
 }
 
 impl<M: Classifier> BurnEngine<M> {
@@ -209,6 +218,22 @@ impl<M: Classifier> BurnEngine<M> {
         self.backprop
     }
 
+    /// This engine with its clipped sums computed on the host: every row is copied to the host
+    /// for the norms, the clip and the exact sum (what the engine did before it kept the rows on
+    /// the device; for comparisons, and the same privacy guarantee).
+    #[must_use]
+    pub fn with_rows_on_host(mut self) -> Self {
+        self.keep_rows = false;
+        self
+    }
+
+    /// Whether a clipped sum keeps the rows on the device ([`PerExample::keeps_rows`]): for the
+    /// batched rule with f32 or f64 rows, unless [`with_rows_on_host`](Self::with_rows_on_host).
+    #[must_use]
+    pub fn rows_on_device(&self) -> bool {
+        self.keep_rows
+    }
+
     fn build(model: M, device: &Device, input: [usize; 3], classes: usize, backprop: Backprop) -> Result<Self> {
         let batched = backprop == Backprop::Batched;
         let refuse = Error::Model;
@@ -243,6 +268,8 @@ impl<M: Classifier> BurnEngine<M> {
         // a constant broadcast over the batch) would give rows that are not per example.
         let mut recorded = std::collections::HashSet::new();
         let mut values_per_example = 0;
+        // Rows in f32 or f64 can be kept on the device: the norm's bound covers their rounding.
+        let mut float_rows = true;
         for b in [2, 3] {
             let dry = caught(|| {
                 let x = Tensor::<4>::zeros([b, input[0], input[1], input[2]], &device);
@@ -261,6 +288,9 @@ impl<M: Classifier> BurnEngine<M> {
                     "the model's forward returns logits of shape {logits:?} for {b} examples of shape {input:?}; the data \
                      have {classes} classes, so it must be [{b}, {classes}]"
                 )));
+            }
+            if let Ok(rows) = &rows {
+                float_rows &= rows.values().all(|r| matches!(r.dtype(), DType::F32 | DType::F64));
             }
             if let (true, Err((id, dims))) = (batched, rows) {
                 let path = inv.params.iter().find(|f| f.id == id).map_or("a parameter", |f| f.path.as_str());
@@ -305,6 +335,7 @@ impl<M: Classifier> BurnEngine<M> {
             index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
             params,
             backprop,
+            keep_rows: batched && float_rows,
         };
         let theta = engine.current_params()?;
         caught(|| super::check_rows_are_own(&engine, &theta, MIXING_CHECK_BATCH))
@@ -530,7 +561,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
     fn scratch(&self, _batch: usize) -> BurnScratch<M> {
         let model = self.template.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        BurnScratch { model, loaded: Vec::new(), logits: Vec::new() }
+        BurnScratch { model, loaded: Vec::new(), logits: Vec::new(), kept: DeviceRows::default() }
     }
     fn scratch_bytes(&self, batch: usize) -> Option<u64> {
         // The model copy and θ, then per example: the rows on the device, concatenated and on
@@ -595,6 +626,55 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
                 row[offset..offset + n].copy_from_slice(values);
             }
         }
+    }
+
+    /// On the device ([`rows_on_device`](Self::rows_on_device)): the rows stay there
+    /// ([`DeviceRows`]), and each row's squared norm is bounded from its parameters' blocked
+    /// sums of squares, read back with the losses in one copy.
+    fn gradients_with_norms<'s>(
+        &self,
+        theta: &[f32],
+        x: &[f32],
+        labels: &[u8],
+        s: &'s mut BurnScratch<M>,
+        grads: &mut [f32],
+        losses: &mut [f32],
+        norms: &mut [f64],
+    ) -> Held<'s> {
+        let b = labels.len();
+        if !self.keep_rows {
+            self.gradients(theta, x, labels, s, grads, losses);
+            for (n, row) in norms.iter_mut().zip(grads.chunks_exact(self.num_params)).take(b) {
+                *n = crate::clip::squared_norm(row);
+            }
+            return Held::Host(Vec::new());
+        }
+        let x = self.batch(x, b);
+        let model = self.loaded(theta, s);
+        let y = Tensor::<1, Int>::from_data(
+            TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
+            &self.device,
+        );
+        let Dry { losses: loss, rows, .. } = rows_of(model, x, y, b, &self.sizes);
+        // Rows that are not [b, n] (a model whose forward changes with the batch) have no bound:
+        // non-finite, charged and never summed.
+        let Ok(mut sums) = rows else {
+            s.kept = DeviceRows::default();
+            losses[..b].copy_from_slice(&to_host(loss, b));
+            norms[..b].fill(f64::NAN);
+            return Held::Device(&mut s.kept);
+        };
+        s.kept = DeviceRows::new(
+            self.params.iter().map(|p| (sums.remove(&p.id).filter(|_| p.len() > 0), p.len())).collect(),
+        );
+        let (bounds, loss) = s.kept.squared_norm_bounds(b, loss);
+        norms[..b].copy_from_slice(&bounds);
+        losses[..b].iter_mut().zip(loss).for_each(|(l, v)| *l = v as f32);
+        Held::Device(&mut s.kept)
+    }
+
+    fn keeps_rows(&self) -> bool {
+        self.keep_rows
     }
 
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, s: &'s mut BurnScratch<M>) -> &'s [f32] {

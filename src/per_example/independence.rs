@@ -32,7 +32,7 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::PerExample;
+use super::{Held, PerExample};
 use crate::clip::Rows;
 
 /// Key of the check's examples (public: the check depends on the model alone).
@@ -152,7 +152,24 @@ impl<S> Batch<S> {
         seed: u64,
     ) -> (Rows<'s>, &'s [f64]) {
         engine.reseed(seed);
-        let outer = engine.gradients_with_norms(
+        let p = engine.num_params();
+        if engine.keeps_rows() {
+            // The norms the clip would charge (bounds from the device), then the rows themselves,
+            // which a kept call leaves on the device.
+            let _ = engine.gradients_with_norms(
+                theta,
+                &self.x,
+                &self.labels,
+                &mut self.scratch,
+                &mut [],
+                &mut self.losses,
+                &mut self.norms,
+            );
+            engine.reseed(seed);
+            engine.gradients(theta, &self.x, &self.labels, &mut self.scratch, &mut self.grads, &mut self.losses);
+            return (Rows::dense(&self.grads, p), &self.norms);
+        }
+        let outer = match engine.gradients_with_norms(
             theta,
             &self.x,
             &self.labels,
@@ -160,8 +177,12 @@ impl<S> Batch<S> {
             &mut self.grads,
             &mut self.losses,
             &mut self.norms,
-        );
-        (Rows::with_outer(&self.grads, engine.num_params(), outer), &self.norms)
+        ) {
+            Held::Host(outer) => outer,
+            // Not reached: an engine that keeps rows says so (above).
+            Held::Device(_) => Vec::new(),
+        };
+        (Rows::with_outer(&self.grads, p, outer), &self.norms)
     }
 }
 

@@ -11,6 +11,7 @@
 //! gradients from burn's autodiff (`tests/per_example_vs_autodiff.rs`, `tests/burn_engine.rs`).
 
 mod burn_engine;
+mod device_rows;
 mod engine;
 pub mod independence;
 pub mod layers;
@@ -20,13 +21,35 @@ mod network;
 mod predict;
 
 pub use burn_engine::{Backprop, BurnEngine, BurnScratch, TrainableParam};
+pub use device_rows::{DeviceRows, blocked_squares};
 pub use engine::{LayerTimes, Workspace};
 pub use independence::{Finding, Mixed, check_rows_are_own};
 pub use layers::{Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 pub use predict::count_correct;
 
-use crate::clip::Outer;
+use crate::clip::{KeptRows, Outer};
+
+/// Where [`PerExample::gradients_with_norms`] left a micro-batch's rows.
+pub enum Held<'s> {
+    /// Written into `grads`, except the outer blocks given here by their factors; the norms
+    /// are the rows' squared norms.
+    Host(Vec<Outer<'s>>),
+    /// Kept on the engine's device (`grads` is not written), for the clip to add there; the
+    /// norms are upper bounds of the kept rows' squared norms ([`crate::clip::kept`]).
+    Device(&'s mut dyn KeptRows),
+}
+
+impl<'s> Held<'s> {
+    /// The outer blocks of rows written on the host; `None` for rows kept on a device.
+    #[must_use]
+    pub fn host(self) -> Option<Vec<Outer<'s>>> {
+        match self {
+            Held::Host(outer) => Some(outer),
+            Held::Device(_) => None,
+        }
+    }
+}
 
 /// The micro-batch size (`train.chunk`) of an engine that names none: 64, where the burn
 /// engine's fixed cost per call is spread over enough examples (on flex, 64 and 128 measured
@@ -109,13 +132,19 @@ pub trait PerExample: Send + Sync {
         grads: &mut [f32],
         losses: &mut [f32],
         norms: &mut [f64],
-    ) -> Vec<Outer<'s>> {
+    ) -> Held<'s> {
         self.gradients(theta, x, labels, scratch, grads, losses);
         let p = self.num_params().max(1);
         for (n, row) in norms.iter_mut().zip(grads.chunks_exact(p)).take(labels.len()) {
             *n = crate::clip::squared_norm(row);
         }
-        Vec::new()
+        Held::Host(Vec::new())
+    }
+    /// Whether [`gradients_with_norms`](Self::gradients_with_norms) keeps the rows on the
+    /// engine's device ([`Held::Device`]) and never writes `grads` (the trainer then allocates
+    /// no host rows for it). False by default.
+    fn keeps_rows(&self) -> bool {
+        false
     }
     /// The logits (`b × classes`) of the `b` examples `x` at θ.
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32];
@@ -178,9 +207,9 @@ impl PerExample for Network {
         grads: &mut [f32],
         losses: &mut [f32],
         norms: &mut [f64],
-    ) -> Vec<Outer<'s>> {
+    ) -> Held<'s> {
         self.forward(theta, ws, x, labels.len());
-        self.backward_for_clip(theta, ws, labels, grads, losses, norms)
+        Held::Host(self.backward_for_clip(theta, ws, labels, grads, losses, norms))
     }
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, ws: &'s mut Workspace) -> &'s [f32] {
         self.forward(theta, ws, x, b)

@@ -12,11 +12,13 @@ use super::config::ValidConfig;
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
 use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::clip::{BlockStats, MAX_CLIPPED_PARAMS, NonFinitePolicy, Rows, SumGrid, axpy, clip_block_with_norms};
+use crate::clip::{
+    BlockStats, DeviceGrid, MAX_CLIPPED_PARAMS, NonFinitePolicy, Rows, RowsAt, SumGrid, axpy, clip_block_with_norms,
+};
 use crate::data::{Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, add_gaussian, gaussian};
-use crate::per_example::{Network, PerExample};
+use crate::per_example::{Held, Network, PerExample};
 
 /// How per-example gradients are combined.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -147,12 +149,15 @@ struct Scratch<W> {
 }
 
 impl<W> Scratch<W> {
-    fn new<E: PerExample<Scratch = W>>(net: &E, chunk: usize) -> Self {
+    /// Buffers for micro-batches of `chunk`; no host rows for an engine that keeps them on its
+    /// device in a clipped sum.
+    fn new<E: PerExample<Scratch = W>>(net: &E, chunk: usize, clipped: bool) -> Self {
+        let rows = if clipped && net.keeps_rows() { 0 } else { chunk * net.num_params() };
         Self {
             ws: net.scratch(chunk),
             x: vec![0.0; chunk * net.input_len()],
             labels: Vec::with_capacity(chunk),
-            grads: vec![0.0; chunk * net.num_params()],
+            grads: vec![0.0; rows],
             losses: vec![0.0; chunk],
             norms: vec![0.0; chunk],
             acc: Vec::new(),
@@ -311,7 +316,7 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
             .map(|slots| {
                 let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
                 let mut own = taken.unwrap_or_else(|| {
-                    let mut fresh = Scratch::new(&self.net, self.chunk);
+                    let mut fresh = Scratch::new(&self.net, self.chunk, gamma.is_some());
                     fresh.grid.resize(grid_len, 0);
                     fresh
                 });
@@ -390,11 +395,11 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         s.x[b * px..c * px].fill(0.0);
         s.labels.resize(c, 0);
-        let (x, grads) = (&s.x[..c * px], &mut s.grads[..c * p]);
+        let x = &s.x[..c * px];
         // The norms only where the clip charges them.
         let (clip, on_nonfinite, grid) = match self.aggregation {
             Aggregation::UnclippedNonPrivate => {
-                net.gradients(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses);
+                net.gradients(theta, x, &s.labels, &mut s.ws, &mut s.grads[..c * p], &mut s.losses);
                 for row in s.grads[..b * p].chunks_exact(p) {
                     axpy(1.0, row, &mut s.acc);
                 }
@@ -403,27 +408,27 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
             }
             Aggregation::Clip { clip, on_nonfinite, grid } => (clip, on_nonfinite, grid),
         };
-        let outer = net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
+        // No host rows for an engine that keeps them (`Scratch::new`).
+        let grads = if net.keeps_rows() { &mut [][..] } else { &mut s.grads[..c * p] };
+        let held = net.gradients_with_norms(theta, x, &s.labels, &mut s.ws, grads, &mut s.losses, &mut s.norms);
         s.stats.add_losses(&s.losses[..b]);
-        // Each row is clipped and added right after its backward pass, while in cache.
-        let rows = Rows::with_outer(&s.grads[..c * p], p, outer);
+        // Each row is clipped and added right after its backward pass, while in cache (or on
+        // the device that computed it).
+        let host;
+        let rows = match held {
+            Held::Host(outer) => {
+                host = Rows::with_outer(&s.grads[..c * p], p, outer);
+                RowsAt::Host(&host)
+            }
+            Held::Device(kept) => RowsAt::Device(kept, DeviceGrid::new(grid, clip, c)),
+        };
         let mut block = BlockStats::default();
         let clipped = if let Selection::ChargedSample(sample, acc) = selection {
-            charged_sample(&rows, &s.norms, batch, (sample, acc), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
+            charged_sample(rows, &s.norms, batch, (sample, acc), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
         } else {
             let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
             let which: Vec<usize> = (0..b).collect();
-            clip_block_with_norms(
-                &rows,
-                &which,
-                &s.norms,
-                &mut slots,
-                clip,
-                on_nonfinite,
-                grid,
-                &mut s.grid,
-                &mut block,
-            )
+            clip_block_with_norms(rows, &which, &s.norms, &mut slots, clip, on_nonfinite, grid, &mut s.grid, &mut block)
         };
         if let Err(j) = clipped {
             s.failed = Some(batch[j].0);
@@ -460,7 +465,7 @@ impl Selection<'_> {
 /// skip or refuse, as it would not be in plain DP-SGD. On a non-finite row under
 /// `on_nonfinite = "error"`, the position in `batch` of the example.
 fn charged_sample(
-    rows: &Rows<'_>,
+    rows: RowsAt<'_, '_>,
     norms: &[f64],
     batch: &mut [(usize, &mut LedgerSlot<'_>)],
     (sample, acc): (&[bool], &IndividualSgd),

@@ -41,8 +41,10 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
     /// The per-example engine: `fast` (dpgd's CPU engine), `burn` (the same model as burn
-    /// modules of dpgd::nn layers, on `--device`) or `burn-fallback` (the burn engine's one
-    /// backward per example, for models of any burn layers: slow, time it on few examples).
+    /// modules of dpgd::nn layers, on `--device`, its rows clipped and summed there),
+    /// `burn-host-rows` (the same with every row copied to the host for the clip) or
+    /// `burn-fallback` (the burn engine's one backward per example, for models of any burn
+    /// layers: slow, time it on few examples).
     #[arg(long, default_value = "fast")]
     engine: Engine,
     /// The burn device of the burn engine.
@@ -64,6 +66,10 @@ pub(crate) enum Engine {
     Burn,
     /// The burn engine's generic fallback (`BurnEngine::with_fallback`).
     BurnFallback,
+    /// The burn engine with every gradient row copied to the host for the clip and the exact
+    /// sum (`BurnEngine::with_rows_on_host`: what it did before it kept the rows on the
+    /// device), for comparisons.
+    BurnHostRows,
 }
 
 /// How many examples `--layers` times.
@@ -100,14 +106,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, layers))
         }
-        Engine::Burn | Engine::BurnFallback => {
+        Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows => {
             let device = a.device.device()?;
             let model = BurnModel::from_params(&net, &theta, &device)?;
             let (input, classes) = (net.spec().input, net.classes());
-            let engine = if a.engine == Engine::Burn {
-                BurnEngine::new(model, &device, input, classes)?
-            } else {
-                BurnEngine::with_fallback(model, &device, input, classes)?
+            let engine = match a.engine {
+                Engine::BurnFallback => BurnEngine::with_fallback(model, &device, input, classes)?,
+                Engine::BurnHostRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_host(),
+                _ => BurnEngine::new(model, &device, input, classes)?,
             };
             let theta = engine.current_params()?;
             time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, None))
