@@ -210,8 +210,10 @@ fn contract<E: PerExample>(name: &str, engine: &E, theta: &[f32]) {
         }
     }
     // 4. The device's sum is the host's within the device grid's rounding and the bound's
-    //    margin on the factors.
+    //    margin on the factors, and a repeat gives the same integers (a run repeats bit for bit).
     if let Some(kept) = &all.kept {
+        let again = compute(engine, theta, &x, &y, 7);
+        assert_eq!(again.kept.as_ref(), Some(kept), "{name}: the device's sum changes between two identical calls");
         let grid = SumGrid::fixed_point(CLIP, 64).unwrap();
         let device = DeviceGrid::new(grid, CLIP, 7).grid().gamma();
         let host = clipped_sum(&all.dense, p);

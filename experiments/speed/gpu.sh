@@ -47,6 +47,14 @@ PY
     echo "$label: rc $rc, $((SECONDS - t0)) s" | tee -a "$log"
 }
 
+# Exactness on the GPU's own arithmetic: the adversarial rows, the engine contract (the device
+# sum against the host's) and the burn engine's tests, wgpu among their devices.
+for t in device_clip engine_contract; do
+    echo "== $t" >> "$OUT/tests.log"
+    "$BIN/$t" --test-threads 1 >> "$OUT/tests.log" 2>&1
+    echo "$t: rc $?" | tee -a "$log"
+done
+
 dpgd_step() {
     "$BIN/dpgd" bench-step --engine "$1" --device wgpu --chunk "$2" --examples 60000 --reps 3 --data "$MNIST_DIR"
 }
@@ -74,11 +82,8 @@ PY
 measure "dpgd-wgpu-residual-1024" residual
 measure "opacus-cuda-residual-1024" python3 experiments/speed/residual_opacus.py --device cuda --chunk 1024 --reps 3
 
-# Exactness on the GPU's own arithmetic: the adversarial rows, the engine contract (the device
-# sum against the host's) and the burn engine's tests, wgpu among their devices.
-for t in device_clip engine_contract burn_engine; do
-    echo "== $t" >> "$OUT/tests.log"
-    "$BIN/$t" --test-threads 1 >> "$OUT/tests.log" 2>&1
-    echo "$t: rc $?" | tee -a "$log"
-done
+# The burn engine's own tests on the GPU last (the longest).
+echo "== burn_engine" >> "$OUT/tests.log"
+"$BIN/burn_engine" --test-threads 1 >> "$OUT/tests.log" 2>&1
+echo "burn_engine: rc $?" | tee -a "$log"
 rm -f "$OUT/.mem" "$OUT/.json"
