@@ -328,8 +328,17 @@ fn the_trainer_checks_the_rows_at_the_runs_own_micro_batch_size() {
 fn mixing_only_in_the_backward_in_training_below_tolerance_off_pattern_or_by_reordering_is_refused() {
     for d in devices() {
         for (how, what) in SNEAKY.iter().enumerate() {
+            // A GPU's rows may move by 2⁻¹⁶ of their largest value between calls (a kernel may
+            // reorder a sum), so a leak far below that is allowed there by design (the guarantee
+            // says so); only rows that must be bit-identical see it.
+            if how == 2 && !dpgd::device::is_host(&d) {
+                continue;
+            }
             let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 3).init(&d), how };
-            let e = BurnEngine::new(net, &d, [1, 28, 28], 3).map(|_| ()).unwrap_err().to_string();
+            let e = match BurnEngine::new(net, &d, [1, 28, 28], 3) {
+                Ok(_) => panic!("{d:?}: {what}: accepted"),
+                Err(e) => e.to_string(),
+            };
             assert!(e.contains("mixes the examples"), "{d:?}: {what}: {e}");
         }
         // The same model without any of it trains.
@@ -493,6 +502,16 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     for (i, (x, y)) in fast_ledger.spent_all().iter().zip(burn_ledger.spent_all()).enumerate() {
         assert!(*x > 0.0 && (x - y).abs() <= 1e-4 * x, "example {i} was charged {x} and {y}");
     }
+    // The clip on the device (a GPU's path, here on the CPU): the same sum within the device
+    // grid's rounding, each charge at least the host's and within the bound's margin.
+    let mut device_ledger = IndividualFilter::new(150, 1.0).unwrap();
+    let device_plan = GradientPlan::new(burn_engine().with_rows_on_device(), train, data.default_normalize(), clip, 16);
+    assert!(device_plan.net().rows_on_device());
+    let device_sum = sum(device_plan.gradient_sum(&burn_theta, &mut device_ledger, 1).unwrap());
+    close(&burn_sum, &device_sum, "the host's and the device's clipped sums");
+    for (i, (x, y)) in burn_ledger.spent_all().iter().zip(device_ledger.spent_all()).enumerate() {
+        assert!(y >= x && *y <= x * (1.0 + 1e-4), "example {i} was charged {x} on the host, {y} on the device");
+    }
     // Training (non-private, so no noise): the same model.
     let (fast_dir, burn_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut silent = Silent;
@@ -507,6 +526,38 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     close(&fast.params, &to_fast(&burned.engine, &burned.params), "the trained models");
     let (fa, fb) = (fast.summary.result.unwrap(), burned.summary.result.unwrap());
     assert_eq!((fa.steps_run, fa.test_accuracy), (fb.steps_run, fb.test_accuracy));
+}
+
+/// A private run whose clipped sums are computed on the device (the GPU's path, on the CPU
+/// backends) trains under the same guarantee as the host's, every example charged at least as
+/// much, and ends where the host's ends up to the device grid's rounding.
+#[test]
+fn a_private_run_with_the_clip_on_the_device_keeps_the_guarantee() {
+    use dpgd::train::{RunOptions, Silent, TrainConfig, TrainModel, run_with};
+    let privacy = "method = \"filtered\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 0.5\nworst_case_steps = 3";
+    let text = common::fixture_config("device-clip", "logistic", (200, 50), privacy, "lr = 1.0\nchunk = 16\nseed = 7");
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    for d in devices() {
+        let net = dpgd::per_example::Network::new(&cfg.model_for(data.shape(), data.classes()).unwrap()).unwrap();
+        let theta0 = net.initial_params(cfg.config().model.init_seed).unwrap();
+        let engine = || {
+            let model = dpgd::model::BurnModel::from_params(&net, &theta0, &d).unwrap();
+            BurnEngine::new(model, &d, [1, 28, 28], 10).unwrap()
+        };
+        let (host_dir, device_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let opts = RunOptions::default();
+        let host = run_with(&cfg, engine().with_rows_on_host(), &data, host_dir.path(), &opts, &mut Silent).unwrap();
+        let device =
+            run_with(&cfg, engine().with_rows_on_device(), &data, device_dir.path(), &opts, &mut Silent).unwrap();
+        let (hp, dp) = (host.summary.privacy.unwrap(), device.summary.privacy.unwrap());
+        assert_eq!(hp.summary, dp.summary, "{d:?}: the guarantee differs");
+        let (hr, dr) = (host.summary.result.unwrap(), device.summary.result.unwrap());
+        assert_eq!(hr.steps_run, dr.steps_run, "{d:?}");
+        let scale = host.params.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = host.params.iter().zip(&device.params).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(host.params != theta0 && worst <= 1e-3 * scale, "{d:?}: the models differ by {worst} (scale {scale})");
+    }
 }
 
 /// A config's model with every layer kind of `model.layers` (built from its spec by each

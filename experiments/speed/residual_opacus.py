@@ -80,6 +80,7 @@ def main():
     if cuda:
         res["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(f"median {statistics.median(times):.2f} s, peak RSS {res['peak_rss_mib']:.0f} MiB", flush=True)
+    print(json.dumps(res))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

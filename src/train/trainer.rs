@@ -342,7 +342,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             .build()
             .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
         let chunk = c.train.chunk.unwrap_or_else(|| net.preferred_chunk());
-        check_memory(&net, chunk, pool.current_num_threads(), train.len())?;
+        let host_rows = !(net.keeps_rows() && cfg.method().training().is_private());
+        check_memory(&net, (chunk, host_rows), pool.current_num_threads(), train.len())?;
         let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
         if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
             *section = model;
@@ -949,12 +950,18 @@ fn check_delta(cfg: &ValidConfig, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a run whose buffers would not fit in memory, before allocating them.
-fn check_memory(net: &impl PerExample, chunk: usize, threads: usize, examples: usize) -> Result<()> {
+/// Refuses a run whose buffers would not fit in memory, before allocating them: micro-batches of
+/// `chunk`, their rows on the host unless the engine keeps them on its device (`host_rows`).
+fn check_memory(
+    net: &impl PerExample,
+    (chunk, host_rows): (usize, bool),
+    threads: usize,
+    examples: usize,
+) -> Result<()> {
     let p = net.num_params() as u64;
     let needed = |chunk: usize, threads: usize| {
         let per_thread = net.scratch_bytes(chunk).and_then(|ws| {
-            let grads = (chunk as u64).checked_mul(p)?.checked_mul(4)?;
+            let grads = if host_rows { (chunk as u64).checked_mul(p)?.checked_mul(4)? } else { 0 };
             let x = (chunk as u64).checked_mul(net.input_len() as u64)?.checked_mul(4)?;
             ws.checked_add(grads)?.checked_add(x)?.checked_add(p.checked_mul(8)?)
         });

@@ -41,8 +41,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
     /// The per-example engine: `fast` (dpgd's CPU engine), `burn` (the same model as burn
-    /// modules of dpgd::nn layers, on `--device`, its rows clipped and summed there),
-    /// `burn-host-rows` (the same with every row copied to the host for the clip) or
+    /// modules of dpgd::nn layers, on `--device`; on a GPU its rows clipped and summed there),
+    /// `burn-host-rows` / `burn-device-rows` (the same with the clip on the host / on the
+    /// device, whatever the device) or
     /// `burn-fallback` (the burn engine's one backward per example, for models of any burn
     /// layers: slow, time it on few examples).
     #[arg(long, default_value = "fast")]
@@ -67,9 +68,12 @@ pub(crate) enum Engine {
     /// The burn engine's generic fallback (`BurnEngine::with_fallback`).
     BurnFallback,
     /// The burn engine with every gradient row copied to the host for the clip and the exact
-    /// sum (`BurnEngine::with_rows_on_host`: what it did before it kept the rows on the
-    /// device), for comparisons.
+    /// sum (`BurnEngine::with_rows_on_host`: its default on the CPU; on a GPU, what it did before
+    /// it kept the rows there), for comparisons.
     BurnHostRows,
+    /// The burn engine with the clip and the exact sum on its device (`with_rows_on_device`:
+    /// its default on a GPU), for comparisons on the CPU.
+    BurnDeviceRows,
 }
 
 /// How many examples `--layers` times.
@@ -106,13 +110,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, layers))
         }
-        Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows => {
+        Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows | Engine::BurnDeviceRows => {
             let device = a.device.device()?;
             let model = BurnModel::from_params(&net, &theta, &device)?;
             let (input, classes) = (net.spec().input, net.classes());
             let engine = match a.engine {
                 Engine::BurnFallback => BurnEngine::with_fallback(model, &device, input, classes)?,
                 Engine::BurnHostRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_host(),
+                Engine::BurnDeviceRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_device(),
                 _ => BurnEngine::new(model, &device, input, classes)?,
             };
             let theta = engine.current_params()?;
