@@ -437,6 +437,18 @@ impl<M: Classifier> BurnEngine<M> {
         &s.model
     }
 
+    /// The batched rule on the micro-batch `x` (`labels.len()` examples) at θ: one recorded
+    /// forward and backward ([`rows_of`]), on the thread's model.
+    fn batched_rows(&self, theta: &[f32], x: &[f32], labels: &[u8], s: &mut BurnScratch<M>) -> Dry {
+        let b = labels.len();
+        let x = self.batch(x, b);
+        let y = Tensor::<1, Int>::from_data(
+            TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
+            &self.device,
+        );
+        rows_of(self.loaded(theta, s), x, y, b, &self.sizes)
+    }
+
     fn batch(&self, x: &[f32], b: usize) -> Tensor<4> {
         let [c, h, w] = self.input;
         Tensor::from_data(TensorData::new(x[..b * c * h * w].to_vec(), [b, c, h, w]), &self.device)
@@ -626,13 +638,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
             }
             return;
         }
-        let x = self.batch(x, b);
-        let model = self.loaded(theta, s);
-        let y = Tensor::<1, Int>::from_data(
-            TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
-            &self.device,
-        );
-        let Dry { losses: loss, rows, .. } = rows_of(model, x, y, b, &self.sizes);
+        let Dry { losses: loss, rows, .. } = self.batched_rows(theta, x, labels, s);
         losses[..b].copy_from_slice(&to_host(loss, b));
         // Rows that are not [b, n] (checked at construction, so only a model whose forward changes
         // with the batch) read as NaN: non-finite, charged and never summed.
@@ -678,13 +684,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
             }
             return Held::Host(Vec::new());
         }
-        let x = self.batch(x, b);
-        let model = self.loaded(theta, s);
-        let y = Tensor::<1, Int>::from_data(
-            TensorData::new(labels.iter().map(|&l| i64::from(l)).collect(), [b]),
-            &self.device,
-        );
-        let Dry { losses: loss, rows, .. } = rows_of(model, x, y, b, &self.sizes);
+        let Dry { losses: loss, rows, .. } = self.batched_rows(theta, x, labels, s);
         // Rows that are not [b, n] (a model whose forward changes with the batch) have no bound:
         // non-finite, charged and never summed.
         let Ok(mut sums) = rows else {
