@@ -269,8 +269,9 @@ pub fn clip_block(
 
 /// [`clip_block`] for rows an engine kept on its device ([`KeptRows`]; row r charged to
 /// `slots[r]`, `norms[r]` at least its exact squared norm: [`kept::squared_norm_bound`]) in
-/// micro-batches of `batch` rows: each example is charged and given its factor on the device
-/// grid [`DeviceGrid::new`]`(grid, clip, batch)`, and the device's integer sum of the live rows
+/// micro-batches of `batch` rows (at least the rows charged): each example is charged and given
+/// its factor on the device grid [`DeviceGrid::new`]`(grid, clip, batch)`, and the device's
+/// integer sum of the live rows
 /// is added to `acc` in units of `grid`. What the trainer does with an engine that keeps its
 /// rows.
 ///
@@ -288,7 +289,8 @@ pub fn clip_kept_block(
     stats: &mut BlockStats,
 ) -> Result<(), usize> {
     let which: Vec<usize> = (0..slots.len()).collect();
-    let at = RowsAt::Device(rows, DeviceGrid::new(grid, clip, batch));
+    // A grid for fewer rows than are charged would let the device's 32-bit sum overflow.
+    let at = RowsAt::Device(rows, DeviceGrid::new(grid, clip, batch.max(slots.len())));
     clip_block_with_norms(at, &which, norms, slots, clip, policy, grid, acc, stats)
 }
 
