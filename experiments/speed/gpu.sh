@@ -6,11 +6,13 @@
 # (examples/custom_model.rs) on both; the peak GPU memory of each.
 #
 # Needs, on the GPU machine: $BIN with `dpgd`, `custom_model` and the test binaries
-# `device_clip`, `engine_contract`, `burn_engine`, all built here with `--features wgpu --release`
-# (stripped: see experiments/speed/README or the closing note of the GPU work); $MNIST_DIR (the
-# four MNIST IDX files); $PEERS_DIR (../shared/peers: bench_torch.py, mnist_data.py); python3 with
-# torch (CUDA) and opacus; a Vulkan loader. Writes $OUT/results.jsonl (one JSON object per
-# measurement), $OUT/gpu.log and $OUT/tests.log.
+# `device_clip`, `engine_contract`, `burn_engine`, built elsewhere and carried over:
+#     cargo build --release --features wgpu --bins --example custom_model
+#     cargo test --release --features wgpu --no-run --test device_clip --test engine_contract --test burn_engine
+# (each stripped; the five pack to about 25 MB with `xz -9e --lzma2=preset=9e,dict=1536MiB`);
+# $MNIST_DIR (the four MNIST IDX files); $PEERS_DIR (../shared/peers: bench_torch.py,
+# mnist_data.py); python3 with torch (CUDA) and opacus; a Vulkan loader. Writes
+# $OUT/results.jsonl (one JSON object per measurement), $OUT/gpu.log and $OUT/tests.log.
 set -uo pipefail
 : "${BIN:?}" "${MNIST_DIR:?}" "${PEERS_DIR:?}" "${OUT:?}"
 export MNIST_DIR PEERS_DIR
