@@ -35,9 +35,10 @@
 //!    any order. The host multiplies it by the power of two from the device grid to the run's
 //!    sum grid (exact) and adds it to the run's 64-bit sum.
 //!
-//! Only the bound on the norm is the device's, and only the rounding to the coarser grid differs
-//! from the host path: the clipped sum moves by at most √p·γ/2 per example from the host path's,
-//! and a run on one device repeats bit for bit where the device's reductions repeat their order.
+//! The device path differs from the host path only by the norm's bound (each factor smaller
+//! by at most the bound's relative margin) and by the coarser grid (each row's rounding at most
+//! √p·γ_d/2 in norm, against √p·γ/2); a run on one device repeats bit for bit where the
+//! device's reductions repeat their order.
 
 use super::SumGrid;
 
