@@ -101,6 +101,10 @@ pub enum Error {
     /// The environment failed (e.g. the operating system's random source).
     #[error("{0}")]
     Environment(String),
+    /// Another process of a data-parallel run failed or left it ([`crate::collective`]): this
+    /// one stops too, naming that rank.
+    #[error("{0}")]
+    Collective(String),
 }
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -65,6 +65,7 @@ pub use dpgd_accounting as accounting;
 pub mod arch;
 pub mod audit;
 pub mod clip;
+pub mod collective;
 pub mod data;
 pub mod device;
 pub mod error;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["accounting", "simd"],
     &["error"],
-    &["files", "memory", "device", "noise", "plot"],
+    &["files", "memory", "device", "noise", "plot", "collective"],
     &["clip", "data", "nn"],
     &["arch"],
     &["per_example"],

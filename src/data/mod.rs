@@ -249,6 +249,20 @@ impl Examples<'_> {
     pub fn labels(&self) -> &[u8] {
         self.labels
     }
+    /// The examples `range` of these (clamped to them), in order: e.g. one rank's shard of a
+    /// data-parallel run's training examples.
+    #[must_use]
+    pub fn range(&self, range: std::ops::Range<usize>) -> Self {
+        let hi = range.end.min(self.len());
+        let lo = range.start.min(hi);
+        let cut = |len: usize| (lo * self.px).min(len)..(hi * self.px).min(len);
+        Self {
+            images: &self.images[cut(self.images.len())],
+            features: &self.features[cut(self.features.len())],
+            labels: &self.labels[lo..hi],
+            ..*self
+        }
+    }
     /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`): bytes as
     /// (x/255 − mean)/std, real-valued features as (x − mean)/std, with channel c's mean and std.
     pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: &Normalize, out: &mut [f32]) {

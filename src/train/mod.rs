@@ -3,6 +3,7 @@
 
 pub mod budget;
 mod config;
+mod distributed;
 pub mod folder;
 pub mod method;
 pub mod observer;
@@ -11,6 +12,7 @@ mod plot;
 pub mod privacy;
 pub mod releases;
 pub mod sgd;
+pub mod shards;
 pub mod state;
 pub mod step;
 pub mod stopping;
@@ -25,4 +27,6 @@ pub use config::{
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
 pub use privacy::significant;
-pub use trainer::{RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run, run_with};
+pub use trainer::{
+    RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run, run_on, run_with, run_with_on,
+};

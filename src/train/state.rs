@@ -64,7 +64,14 @@ pub struct Meta {
     /// be resumed without drawing a shown value again).
     #[serde(default)]
     pub releases_in_state: bool,
+    /// Where the ledger is: `None` in this file (one value per example); `Some(N)` in the shard
+    /// files of a run on N ranks ([`super::shards`]), each at this step or one ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_ranks: Option<usize>,
 }
+
+/// The most ranks a run's ledger may be sharded over.
+pub const MAX_RANKS: usize = 1 << 20;
 
 /// Released and confidential rows written with the state until the record files catch up.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -196,8 +203,17 @@ pub fn read(path: &Path, expect: Expect) -> Result<Option<Snapshot>> {
             format!("θ has {} values for a model of {} parameters", snap.theta.len(), expect.params),
         ),
         (
-            snap.spent.len() != expect.examples,
+            m.ledger_ranks.is_none() && snap.spent.len() != expect.examples,
             format!("the ledger has {} entries for {} training examples", snap.spent.len(), expect.examples),
+        ),
+        (
+            m.ledger_ranks.is_some_and(|r| r == 0 || r > MAX_RANKS)
+                || (m.ledger_ranks.is_some() && !snap.spent.is_empty()),
+            format!(
+                "it says its ledger is sharded over {:?} ranks and holds {} entries",
+                m.ledger_ranks,
+                snap.spent.len()
+            ),
         ),
         (
             !snap.best_theta.is_empty() && snap.best_theta.len() != expect.params,
@@ -304,6 +320,7 @@ mod tests {
             cost: StepCost::default(),
             unflushed: Unflushed::default(),
             releases_in_state: true,
+            ledger_ranks: None,
         }
     }
 

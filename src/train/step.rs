@@ -216,6 +216,16 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         &self.net
     }
 
+    /// The training examples the plan sums over.
+    pub(crate) fn data(&self) -> Examples<'a> {
+        self.data
+    }
+
+    /// How the examples are normalised.
+    pub(crate) fn norm(&self) -> &Normalize {
+        &self.norm
+    }
+
     /// The number of training examples the plan sums over.
     #[must_use]
     pub fn examples(&self) -> usize {

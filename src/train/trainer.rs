@@ -38,15 +38,18 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use super::config::{ActiveRelease, Engine, ValidConfig};
+use super::distributed::{self, Message};
 use super::folder::{Record, RunFolder, RunLock};
 use super::observer::{FinishInfo, Observer, StartInfo, StepReport, Warning};
 use super::outputs::{ActiveAfterK, ConfidentialRow, Diagnostics, METRICS_COLUMNS, MetricsRow, RunResult};
 use super::privacy::{self, PrivacyReport, RunSession};
 use super::releases::ReleaseKind;
+use super::shards::{self, Shard};
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
-use super::step::{Aggregation, ClippedSum, GradientPlan, Selection, SumStats, UpdateRule, apply_update};
+use super::step::{Aggregation, GradientPlan, UpdateRule, apply_update};
 use super::stopping::StoppingRule;
 use crate::accounting::filter::IndividualFilter;
+use crate::collective::{Collective, Solo};
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
 use crate::model::export::ModelInput;
@@ -243,7 +246,18 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     _lock: RunLock,
     identity: RunIdentity,
     plan: GradientPlan<'a, E>,
+    /// This rank's training examples (all of them on one process).
     train: Examples<'a>,
+    /// The run's training examples, n (public).
+    n: usize,
+    /// Which examples this rank holds; rank 0 of 1 holds all.
+    shard: Shard,
+    /// The other ranks of a data-parallel run ([`Solo`] on one process).
+    comm: Box<dyn Collective + 'a>,
+    /// Examples still active after the last step, over all ranks (confidential).
+    active: usize,
+    /// Where the ledger on disk is (`Meta::ledger_ranks`) as of the last state written.
+    ledger_on_disk: Option<usize>,
     test: Examples<'a>,
     norm: Normalize,
     /// The feature transform the data went through (written with the model).
@@ -312,6 +326,73 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
     ) -> Result<Self> {
+        Self::open(cfg, net, data, dir, opts, observer, Box::new(Solo))
+    }
+
+    /// As [`Trainer::with_engine`], on rank 0 of the data-parallel run `comm`: this process
+    /// holds the run (its folder, session and noise) and its shard of the examples; every other
+    /// rank runs [`run_with_on`] on the same config, data and folder. On one rank it is
+    /// [`Trainer::with_engine`].
+    ///
+    /// # Errors
+    /// As [`Trainer::with_engine`]; `comm` not rank 0; another rank failed.
+    pub fn with_engine_on(
+        cfg: &'a ValidConfig,
+        net: E,
+        data: &'a Dataset,
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+        comm: &'a mut dyn Collective,
+    ) -> Result<Self> {
+        if comm.rank() != 0 {
+            return Err(Error::Collective(format!(
+                "the trainer runs on rank 0; rank {} runs dpgd::train::run_with_on",
+                comm.rank()
+            )));
+        }
+        Self::open(cfg, net, data, dir, opts, observer, Box::new(comm))
+    }
+
+    /// Opens the run on rank 0 of `comm`; any failure aborts the other ranks.
+    fn open(
+        cfg: &'a ValidConfig,
+        net: E,
+        data: &'a Dataset,
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+        mut comm: Box<dyn Collective + 'a>,
+    ) -> Result<Self> {
+        let ranks = comm.size();
+        let mut t = match Self::build(cfg, net, data, dir, opts, observer, ranks) {
+            Ok(t) => t,
+            Err(e) => {
+                comm.abort(&e.to_string());
+                return Err(e);
+            }
+        };
+        t.comm = comm;
+        if let Err(e) = t.resume().and_then(|()| t.greet()) {
+            t.comm.abort(&e.to_string());
+            return Err(e);
+        }
+        t.stop_at = t.step.saturating_add(opts.stop_after.unwrap_or(usize::MAX));
+        t.observer.started(&t.start_info());
+        t.advise();
+        Ok(t)
+    }
+
+    /// The trainer of rank 0 of `ranks`, before it resumes (its collective still [`Solo`]).
+    fn build(
+        cfg: &'a ValidConfig,
+        net: E,
+        data: &'a Dataset,
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+        ranks: usize,
+    ) -> Result<Self> {
         let folder = RunFolder::new(dir);
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
@@ -321,69 +402,31 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
-        let c = cfg.config();
-        if net.input_shape() != data.shape() || net.classes() != data.classes() {
-            return Err(Error::Model(format!(
-                "the model takes examples of shape {:?} and gives {} logits; the data in {} have shape {:?} \
-                     ([channels, height, width]) and {} classes",
-                net.input_shape(),
-                net.classes(),
-                data.dir.display(),
-                data.shape(),
-                data.classes()
-            )));
-        }
-        let (train, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
-        check_data(&train, &test, &data.dir)?;
-        check_delta(cfg, train.len())?;
-        let threads = opts.threads.unwrap_or(c.train.threads);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
-        let chunk = c.train.chunk.unwrap_or_else(|| net.preferred_chunk());
-        let host_rows = !(net.keeps_rows() && cfg.method().training().is_private());
-        check_memory(&net, (chunk, host_rows), pool.current_num_threads(), train.len())?;
-        let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
-        if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
-            *section = model;
-        }
-        let identity = RunIdentity {
-            config,
-            data: data.fingerprints().to_vec(),
-            examples: train.len(),
-            params: net.num_params(),
-            engine: Some(net.engine_name().to_string()),
-        };
-        let aggregation = Aggregation::for_run(cfg, &net, train.len())?;
-        let theta = net.initial_params(c.model.init_seed)?;
-        // What the sum's sensitivity rests on, checked on this engine, device and kernels at
-        // this run's micro-batch size, before any training example is read.
-        crate::per_example::check_rows_are_own(&net, &theta, chunk).map_err(|m| Error::Model(m.explained()))?;
-        let norm = match &c.data.normalize {
-            Some(n) => n.clone(),
-            None => data.default_normalize(),
-        };
-        norm.check(data.shape()[0])?;
-        let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
+        let s = Setup::new(cfg, net, data, opts, (0, ranks))?;
         // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
         let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
-        let mut t = Self {
+        let c = cfg.config();
+        Ok(Self {
             cfg,
             folder,
             _lock: lock,
-            identity,
-            plan,
-            train,
-            test,
-            norm,
+            identity: s.identity,
+            ledger: IndividualFilter::new(s.shard.range.len(), budget)?,
+            active: s.shard.range.len(),
+            plan: s.plan,
+            train: s.train,
+            n: s.n,
+            shard: s.shard,
+            comm: Box::new(Solo),
+            ledger_on_disk: None,
+            test: s.test,
+            norm: s.norm,
             features: data.feature_input().cloned(),
             form: data.input_form(),
-            pool,
+            pool: s.pool,
             step: 0,
-            theta,
+            theta: s.theta,
             velocity: Vec::new(),
-            ledger: IndividualFilter::new(train.len(), budget)?,
             stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
             record: Record::default(),
@@ -392,12 +435,22 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             stop_at: usize::MAX,
             warned_collapse: false,
             observer,
+        })
+    }
+
+    /// Tells the other ranks where the run stands (the identity they must share, the step,
+    /// where the ledger is), so each loads its shard of the ledger.
+    fn greet(&mut self) -> Result<()> {
+        if self.comm.size() == 1 {
+            return Ok(());
+        }
+        let hello = Hello {
+            identity: Hello::digest(&self.identity)?,
+            step: self.step,
+            ledger_ranks: if self.step == 0 { None } else { self.ledger_on_disk },
         };
-        t.resume()?;
-        t.stop_at = t.step.saturating_add(opts.stop_after.unwrap_or(usize::MAX));
-        t.observer.started(&t.start_info());
-        t.advise();
-        Ok(t)
+        let mut bytes = serde_json::to_vec(&hello).map_err(|e| Error::Record(e.to_string()))?;
+        self.comm.broadcast(&mut bytes)
     }
 
     /// Warnings about the configuration: not private, and why; settings that defeat their
@@ -411,7 +464,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if let Some(adapter) = self.plan.net().device_name().filter(|d| crate::device::is_software_adapter(d)) {
             self.observer.warning(&Warning::SoftwareAdapter(adapter));
         }
-        let n = self.train.len() as f64;
+        let n = self.n as f64;
         let stop_sigma = c.stopping.sigma.unwrap_or(0.0);
         if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && stop_sigma > 0.05 * n {
             self.observer.warning(&Warning::Advice(format!(
@@ -434,11 +487,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     /// Loads the saved state if there is one (checking it is this run's and that the record
     /// files hold every row it says they do), else writes the fresh run's configuration.
     fn resume(&mut self) -> Result<()> {
-        let expect = Expect {
-            params: self.plan.net().num_params(),
-            examples: self.train.len(),
-            max_steps: self.cfg.max_steps(),
-        };
+        let expect = Expect { params: self.plan.net().num_params(), examples: self.n, max_steps: self.cfg.max_steps() };
         // A state of another run fails `read`'s shape checks; say why in the run's own terms.
         if let Some(meta) = state::peek_meta(&self.folder.state()) {
             self.check_identity(&meta)?;
@@ -463,10 +512,16 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.check_identity(&snap.meta)?;
         self.log_resume(snap.meta.step)?;
         let c = self.cfg.config();
-        self.ledger = IndividualFilter::from_spent(self.ledger.budget(), snap.spent).map_err(|e| Error::RunState {
+        // This rank's examples' spent budgets, from the state or from the shards it points at.
+        let (step, budget) = (snap.meta.step, self.ledger.budget());
+        let ledger_ranks = snap.meta.ledger_ranks;
+        let spent =
+            shards::assemble(&self.folder, self.n, &self.shard.range, (&snap.spent, ledger_ranks), step, budget)?;
+        self.ledger = IndividualFilter::from_spent(budget, spent).map_err(|e| Error::RunState {
             path: self.folder.state(),
             message: format!("its ledger is invalid ({e}): the file is corrupt"),
         })?;
+        self.ledger_on_disk = ledger_ranks;
         self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
         self.velocity = snap.velocity;
@@ -616,19 +671,29 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     pub fn step(&mut self) -> Result<()> {
         let t = self.step + 1;
         let start = Instant::now();
-        let n = self.train.len();
-        // The method's examples of this step (a Poisson sample, or all) and its divisor.
+        let n = self.n;
+        // The method's examples of this step (a Poisson sample, or all) and its divisor, drawn
+        // here (on rank 0) and sent to the other ranks with θ.
         let accounting = self.cfg.accounting();
         let (sample, divisor) = match accounting {
             Some(a) => a.sample(t, n, self.cfg.noise_seed())?,
             None => (None, n as f64),
         };
-        let selection = match accounting {
-            Some(a) => a.selection(sample.as_deref()),
-            None => Selection::All,
-        };
-        let (sum, stats): (ClippedSum, SumStats) =
-            self.pool.install(|| self.plan.gradient_sum_of(&self.theta, &mut self.ledger, t, selection))?;
+        if self.comm.size() > 1 {
+            let message = Message::Step { step: t, theta: self.theta.clone(), sample: sample.clone() };
+            self.comm.broadcast(&mut message.encode())?;
+        }
+        let part = (&self.plan, &mut self.ledger);
+        let range = &self.shard.range;
+        let (sum, stats) =
+            distributed::shard_sum(self.cfg, part, &self.pool, (&self.theta, t), sample.as_deref(), range)?;
+        // A rank's charges are durable before its partial sum leaves it.
+        if self.comm.size() > 1 {
+            shards::write(&self.folder, &self.shard, t, self.ledger.budget(), self.ledger.spent_all())?;
+        }
+        let active = self.ledger.active_count_non_private();
+        let (sum, stats, active) = distributed::combine(&mut *self.comm, sum, stats, active)?;
+        self.active = active;
         let c = self.cfg.config();
         let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
         let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
@@ -649,8 +714,29 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.publish(&row, cost)
     }
 
+    /// Ends a data-parallel run on every rank because this one failed with `error` (nothing
+    /// on one process).
+    pub fn abort(&mut self, error: &Error) {
+        if !matches!(error, Error::Collective(_)) {
+            self.comm.abort(&error.to_string());
+        }
+    }
+
+    /// The training examples θ classifies correctly, over every rank's shard.
+    fn count_train_correct(&mut self) -> Result<usize> {
+        if self.comm.size() > 1 {
+            self.comm.broadcast(&mut Message::Count { theta: self.theta.clone() }.encode())?;
+        }
+        let (net, theta, train, norm) = (self.plan.net(), &self.theta, self.train, &self.norm);
+        let mut correct = [self.pool.install(|| count_correct(net, theta, train, norm)) as i64];
+        self.comm.sum_to_root(&mut correct)?;
+        Ok(correct[0] as usize)
+    }
+
     fn save_state(&mut self, cost: StepCost) -> Result<()> {
         let (stopping, best_theta) = self.stopping.saved();
+        // On several ranks the ledger is in their shard files, each durable by now.
+        let ledger_ranks = (self.comm.size() > 1).then_some(self.comm.size());
         let meta = Meta {
             step: self.step,
             identity: self.identity.clone(),
@@ -659,8 +745,16 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             cost,
             unflushed: self.record.unflushed(self.flushed.0),
             releases_in_state: true,
+            ledger_ranks,
         };
-        state::write(&self.folder.state(), &meta, &self.theta, best_theta, self.ledger.spent_all(), &self.velocity)
+        let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, &self.velocity)?;
+        if self.ledger_on_disk != ledger_ranks {
+            // The state no longer points at the shards of the ranks this run was resumed from.
+            shards::remove_others(&self.folder, ledger_ranks);
+            self.ledger_on_disk = ledger_ranks;
+        }
+        Ok(())
     }
 
     /// Computes the releases of the current step in memory — each noisy value drawn once, the
@@ -669,19 +763,22 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     fn draw_releases(&mut self, cost: StepCost) -> Result<MetricsRow> {
         let t = self.step;
         let c = self.cfg.config();
+        // The exact counts the releases due now answer (over every rank's examples).
+        let due = |k: ReleaseKind| self.cfg.releases().iter().any(|r| r.kind == k && r.due(t));
+        let correct = if self.session.is_some() && due(ReleaseKind::TrainAccuracy) {
+            self.count_train_correct()? as f64
+        } else {
+            0.0
+        };
+        let active = self.active as f64;
         let released = match &self.session {
-            Some(s) => {
-                let (net, theta, train, norm, ledger) =
-                    (self.plan.net(), &self.theta, self.train, &self.norm, &self.ledger);
-                let pool = &self.pool;
-                s.release(t, self.cfg.noise_seed(), c.privacy.noise, |kind| match kind {
-                    ReleaseKind::ActiveCount => ledger.active_count_non_private() as f64,
-                    ReleaseKind::TrainAccuracy => pool.install(|| count_correct(net, theta, train, norm)) as f64,
-                })?
-            }
+            Some(s) => s.release(t, self.cfg.noise_seed(), c.privacy.noise, |kind| match kind {
+                ReleaseKind::ActiveCount => active,
+                ReleaseKind::TrainAccuracy => correct,
+            })?,
             None => Vec::new(),
         };
-        let n = self.train.len();
+        let n = self.n;
         // Counts of training examples lie in [0, n] (n is public): a noisy one outside is shown
         // clamped, as post-processing, which costs no privacy.
         let value = |k: ReleaseKind| released.iter().find(|(m, _)| *m == k).map(|r| r.1.clamp(0.0, n as f64));
@@ -705,7 +802,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             test_accuracy: if eval { self.last_test } else { None },
             active_count_noisy: value(ReleaseKind::ActiveCount),
             train_accuracy_noisy: train_accuracy,
-            active_count_non_private: exact_due.then(|| self.ledger.active_count_non_private() as f64),
+            active_count_non_private: exact_due.then_some(self.active as f64),
         };
         let mean_loss = (cost.computed > cost.skipped).then(|| cost.loss_sum / (cost.computed - cost.skipped) as f64);
         let crow = ConfidentialRow {
@@ -745,7 +842,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if cost.skipped > 0 {
             self.observer.warning(&Warning::NonFiniteSkipped { step: row.step, count: cost.skipped });
         }
-        let n = self.train.len();
+        let n = self.n;
         if let Some(a) = row.active_count_noisy
             && !self.warned_collapse
             && row.step >= self.cfg.worst_case_steps()
@@ -785,7 +882,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         StartInfo {
             name: c.name.clone(),
             method: c.privacy.method,
-            examples: self.train.len(),
+            examples: self.n,
             engine: self.plan.net().engine_name(),
             device: self.plan.net().device_name(),
             max_steps: self.cfg.max_steps(),
@@ -814,7 +911,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     ///
     /// # Errors
     /// As [`finish`](Self::finish).
-    pub fn finish_returning(self) -> Result<Trained<E>> {
+    pub fn finish_returning(mut self) -> Result<Trained<E>> {
+        // The other ranks leave: nothing below needs them.
+        if self.comm.size() > 1 {
+            self.comm.broadcast(&mut Message::End.encode())?;
+        }
         let over = self.step >= self.cfg.max_steps() || self.stopping.should_stop();
         if !over {
             let summary = RunSummary {
@@ -843,7 +944,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             ModelInput { normalize: self.norm.clone(), features: self.features.clone(), form: self.form.clone() };
         self.plan.net().write_model(model, &input, &self.folder, self.cfg)?;
         let model = model.to_vec();
-        let mut privacy = privacy::report(self.cfg, self.session.as_ref(), self.train.len(), self.step)?;
+        let mut privacy = privacy::report(self.cfg, self.session.as_ref(), self.n, self.step)?;
         if let Some(a) = privacy.accounting.as_mut() {
             a.rests_on.insert("initial_weights".into(), self.plan.net().initial_weights(self.cfg));
         }
@@ -871,7 +972,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             test_accuracy,
             test_accuracy_at_k,
             active_after_k: active_after_k.map(|a| (a.step, a.count)),
-            examples: self.train.len(),
+            examples: self.n,
             worst_case_steps: k,
             guarantee: privacy.summary.clone(),
             chance: super::observer::majority_share(self.test.labels()),
@@ -890,25 +991,126 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     /// The operator's files: `diagnostics.json` (exact values) and, for a run with per-example
     /// budgets, the budget report.
     fn write_confidential(&self) -> Result<()> {
+        // The whole ledger: this process's, or every rank's shard (durable at the last step).
+        let whole;
+        let ledger = if self.shard.range.len() == self.n {
+            &self.ledger
+        } else {
+            let at = (&[][..], self.ledger_on_disk);
+            let spent = shards::assemble(&self.folder, self.n, &(0..self.n), at, self.step, self.ledger.budget())?;
+            whole = IndividualFilter::from_spent(self.ledger.budget(), spent)?;
+            &whole
+        };
         let diagnostics = Diagnostics {
             notice: "CONFIDENTIAL to the operator: exact values on the training data; do not publish".into(),
             seconds: self.record.confidential.iter().map(|r| r.seconds).sum(),
             nonfinite_skipped: self.record.confidential.iter().map(|r| r.nonfinite_skipped).sum(),
-            active_at_end: self.ledger.active_count_non_private(),
-            examples: self.train.len(),
+            active_at_end: ledger.active_count_non_private(),
+            examples: self.n,
             device: self.plan.net().device_name(),
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
         if self.cfg.ledger_budget().is_some() {
-            let b = super::budget::summarise(
-                self.ledger.spent_all(),
-                self.ledger.budget(),
-                self.step,
-                &self.record.confidential,
-            );
+            let b = super::budget::summarise(ledger.spent_all(), ledger.budget(), self.step, &self.record.confidential);
             super::budget::write(&self.folder, &b)?;
         }
         Ok(())
+    }
+}
+
+/// What every rank of a run builds alike before it trains: its shard of the training examples
+/// (all of them on one process), the plan that computes them, the model's θ₀, and the run's
+/// identity — after the checks that refuse a run before any training example is read.
+struct Setup<'a, E: PerExample> {
+    plan: GradientPlan<'a, E>,
+    train: Examples<'a>,
+    n: usize,
+    shard: Shard,
+    test: Examples<'a>,
+    norm: Normalize,
+    pool: rayon::ThreadPool,
+    identity: RunIdentity,
+    theta: Vec<f32>,
+}
+
+impl<'a, E: TrainModel> Setup<'a, E> {
+    /// Rank `rank` of `ranks`'s part of the run of `cfg` on `data` with the engine `net`.
+    fn new(
+        cfg: &'a ValidConfig,
+        net: E,
+        data: &'a Dataset,
+        opts: &RunOptions,
+        (rank, ranks): (usize, usize),
+    ) -> Result<Self> {
+        let c = cfg.config();
+        if net.input_shape() != data.shape() || net.classes() != data.classes() {
+            return Err(Error::Model(format!(
+                "the model takes examples of shape {:?} and gives {} logits; the data in {} have shape {:?} \
+                     ([channels, height, width]) and {} classes",
+                net.input_shape(),
+                net.classes(),
+                data.dir.display(),
+                data.shape(),
+                data.classes()
+            )));
+        }
+        let (all, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
+        check_data(&all, &test, &data.dir)?;
+        check_delta(cfg, all.len())?;
+        let shard = Shard::of(all.len(), ranks, rank);
+        let train = all.range(shard.range.clone());
+        let threads = opts.threads.unwrap_or(c.train.threads);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::Environment(format!("cannot start {threads} worker threads: {e}")))?;
+        let chunk = c.train.chunk.unwrap_or_else(|| net.preferred_chunk());
+        let host_rows = !(net.keeps_rows() && cfg.method().training().is_private());
+        check_memory(&net, (chunk, host_rows), pool.current_num_threads(), train.len())?;
+        let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
+        if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
+            *section = model;
+        }
+        let identity = RunIdentity {
+            config,
+            data: data.fingerprints().to_vec(),
+            examples: all.len(),
+            params: net.num_params(),
+            engine: Some(net.engine_name().to_string()),
+        };
+        // The grid is the whole run's (its n), on every rank alike.
+        let aggregation = Aggregation::for_run(cfg, &net, all.len())?;
+        let theta = net.initial_params(c.model.init_seed)?;
+        // What the sum's sensitivity rests on, checked on this engine, device and kernels at
+        // this run's micro-batch size, before any training example is read.
+        crate::per_example::check_rows_are_own(&net, &theta, chunk).map_err(|m| Error::Model(m.explained()))?;
+        let norm = match &c.data.normalize {
+            Some(n) => n.clone(),
+            None => data.default_normalize(),
+        };
+        norm.check(data.shape()[0])?;
+        let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
+        Ok(Self { plan, train, n: all.len(), shard, test, norm, pool, identity, theta })
+    }
+}
+
+/// What rank 0 tells the other ranks before the first step: the run they must all be part
+/// of, and where it stands.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Hello {
+    /// SHA-256 of the run's identity (config, data files, examples, model, engine).
+    identity: String,
+    /// Steps completed.
+    step: usize,
+    /// Where the ledger is (`Meta::ledger_ranks`; `None` at step 0 or in the state file).
+    ledger_ranks: Option<usize>,
+}
+
+impl Hello {
+    fn digest(identity: &RunIdentity) -> Result<String> {
+        use sha2::Digest;
+        let bytes = serde_json::to_vec(identity).map_err(|e| Error::Record(e.to_string()))?;
+        Ok(sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
     }
 }
 
@@ -1034,25 +1236,49 @@ pub fn run(
     opts: &RunOptions,
     observer: &mut dyn Observer,
 ) -> Result<RunSummary> {
-    if RunFolder::new(dir).is_finished() {
+    run_on(cfg, data, dir, opts, observer, &mut Solo)
+}
+
+/// As [`run`], as one rank of the data-parallel run `comm` (every rank calls it with the same
+/// config, data and folder, which must be on a file system every rank sees): the same steps,
+/// model and `privacy.json` as one process, bit for bit. Rank 0 writes the run folder and tells
+/// `observer`; on the other ranks the summary has no result (rank 0 writes it).
+///
+/// # Errors
+/// As [`run`]; another rank failed (every rank stops, naming it).
+pub fn run_on(
+    cfg: &ValidConfig,
+    data: &Dataset,
+    dir: &Path,
+    opts: &RunOptions,
+    observer: &mut dyn Observer,
+    comm: &mut dyn Collective,
+) -> Result<RunSummary> {
+    if comm.rank() == 0 && RunFolder::new(dir).is_finished() {
         return RunSummary::read(dir);
     }
-    let spec = cfg.model_for(data.shape(), data.classes())?;
-    if cfg.engine_for(&spec) == Engine::Burn {
+    let built = (|| -> Result<std::result::Result<ConfigModel, Network>> {
+        let spec = cfg.model_for(data.shape(), data.classes())?;
+        if cfg.engine_for(&spec) != Engine::Burn {
+            let net = Network::new(&spec).map_err(|e| Error::config("model", e.to_string()))?;
+            return Ok(Err(net));
+        }
         // `train.engine = "burn"`, or a kind the fast engine lacks (group norm, …).
         let c = cfg.config();
         // θ, the modules holding it and their initial values: checked before any is allocated.
         let params = crate::model::spec_params(&spec).map_err(|e| Error::config("model", e.to_string()))?;
         let bytes = params.and_then(|p| u64::try_from(p).ok()?.checked_mul(12));
         crate::memory::check("the model's parameters", bytes, "use a smaller model")?;
-        let model = ConfigModel::new(&spec, &c.train.device.device()?, c.model.init_seed)?;
-        return Ok(run_with(cfg, model, data, dir, opts, observer)?.summary);
+        Ok(Ok(ConfigModel::new(&spec, &c.train.device.device()?, c.model.init_seed)?))
+    })();
+    match built {
+        Ok(Ok(model)) => Ok(run_with_on(cfg, model, data, dir, opts, observer, comm)?.summary),
+        Ok(Err(net)) => Ok(run_with_on(cfg, net, data, dir, opts, observer, comm)?.summary),
+        Err(e) => {
+            comm.abort(&e.to_string());
+            Err(e)
+        }
     }
-    let mut trainer = Trainer::resume_or_init(cfg, data, dir, opts, observer)?;
-    while !trainer.is_done() {
-        trainer.step()?;
-    }
-    trainer.finish()
 }
 
 /// Trains `engine`'s model (e.g. a [`BurnEngine`] around your burn model) per `cfg` on `data`
@@ -1070,9 +1296,95 @@ pub fn run_with<E: TrainModel>(
     opts: &RunOptions,
     observer: &mut dyn Observer,
 ) -> Result<Trained<E>> {
-    let mut trainer = Trainer::with_engine(cfg, engine, data, dir, opts, observer)?;
+    run_with_on(cfg, engine, data, dir, opts, observer, &mut Solo)
+}
+
+/// As [`run_with`], as one rank of the data-parallel run `comm` (see [`run_on`]). On ranks
+/// other than 0 the returned parameters are θ as of the last step this rank computed.
+///
+/// # Errors
+/// As [`run_with`] and [`run_on`].
+pub fn run_with_on<E: TrainModel>(
+    cfg: &ValidConfig,
+    engine: E,
+    data: &Dataset,
+    dir: &Path,
+    opts: &RunOptions,
+    observer: &mut dyn Observer,
+    comm: &mut dyn Collective,
+) -> Result<Trained<E>> {
+    if comm.rank() != 0 {
+        return serve_rank(cfg, engine, data, dir, opts, comm);
+    }
+    let mut trainer = Trainer::with_engine_on(cfg, engine, data, dir, opts, observer, comm)?;
     while !trainer.is_done() {
-        trainer.step()?;
+        if let Err(e) = trainer.step() {
+            trainer.abort(&e);
+            return Err(e);
+        }
     }
     trainer.finish_returning()
+}
+
+/// A rank other than 0: builds its part of the run, loads its shard of the ledger from where
+/// rank 0 says the run stands, and answers rank 0 until the end. Any failure aborts the run.
+fn serve_rank<E: TrainModel>(
+    cfg: &ValidConfig,
+    engine: E,
+    data: &Dataset,
+    dir: &Path,
+    opts: &RunOptions,
+    comm: &mut dyn Collective,
+) -> Result<Trained<E>> {
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let folder = RunFolder::new(dir);
+    let setup = Setup::new(cfg, engine, data, opts, (rank, ranks));
+    let answered = setup.and_then(|s| {
+        let mut bytes = Vec::new();
+        comm.broadcast(&mut bytes)?;
+        let hello: Hello = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Collective(format!("rank 0 sent a greeting this rank cannot read: {e}")))?;
+        if hello.identity != Hello::digest(&s.identity)? {
+            return Err(Error::Collective(format!(
+                "rank {rank}'s run differs from rank 0's: every rank must run the same config (and model) on the \
+                 same data files; check the files on rank {rank}'s machine"
+            )));
+        }
+        if !folder.config().is_file() {
+            return Err(Error::RunState {
+                path: dir.into(),
+                message: format!(
+                    "rank {rank} does not see the run folder rank 0 wrote: put it on a file system every rank shares"
+                ),
+            });
+        }
+        let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
+        let ledger = if hello.step == 0 {
+            IndividualFilter::new(s.shard.range.len(), budget)?
+        } else {
+            let in_state = match hello.ledger_ranks {
+                Some(_) => Vec::new(),
+                None => {
+                    let expect = Expect { params: s.theta.len(), examples: s.n, max_steps: cfg.max_steps() };
+                    state::read(&folder.state(), expect)?.map(|snap| snap.spent).unwrap_or_default()
+                }
+            };
+            let at = (&in_state[..], hello.ledger_ranks);
+            IndividualFilter::from_spent(
+                budget,
+                shards::assemble(&folder, s.n, &s.shard.range, at, hello.step, budget)?,
+            )?
+        };
+        let mut ledger = ledger;
+        let steps = distributed::serve(cfg, (&s.plan, &mut ledger), (&folder, &s.shard), (&s.pool, s.n), comm)?;
+        let summary =
+            RunSummary { dir: dir.into(), steps: hello.step + steps, finished: true, result: None, privacy: None };
+        Ok(Trained { summary, params: s.theta, engine: s.plan.into_net() })
+    });
+    if let Err(e) = &answered
+        && !matches!(e, Error::Collective(_))
+    {
+        comm.abort(&e.to_string());
+    }
+    answered
 }

@@ -4,8 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use dpgd::collective::Collective;
 use dpgd::data::{Dataset, fetch};
-use dpgd::train::{Override, RESUMABLE_FIELDS, RunFolder, RunOptions, TrainConfig, resumable_fields, run};
+use dpgd::train::{
+    Observer, Override, RESUMABLE_FIELDS, RunFolder, RunOptions, Silent, TrainConfig, resumable_fields, run_on,
+};
 
 use super::progress::{Mode, RunProgress};
 
@@ -35,6 +38,24 @@ pub(crate) struct TrainArgs {
 }
 
 pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
+    // Under an MPI launcher (`mpirun -np N dpgd train …`, with the `mpi` feature) this process is
+    // one rank of a data-parallel run; otherwise the only one.
+    #[cfg(feature = "mpi")]
+    let mut comm = dpgd::collective::Mpi::init()?;
+    #[cfg(not(feature = "mpi"))]
+    let mut comm = dpgd::collective::Solo;
+    let outcome = train_as_rank(a, &mut comm);
+    if let Err(e) = &outcome
+        && comm.size() > 1
+    {
+        // A rank that cannot go on ends the job on every rank, saying why.
+        comm.abort(&format!("{e:#}"));
+    }
+    outcome
+}
+
+fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
+    let rank0 = comm.rank() == 0;
     let mut overrides: Vec<Override> = a.unset.iter().map(|k| Override::Unset(k.trim().to_string())).collect();
     for o in &a.overrides {
         overrides.push(Override::parse_set(o)?);
@@ -58,7 +79,8 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         (None, Some(c)) => {
             let cfg = TrainConfig::from_file(c, &overrides)?;
             let dir = a.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&cfg.name));
-            if RunFolder::new(&dir).holds_run() {
+            // (Rank 0 creates the folder: the other ranks may already see it.)
+            if rank0 && RunFolder::new(&dir).holds_run() {
                 bail!(
                     "run folder {} already holds a run: pass --resume {0} to continue it, or --out NEW_DIR for a new one",
                     dir.display()
@@ -69,18 +91,26 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
     };
     let cfg = TrainConfig::from_file(&config_path, &overrides)?.validate()?;
-    if a.resume.is_none() {
+    if a.resume.is_none() && rank0 {
         warn_if_loosened(&config_path, &cfg);
     }
     if RunFolder::new(&dir).is_finished() {
-        eprintln!(
-            "{} is finished already; its results are in {}",
-            dir.display(),
-            RunFolder::new(&dir).publishable().display()
-        );
+        if rank0 {
+            eprintln!(
+                "{} is finished already; its results are in {}",
+                dir.display(),
+                RunFolder::new(&dir).publishable().display()
+            );
+        }
         return Ok(());
     }
-    let data = load_or_fetch(&cfg.config().data)?;
+    // Rank 0 fills a missing dataset folder; the others read it once it has.
+    let data = if rank0 { Some(load_or_fetch(&cfg.config().data)?) } else { None };
+    comm.broadcast(&mut Vec::new())?;
+    let data = match data {
+        Some(d) => d,
+        None => cfg.config().data.load()?,
+    };
     // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
     // safe) and says how to continue.
     let hint = dir.clone();
@@ -93,8 +123,14 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     })
     .context("installing the Ctrl-C handler")?;
     let mut progress = RunProgress::new(Mode::detect(a.quiet), None, String::new());
-    let summary =
-        run(&cfg, &data, &dir, &RunOptions { stop_after: a.stop_after, ..Default::default() }, &mut progress)?;
+    let mut silent = Silent;
+    // Progress and logs come from rank 0 alone.
+    let observer: &mut dyn Observer = if rank0 { &mut progress } else { &mut silent };
+    let opts = RunOptions { stop_after: a.stop_after, ..Default::default() };
+    let summary = run_on(&cfg, &data, &dir, &opts, observer, comm)?;
+    if !rank0 {
+        return Ok(());
+    }
     if summary.finished {
         eprintln!(
             "publishable: {}  (confidential: {})",

@@ -1,0 +1,204 @@
+//! The ledger of a data-parallel run, sharded beside its data: rank r of N keeps its examples'
+//! spent budgets in `confidential/ledger-r-of-N.bin`, rewritten atomically after every step's
+//! charges and before its partial sum is sent ([`write`]). Rank 0's training state then records
+//! which files hold the ledger (`Meta::ledger_ranks`), so at any instant every shard file is at
+//! the state's step or one step ahead of it: ahead only over-charges (the step was charged,
+//! never released), and behind is impossible by construction — [`assemble`] refuses it as
+//! damage.
+//!
+//! A resume on M ranks reads, for its own examples, the old shards that hold them ([`assemble`]):
+//! any number of ranks resumes a run made on any other number. The run folder must be on a file
+//! system every rank sees (as a cluster's home or scratch file system is).
+//!
+//! The file: magic; the step, the number of ranks, the rank, its first and end example (u64
+//! each); the budget (f64); each example's spent budget (f64); a SHA-256 of everything before.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::folder::RunFolder;
+use crate::collective::shard;
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"DPGDLG01";
+const HEAD: usize = 8 + 5 * 8 + 8;
+
+/// Rank `rank` of `ranks` and the examples it holds of `n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    /// The rank.
+    pub rank: usize,
+    /// The number of ranks.
+    pub ranks: usize,
+    /// Its examples ([`shard`]).
+    pub range: Range<usize>,
+}
+
+impl Shard {
+    /// Rank `rank` of `ranks`'s shard of `n` examples.
+    #[must_use]
+    pub fn of(n: usize, ranks: usize, rank: usize) -> Self {
+        Self { rank, ranks, range: shard(n, ranks, rank) }
+    }
+}
+
+/// Where rank `rank` of `ranks` keeps its shard of the ledger.
+#[must_use]
+pub fn path(folder: &RunFolder, rank: usize, ranks: usize) -> PathBuf {
+    folder.confidential().join(format!("ledger-{rank}-of-{ranks}.bin"))
+}
+
+/// Writes `shard`'s spent budgets after step `step`, atomically.
+///
+/// # Errors
+/// If the file cannot be written; `spent` not one value per example of the shard.
+pub fn write(folder: &RunFolder, shard: &Shard, step: usize, budget: f64, spent: &[f64]) -> Result<()> {
+    if spent.len() != shard.range.len() {
+        return Err(Error::State(format!("{} spent budgets for a shard of {}", spent.len(), shard.range.len())));
+    }
+    let mut buf = Vec::with_capacity(HEAD + spent.len() * 8 + 32);
+    buf.extend_from_slice(MAGIC);
+    for v in [step, shard.ranks, shard.rank, shard.range.start, shard.range.end] {
+        buf.extend_from_slice(&(v as u64).to_le_bytes());
+    }
+    buf.extend_from_slice(&budget.to_le_bytes());
+    spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    let digest = Sha256::digest(&buf);
+    buf.extend_from_slice(&digest);
+    crate::files::atomic_write(&path(folder, shard.rank, shard.ranks), &buf)
+}
+
+/// Reads `shard`'s file: its step and spent budgets, checked against the shard, the `budget`
+/// and the state's step `at_least` (a shard behind the state is damage).
+fn read(path: &Path, shard: &Shard, budget: f64, at_least: usize) -> Result<Vec<f64>> {
+    let bad = |message: String| Error::RunState { path: path.into(), message };
+    let expected = HEAD + shard.range.len() * 8 + 32;
+    let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
+    if len != expected as u64 {
+        return Err(bad(format!(
+            "{len} bytes, not the {expected} of rank {} of {}'s shard: it is damaged or not this run's; restore \
+             it, or start the run again in a new folder",
+            shard.rank, shard.ranks
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(Error::io(path))?;
+    let (body, digest) = bytes.split_at(bytes.len() - 32);
+    if &body[..8] != MAGIC || Sha256::digest(body).as_slice() != digest {
+        return Err(bad("the file is damaged (bad magic or checksum): restore it, or start the run again".into()));
+    }
+    let word = |k: usize| u64::from_le_bytes(body[8 + 8 * k..16 + 8 * k].try_into().unwrap_or([0; 8]));
+    let head = [word(1), word(2), word(3), word(4)].map(|v| usize::try_from(v).unwrap_or(usize::MAX));
+    if head != [shard.ranks, shard.rank, shard.range.start, shard.range.end] {
+        return Err(bad(format!(
+            "it holds examples {}..{} as rank {} of {}, not {}..{} as rank {} of {}: not this run's shard",
+            head[2], head[3], head[1], head[0], shard.range.start, shard.range.end, shard.rank, shard.ranks
+        )));
+    }
+    let step = usize::try_from(word(0)).unwrap_or(usize::MAX);
+    if step < at_least {
+        return Err(bad(format!(
+            "it holds the charges through step {step}, but the run's state is at step {at_least}: a shard is made \
+             durable before its step is released, so the file is older than the run (restored from a backup?); \
+             restore the current file, or start the run again"
+        )));
+    }
+    let stored = f64::from_le_bytes(body[48..56].try_into().unwrap_or([0; 8]));
+    if stored.to_bits() != budget.to_bits() {
+        return Err(bad(format!("its per-example budget is {stored}, the run's {budget}: not this run's shard")));
+    }
+    let spent: Vec<f64> =
+        body[HEAD..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    if let Some(i) = spent.iter().position(|s| !(s.is_finite() && *s >= 0.0 && *s <= budget)) {
+        return Err(bad(format!(
+            "example {} has spent {}, outside [0, {budget}]: damaged",
+            shard.range.start + i,
+            spent[i]
+        )));
+    }
+    Ok(spent)
+}
+
+/// The spent budgets of examples `want` of a run of `n` examples at step `step`, from where
+/// its state says the ledger is: the state's own ledger (`in_state`, one value per example), or
+/// the shard files of `ranks` ranks, each at step `step` or later.
+///
+/// # Errors
+/// A shard file that is missing, damaged, of another run, or behind the state (named).
+pub fn assemble(
+    folder: &RunFolder,
+    n: usize,
+    want: &Range<usize>,
+    (in_state, ranks): (&[f64], Option<usize>),
+    step: usize,
+    budget: f64,
+) -> Result<Vec<f64>> {
+    let Some(ranks) = ranks else {
+        return in_state.get(want.clone()).map(<[f64]>::to_vec).ok_or_else(|| {
+            Error::State(format!("the state's ledger has {} entries for {n} examples", in_state.len()))
+        });
+    };
+    let mut out = Vec::with_capacity(want.len());
+    for rank in 0..ranks {
+        let old = Shard::of(n, ranks, rank);
+        let (lo, hi) = (old.range.start.max(want.start), old.range.end.min(want.end));
+        if lo >= hi {
+            continue;
+        }
+        let spent = read(&path(folder, rank, ranks), &old, budget, step)?;
+        out.extend_from_slice(&spent[lo - old.range.start..hi - old.range.start]);
+    }
+    Ok(out)
+}
+
+/// Removes the ledger shards of any number of ranks but `keep` (none: the state holds the
+/// ledger), once the state no longer points at them.
+pub fn remove_others(folder: &RunFolder, keep: Option<usize>) {
+    let Ok(entries) = std::fs::read_dir(folder.confidential()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(ranks) = name.strip_prefix("ledger-").and_then(|r| r.strip_suffix(".bin")) else { continue };
+        let of = ranks.split_once("-of-").and_then(|(_, n)| n.parse::<usize>().ok());
+        if of.is_some() && of != keep {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_written_on_three_ranks_are_read_back_on_two() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = RunFolder::new(dir.path());
+        let n = 10;
+        let all: Vec<f64> = (0..n).map(|i| i as f64 / 4.0).collect();
+        for rank in 0..3 {
+            let s = Shard::of(n, 3, rank);
+            write(&folder, &s, 5 + rank % 2, 4.0, &all[s.range.clone()]).unwrap();
+        }
+        for rank in 0..2 {
+            let s = Shard::of(n, 2, rank);
+            let got = assemble(&folder, n, &s.range, (&[], Some(3)), 5, 4.0).unwrap();
+            assert_eq!(got, all[s.range.clone()]);
+        }
+        assert_eq!(assemble(&folder, n, &(3..7), (&all, None), 5, 4.0).unwrap(), all[3..7]);
+        // Behind the state: refused, naming the file.
+        let e = assemble(&folder, n, &(0..n), (&[], Some(3)), 6, 4.0).unwrap_err().to_string();
+        assert!(e.contains("ledger-0-of-3.bin") && e.contains("through step 5"), "{e}");
+        // Another budget, a flipped byte, a missing file.
+        let e = assemble(&folder, n, &(0..n), (&[], Some(3)), 5, 3.0).unwrap_err().to_string();
+        assert!(e.contains("budget"), "{e}");
+        let p = path(&folder, 1, 3);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[60] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let e = assemble(&folder, n, &(0..n), (&[], Some(3)), 5, 4.0).unwrap_err().to_string();
+        assert!(e.contains("damaged") && e.contains("ledger-1-of-3.bin"), "{e}");
+        remove_others(&folder, Some(2));
+        assert!(!p.exists());
+    }
+}

@@ -1,0 +1,273 @@
+//! Data-parallel training on 1–4 ranks simulated as threads ([`InProcess`]): the same model
+//! bytes, records and `privacy.json` as one process for every method, and crash safety with a
+//! rank killed at every phase of a step, resumed on another number of ranks.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{fixture_config, metrics};
+use dpgd::accounting::filter::IndividualFilter;
+use dpgd::collective::{Collective, InProcess};
+use dpgd::train::shards;
+use dpgd::train::state::{self, Expect};
+use dpgd::train::{RunFolder, RunOptions, RunSummary, Silent, TrainConfig, run_on};
+
+const EXAMPLES: usize = 301;
+
+/// The methods, each with what its guarantee rests on: filtered GD with a noisy active count
+/// and the stopping rule's noisy training accuracy (which asks every rank for its count), plain
+/// GD, DP-SGD, and DP-SGD with individual accounting.
+fn configs() -> Vec<(&'static str, String)> {
+    let c = |name, privacy: &str, train: &str| fixture_config(name, "logistic", (EXAMPLES, 100), privacy, train);
+    vec![
+        (
+            "filtered",
+            c(
+                "dp-filtered",
+                "method = \"filtered\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4",
+                "lr = 1.0\nseed = 5\nchunk = 16\nmax_steps = 9\neval_every = 3\n[release]\nactive_count = \"noisy\"\n\
+                 active_count_sigma = 20.0\nactive_count_every = 2\n[stopping]\nrule = \"best-train-accuracy\"\n\
+                 every = 2\nsigma = 20.0",
+            ),
+        ),
+        (
+            "plain",
+            c(
+                "dp-plain",
+                "method = \"plain\"\nsigma = 2.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 6",
+                "lr = 1.0\nseed = 6\nchunk = 16",
+            ),
+        ),
+        (
+            "sgd",
+            c(
+                "dp-sgd",
+                "method = \"sgd\"\nsample_rate = 0.2\nsigma = 1.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 7",
+                "lr = 1.0\nseed = 7\nchunk = 16",
+            ),
+        ),
+        (
+            "sgd-filtered",
+            c(
+                "dp-sgd-filtered",
+                "method = \"sgd-filtered\"\nsample_rate = 0.2\nsigma = 1.0\ndelta = 1e-5\nclip = 20.0\nworst_case_steps = 3",
+                "lr = 1.0\nseed = 8\nchunk = 16\nmax_steps = 8",
+            ),
+        ),
+    ]
+}
+
+/// A collective that fails this rank at its `at`-th call of one kind, as a process that dies
+/// there would: its part of the operation never arrives, and the others are told.
+struct Dies {
+    inner: InProcess,
+    at: Option<(Op, usize)>,
+    calls: [usize; 3],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Broadcast,
+    SumInts,
+    SumFloats,
+}
+
+impl Dies {
+    fn call(&mut self, op: Op) -> dpgd::Result<()> {
+        self.calls[op as usize] += 1;
+        if self.at == Some((op, self.calls[op as usize])) {
+            self.inner.abort("killed by the test");
+            return Err(dpgd::Error::Collective(format!(
+                "rank {} killed at {op:?} #{}",
+                self.rank(),
+                self.calls[op as usize]
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Collective for Dies {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn sum_to_root(&mut self, v: &mut [i64]) -> dpgd::Result<()> {
+        self.call(Op::SumInts)?;
+        self.inner.sum_to_root(v)
+    }
+    fn sum_to_root_f64(&mut self, v: &mut [f64]) -> dpgd::Result<()> {
+        self.call(Op::SumFloats)?;
+        self.inner.sum_to_root_f64(v)
+    }
+    fn broadcast(&mut self, b: &mut Vec<u8>) -> dpgd::Result<()> {
+        self.call(Op::Broadcast)?;
+        self.inner.broadcast(b)
+    }
+    fn abort(&mut self, why: &str) {
+        self.inner.abort(why);
+    }
+}
+
+/// Trains `text` into `dir` on `ranks` threads, rank `dies.0` failing at `dies.1`; every
+/// rank's outcome.
+fn train_on(text: &str, dir: &Path, ranks: usize, dies: Option<(usize, (Op, usize))>) -> Vec<dpgd::Result<RunSummary>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = InProcess::group(ranks)
+            .into_iter()
+            .map(|inner| {
+                let at = dies.filter(|d| d.0 == inner.rank()).map(|d| d.1);
+                s.spawn(move || {
+                    let mut comm = Dies { inner, at, calls: [0; 3] };
+                    let cfg = TrainConfig::from_toml(text, &[])?.validate()?;
+                    let data = cfg.config().data.load()?;
+                    let opts = RunOptions { threads: Some(1), ..Default::default() };
+                    run_on(&cfg, &data, dir, &opts, &mut Silent, &mut comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Every file of the folder's publishable half, by name, but burn's record of the model
+/// (`model.bpk`), whose parameter ids burn draws at random for every module it builds, so that
+/// two runs of one process differ there too; the model's values are `model.safetensors`.
+fn publishable(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(RunFolder::new(dir).publishable())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_none_or(|e| e != "bpk"))
+        .map(|p| (p.file_name().unwrap().into(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_method_gives_the_one_process_run_bit_for_bit_on_2_3_and_4_ranks() {
+    for (method, text) in configs() {
+        let one = tempfile::tempdir().unwrap();
+        let solo = train_on(&text, one.path(), 1, None).pop().unwrap().unwrap();
+        assert!(solo.finished);
+        let want = publishable(one.path());
+        assert!(want.iter().any(|(f, _)| f == Path::new("model.safetensors")), "{method}");
+        for ranks in 2..=4 {
+            let dir = tempfile::tempdir().unwrap();
+            let outcomes = train_on(&text, dir.path(), ranks, None);
+            for (rank, o) in outcomes.iter().enumerate() {
+                assert!(o.is_ok(), "{method} on {ranks} ranks, rank {rank}: {:?}", o.as_ref().err());
+            }
+            let got = publishable(dir.path());
+            for ((f, a), (g, b)) in want.iter().zip(&got) {
+                assert_eq!(f, g);
+                assert!(a == b, "{method} on {ranks} ranks: {} differs from one process's", f.display());
+            }
+            assert_eq!(want.len(), got.len(), "{method}");
+            // The ledger is sharded beside the data: the state holds none of it.
+            let s = state::peek_meta(&RunFolder::new(dir.path()).state()).unwrap();
+            assert_eq!(s.ledger_ranks, Some(ranks), "{method}");
+        }
+    }
+}
+
+/// The rows the run in `dir` has released: those in its record files and those its state
+/// holds until the files catch up.
+fn released(dir: &Path) -> Vec<dpgd::train::outputs::MetricsRow> {
+    let folder = RunFolder::new(dir);
+    let mut rows = if folder.metrics_jsonl().exists() { metrics(dir) } else { Vec::new() };
+    if let Some(meta) = state::peek_meta(&folder.state()) {
+        let have = rows.len();
+        rows.extend(meta.unflushed.metrics.into_iter().filter(|r| r.step > have));
+    }
+    rows
+}
+
+/// The ledger of the run in `dir` (of config `text`), wherever its state says it is.
+fn ledger(text: &str, dir: &Path) -> (usize, IndividualFilter) {
+    let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
+    let folder = RunFolder::new(dir);
+    let expect = Expect { params: 7850, examples: EXAMPLES, max_steps: cfg.max_steps() };
+    let snap = state::read(&folder.state(), expect).unwrap().expect("a state");
+    let budget = snap.meta.budget;
+    let at = (&snap.spent[..], snap.meta.ledger_ranks);
+    let spent = shards::assemble(&folder, EXAMPLES, &(0..EXAMPLES), at, snap.meta.step, budget).unwrap();
+    (snap.meta.step, IndividualFilter::from_spent(budget, spent).unwrap())
+}
+
+/// A rank killed at every phase of step 3 of a run on 3 ranks — before its charges, after them
+/// (durable) but before its partial sum is sent, after it is sent, before and after rank 0's
+/// state — then the run resumed on 2, 1 or 4 ranks (its ledger re-sharded) and finished. After
+/// the kill no example is over its budget and the state's charges cover every released step;
+/// at the end the record holds each step once, the rows released before the kill unchanged,
+/// and no example has spent less than in the uninterrupted run (a shard ahead of the state
+/// only over-charges) or more than its budget.
+#[test]
+fn a_rank_killed_at_any_phase_of_a_step_resumes_on_any_number_of_ranks_within_budget() {
+    // Filtered GD with a noisy count every other step; no training-accuracy releases, so that
+    // each step is one broadcast and one sum of each kind (after the greeting's broadcast).
+    let text = &configs()[0].1.replace("[stopping]\nrule = \"best-train-accuracy\"\nevery = 2\nsigma = 20.0", "");
+    let whole = tempfile::tempdir().unwrap();
+    assert!(train_on(text, whole.path(), 1, None)[0].as_ref().unwrap().finished);
+    let (_, whole_ledger) = ledger(text, whole.path());
+    let whole_rows = metrics(whole.path());
+    // The uninterrupted run's ledger after steps 2 and 3 (the same seed: the same charges).
+    let at_step = |m: usize| {
+        let d = tempfile::tempdir().unwrap();
+        common::train(text, d.path(), Some(m));
+        ledger(text, d.path()).1
+    };
+    let (at2, at3) = (at_step(2), at_step(3));
+    let step3 = (Op::Broadcast, 4); // the greeting, then steps 1, 2, 3
+    // (phase, the rank killed, where, whether some shard must be a step ahead of the state)
+    let phases = [
+        ("rank 1 before its charges", 1, step3, false),
+        ("rank 1 after its charges, before sending", 1, (Op::SumInts, 3), true),
+        ("rank 1 after sending", 1, (Op::SumFloats, 3), true),
+        ("rank 0 before its charges", 0, step3, false),
+        ("rank 0 after the sums, before its state", 0, (Op::SumFloats, 3), true),
+        ("rank 0 after its state and release", 0, (Op::Broadcast, 5), false),
+        ("rank 2 after the step", 2, (Op::Broadcast, 5), false),
+    ];
+    for (k, (phase, rank, at, ahead)) in phases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let outcomes = train_on(text, dir.path(), 3, Some((rank, at)));
+        assert!(outcomes.iter().all(Result::is_err), "{phase}: every rank stops");
+        for (r, o) in outcomes.iter().enumerate() {
+            let e = o.as_ref().unwrap_err().to_string();
+            assert!(r == rank || e.contains(&format!("rank {rank} of 3")), "{phase}: rank {r} says {e}");
+        }
+        let (m, after_kill) = ledger(text, dir.path());
+        let released = released(dir.path()).len();
+        assert_eq!(released, m, "{phase}: the state holds every released row");
+        assert!((2..=3).contains(&m), "{phase}: the state is at step {m}");
+        assert!(after_kill.spent_all().iter().all(|&s| s <= after_kill.budget()), "{phase}");
+        // Each example's charges are those of the state's step, or of the step after it (its
+        // shard ahead: charged, never released); never fewer.
+        let (now, next) = if m == 2 { (&at2, &at3) } else { (&at3, &at3) };
+        let mut over = 0;
+        for (i, &s) in after_kill.spent_all().iter().enumerate() {
+            assert!(s == now.spent_all()[i] || s == next.spent_all()[i], "{phase}: example {i} spent {s}");
+            over += usize::from(s != now.spent_all()[i]);
+        }
+        assert_eq!(m == 2 && over > 0, ahead, "{phase}: state at {m}, {over} examples charged ahead");
+        let resume_on = [2, 1, 4][k % 3];
+        let end = train_on(text, dir.path(), resume_on, None);
+        assert!(
+            end.iter().all(Result::is_ok),
+            "{phase}, resumed on {resume_on}: {:?}",
+            end.iter().find_map(|e| e.as_ref().err())
+        );
+        let rows = metrics(dir.path());
+        assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), (1..=rows.len()).collect::<Vec<_>>(), "{phase}");
+        assert_eq!(rows[..released], whole_rows[..released], "{phase}: rows released before the kill changed");
+        let (_, end_ledger) = ledger(text, dir.path());
+        for (i, (&s, &w)) in end_ledger.spent_all().iter().zip(whole_ledger.spent_all()).enumerate() {
+            assert!(s <= end_ledger.budget(), "{phase}: example {i} over budget");
+            assert!(s >= w, "{phase}: example {i} spent {s}, less than the uninterrupted run's {w}");
+        }
+    }
+}
