@@ -115,6 +115,17 @@ impl Collective for Dies {
 /// Trains `text` into `dir` on `ranks` threads, rank `dies.0` failing at `dies.1`; every
 /// rank's outcome.
 fn train_on(text: &str, dir: &Path, ranks: usize, dies: Option<(usize, (Op, usize))>) -> Vec<dpgd::Result<RunSummary>> {
+    train_some(text, dir, ranks, dies, None)
+}
+
+/// As [`train_on`], stopping after `stop_after` steps if given.
+fn train_some(
+    text: &str,
+    dir: &Path,
+    ranks: usize,
+    dies: Option<(usize, (Op, usize))>,
+    stop_after: Option<usize>,
+) -> Vec<dpgd::Result<RunSummary>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = InProcess::group(ranks)
             .into_iter()
@@ -124,7 +135,7 @@ fn train_on(text: &str, dir: &Path, ranks: usize, dies: Option<(usize, (Op, usiz
                     let mut comm = Dies { inner, at, calls: [0; 3] };
                     let cfg = TrainConfig::from_toml(text, &[])?.validate()?;
                     let data = cfg.config().data.load()?;
-                    let opts = RunOptions { threads: Some(1), ..Default::default() };
+                    let opts = RunOptions { threads: Some(1), stop_after };
                     run_on(&cfg, &data, dir, &opts, &mut Silent, &mut comm)
                 })
             })
@@ -172,6 +183,33 @@ fn every_method_gives_the_one_process_run_bit_for_bit_on_2_3_and_4_ranks() {
             assert_eq!(s.ledger_ranks, Some(ranks), "{method}");
         }
     }
+}
+
+/// A run stopped after 4 steps on 3 ranks and resumed on 2 (its ledger re-sharded), then
+/// stopped again and finished on 1, ends bit for bit where the uninterrupted one-process run
+/// does; every rank knows whether the run finished.
+#[test]
+fn a_run_stopped_on_three_ranks_resumes_on_two_then_one() {
+    let text = &configs()[0].1;
+    let one = tempfile::tempdir().unwrap();
+    assert!(train_on(text, one.path(), 1, None)[0].as_ref().unwrap().finished);
+    let dir = tempfile::tempdir().unwrap();
+    for (ranks, stop_after, finished) in [(3, Some(4), false), (2, Some(2), false), (1, None, true)] {
+        let outcomes = train_some(text, dir.path(), ranks, None, stop_after);
+        for o in &outcomes {
+            assert_eq!(o.as_ref().unwrap().finished, finished, "on {ranks} ranks");
+        }
+        let folder = RunFolder::new(dir.path());
+        let meta = state::peek_meta(&folder.state()).unwrap();
+        assert_eq!(meta.ledger_ranks, (ranks > 1).then_some(ranks));
+        // Only the shards the state names are left.
+        let shards = std::fs::read_dir(folder.confidential())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("ledger-"))
+            .count();
+        assert_eq!(shards, if ranks > 1 { ranks } else { 0 });
+    }
+    assert_eq!(publishable(dir.path()), publishable(one.path()));
 }
 
 /// The rows the run in `dir` has released: those in its record files and those its state

@@ -81,6 +81,18 @@ impl<C: Collective + ?Sized> Collective for &mut C {
     }
 }
 
+/// This process's place in the run its launcher started: with the `mpi` feature, its MPI rank
+/// ([`Mpi::init`]; a process started without a launcher is rank 0 of 1); without it, [`Solo`].
+///
+/// # Errors
+/// As [`Mpi::init`].
+pub fn from_launcher() -> Result<Box<dyn Collective>> {
+    #[cfg(feature = "mpi")]
+    return Ok(Box::new(Mpi::init()?));
+    #[cfg(not(feature = "mpi"))]
+    Ok(Box::new(Solo))
+}
+
 /// One process: rank 0 of 1, every operation the identity.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Solo;

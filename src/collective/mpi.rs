@@ -89,8 +89,12 @@ impl Collective for Mpi {
         }
         Ok(())
     }
-    /// `MPI_Abort`: the launcher ends every rank of the job.
+    /// `MPI_Abort`: the launcher ends every rank of the job (nothing on a job of one rank: its
+    /// error ends it as any error ends a process).
     fn abort(&mut self, why: &str) {
+        if self.size() == 1 {
+            return;
+        }
         eprintln!("dpgd: rank {} of {} stopped the run: {why}", self.rank(), self.size());
         self.world.abort(1);
     }

@@ -32,8 +32,9 @@ pub(crate) enum Message {
     Step { step: usize, theta: Vec<f32>, sample: Option<Vec<bool>> },
     /// Count the shard's examples the model θ classifies correctly.
     Count { theta: Vec<f32> },
-    /// The run is over (or this invocation stops): leave.
-    End,
+    /// This invocation is over: leave. `finished`: the run is over (else it stopped on
+    /// `stop_after`, to be resumed).
+    End { finished: bool },
 }
 
 impl Message {
@@ -60,7 +61,7 @@ impl Message {
                 out.push(2);
                 floats(&mut out, theta);
             }
-            Message::End => out.push(3),
+            Message::End { finished } => out.extend_from_slice(&[3, u8::from(*finished)]),
         }
         out
     }
@@ -84,7 +85,7 @@ impl Message {
                 Ok(Message::Step { step, theta, sample: has.then_some(flags) })
             }
             Some(2) => Ok(Message::Count { theta: read_floats(bytes, &mut at, params).ok_or_else(bad)? }),
-            Some(3) => Ok(Message::End),
+            Some(3) => Ok(Message::End { finished: bytes.get(1) == Some(&1) }),
             _ => Err(bad()),
         }
     }
@@ -173,8 +174,16 @@ pub(crate) fn shard_sum<E: PerExample>(
     pool.install(|| plan.gradient_sum_of(theta, ledger, step, selection))
 }
 
+/// What a rank other than 0 computed: its steps, the last θ it was sent, and whether rank 0
+/// ended the run (or only stopped this invocation).
+pub(crate) struct Served {
+    pub(crate) steps: usize,
+    pub(crate) theta: Vec<f32>,
+    pub(crate) finished: bool,
+}
+
 /// The part of a run that every rank but 0 plays: wait for rank 0's messages and answer them,
-/// until [`Message::End`]. Returns the steps it computed.
+/// until [`Message::End`].
 ///
 /// # Errors
 /// Any rank failed; this rank's gradients, ledger or files failed (it aborts the run first).
@@ -184,20 +193,22 @@ pub(crate) fn serve<E: PerExample>(
     (folder, shard): (&RunFolder, &super::shards::Shard),
     (pool, n): (&rayon::ThreadPool, usize),
     comm: &mut dyn Collective,
-) -> Result<usize> {
+    theta0: Vec<f32>,
+) -> Result<Served> {
     let (plan, ledger) = part;
     let params = plan.net().num_params();
-    let mut steps = 0;
+    let mut served = Served { steps: 0, theta: theta0, finished: false };
     loop {
         let mut bytes = Vec::new();
         comm.broadcast(&mut bytes)?;
         let answered = match Message::decode(&bytes, params, n)? {
-            Message::End => return Ok(steps),
+            Message::End { finished } => return Ok(Served { finished, ..served }),
             Message::Step { step, theta, sample } => (|| {
                 let (sum, stats) =
                     shard_sum(cfg, (plan, &mut *ledger), pool, (&theta, step), sample.as_deref(), &shard.range)?;
                 super::shards::write(folder, shard, step, ledger.budget(), ledger.spent_all())?;
-                steps += 1;
+                served.steps += 1;
+                served.theta = theta;
                 Ok((sum, stats, ledger.active_count_non_private()))
             })()
             .and_then(|(sum, stats, active)| combine(comm, sum, stats, active).map(|_| ())),

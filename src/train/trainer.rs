@@ -912,11 +912,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
     /// # Errors
     /// As [`finish`](Self::finish).
     pub fn finish_returning(mut self) -> Result<Trained<E>> {
+        let over = self.step >= self.cfg.max_steps() || self.stopping.should_stop();
         // The other ranks leave: nothing below needs them.
         if self.comm.size() > 1 {
-            self.comm.broadcast(&mut Message::End.encode())?;
+            self.comm.broadcast(&mut Message::End { finished: over }.encode())?;
         }
-        let over = self.step >= self.cfg.max_steps() || self.stopping.should_stop();
         if !over {
             let summary = RunSummary {
                 dir: self.folder.root().into(),
@@ -1300,7 +1300,9 @@ pub fn run_with<E: TrainModel>(
 }
 
 /// As [`run_with`], as one rank of the data-parallel run `comm` (see [`run_on`]). On ranks
-/// other than 0 the returned parameters are θ as of the last step this rank computed.
+/// other than 0 the returned parameters are the θ of the last step this rank computed (not
+/// the model rank 0 returns, which a stopping rule may pick from an earlier step), and the
+/// summary has no result.
 ///
 /// # Errors
 /// As [`run_with`] and [`run_on`].
@@ -1376,10 +1378,11 @@ fn serve_rank<E: TrainModel>(
             )?
         };
         let mut ledger = ledger;
-        let steps = distributed::serve(cfg, (&s.plan, &mut ledger), (&folder, &s.shard), (&s.pool, s.n), comm)?;
-        let summary =
-            RunSummary { dir: dir.into(), steps: hello.step + steps, finished: true, result: None, privacy: None };
-        Ok(Trained { summary, params: s.theta, engine: s.plan.into_net() })
+        let part = (&s.plan, &mut ledger);
+        let served = distributed::serve(cfg, part, (&folder, &s.shard), (&s.pool, s.n), comm, s.theta)?;
+        let steps = hello.step + served.steps;
+        let summary = RunSummary { dir: dir.into(), steps, finished: served.finished, result: None, privacy: None };
+        Ok(Trained { summary, params: served.theta, engine: s.plan.into_net() })
     });
     if let Err(e) = &answered
         && !matches!(e, Error::Collective(_))

@@ -38,13 +38,10 @@ pub(crate) struct TrainArgs {
 }
 
 pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
-    // Under an MPI launcher (`mpirun -np N dpgd train …`, with the `mpi` feature) this process is
-    // one rank of a data-parallel run; otherwise the only one.
-    #[cfg(feature = "mpi")]
-    let mut comm = dpgd::collective::Mpi::init()?;
-    #[cfg(not(feature = "mpi"))]
-    let mut comm = dpgd::collective::Solo;
-    let outcome = train_as_rank(a, &mut comm);
+    // Under an MPI launcher (`mpirun -np N dpgd train …`, built with the `mpi` feature) this
+    // process is one rank of a data-parallel run; otherwise the only one.
+    let mut comm = dpgd::collective::from_launcher()?;
+    let outcome = train_as_rank(a, &mut *comm);
     if let Err(e) = &outcome
         && comm.size() > 1
     {
