@@ -22,6 +22,9 @@
 //! * [`train`] — the trainer: a config, a dataset (IDX files, or arrays in memory:
 //!   [`data::Dataset::in_memory`]), a run folder whose `publishable/` half is safe to publish.
 //!
+//! * [`collective`] — data-parallel training on several processes (MPI with the `mpi` feature):
+//!   [`train::run_on`] gives the one-process run's outputs bit for bit on any number of ranks.
+//!
 //! Train privately with individual filtering on data held in memory, and read the guarantee:
 //!
 //! ```

@@ -212,6 +212,35 @@ fn a_run_stopped_on_three_ranks_resumes_on_two_then_one() {
     assert_eq!(publishable(dir.path()), publishable(one.path()));
 }
 
+/// A rank whose config differs from rank 0's (here its learning rate) stops every rank before
+/// the first step, and says which; nothing is trained.
+#[test]
+fn a_rank_with_other_settings_stops_every_rank_naming_it() {
+    let text = configs()[1].1.clone();
+    let other = text.replace("lr = 1.0", "lr = 0.5");
+    let dir = tempfile::tempdir().unwrap();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = InProcess::group(3)
+            .into_iter()
+            .map(|mut comm| {
+                let text = if comm.rank() == 2 { other.clone() } else { text.clone() };
+                let dir = dir.path();
+                s.spawn(move || {
+                    let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+                    let data = cfg.config().data.load().unwrap();
+                    run_on(&cfg, &data, dir, &RunOptions::default(), &mut Silent, &mut comm).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert!(e.contains("rank 2"), "{e}");
+    }
+    assert!(errors[2].contains("differs from rank 0's"), "{}", errors[2]);
+    assert!(state::peek_meta(&RunFolder::new(dir.path()).state()).is_none(), "no step was taken");
+}
+
 /// The rows the run in `dir` has released: those in its record files and those its state
 /// holds until the files catch up.
 fn released(dir: &Path) -> Vec<dpgd::train::outputs::MetricsRow> {

@@ -4,7 +4,8 @@
 # (default 10^6), each rank with cores/ranks worker threads (at least 1). The figure is N over
 # the median step time rank 0 records (confidential/steps.jsonl: charge, clip, sum, the
 # all-reduce, noise and update; evaluations excluded), steps 2 on.
-# Usage: experiments/scale/run.sh [RANKS...]   (default: 1 2 4)
+# Usage: experiments/scale/run.sh [RANKS...]   (default: 1 2 4; each appends a row to the day's
+#   results.jsonl)
 #   env: SCALE_EXAMPLES (10^6), SCALE_STEPS (4), DPGD_MPI_BIN (the dpgd binary built with
 #   `cargo build --release --features mpi`).
 set -euo pipefail
@@ -23,8 +24,10 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 src="${DPGD_DATASETS:-$root/../shared/datasets}/mnist"
 python3 experiments/scale/replicate.py "$src" "$scratch/data" "$n"
-mpirun=(mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo)
-: > "$out/results.jsonl"
+# --bind-to none: OpenMPI binds each of up to 2 ranks to one core by default, which would put all
+# the threads of a 1-rank run on a single core.
+mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,tcp --mca btl_tcp_if_include lo)
+touch "$out/results.jsonl"
 for ranks in "${ranks_list[@]}"; do
     threads=$(( cores / ranks )); [ "$threads" -ge 1 ] || threads=1
     run="$scratch/run-$ranks"
@@ -39,7 +42,7 @@ path, ranks, threads, n, cores, machine = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 secs = [r["seconds"] for r in rows[1:]] or [rows[0]["seconds"]]
 med = statistics.median(secs)
-print(json.dumps({"ranks": int(ranks), "threads_per_rank": int(threads), "examples": int(n),
+print(json.dumps({"ranks": int(ranks), "threads_per_rank": int(threads), "examples": int(n), "bind_to": "none",
                   "step_seconds_median": med, "step_seconds": secs, "examples_per_second": int(n) / med,
                   "cores": int(cores), "machine": machine}))
 PY
