@@ -12,7 +12,7 @@
 //!
 //! Implementations: [`Solo`] (one process: every operation is the identity), [`InProcess`]
 //! (ranks as threads of one process, for tests and for checking a setup without MPI), and,
-//! with the `mpi` feature, [`Mpi`] (rsmpi over the system's MPI library).
+//! with the `mpi` feature, `Mpi` (rsmpi over the system's MPI library).
 
 mod in_process;
 #[cfg(feature = "mpi")]
@@ -82,10 +82,10 @@ impl<C: Collective + ?Sized> Collective for &mut C {
 }
 
 /// This process's place in the run its launcher started: with the `mpi` feature, its MPI rank
-/// ([`Mpi::init`]; a process started without a launcher is rank 0 of 1); without it, [`Solo`].
+/// (`Mpi::init`; a process started without a launcher is rank 0 of 1); without it, [`Solo`].
 ///
 /// # Errors
-/// As [`Mpi::init`].
+/// As `Mpi::init`.
 pub fn from_launcher() -> Result<Box<dyn Collective>> {
     #[cfg(feature = "mpi")]
     return Ok(Box::new(Mpi::init()?));

@@ -227,3 +227,48 @@ pub(crate) fn serve<E: PerExample>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn message() -> impl Strategy<Value = Message> {
+        let theta = proptest::collection::vec(-4.0f32..4.0, 3);
+        prop_oneof![
+            (0usize..1000, theta.clone(), proptest::option::of(proptest::collection::vec(any::<bool>(), 11)))
+                .prop_map(|(step, theta, sample)| Message::Step { step, theta, sample }),
+            theta.prop_map(|theta| Message::Count { theta }),
+            any::<bool>().prop_map(|finished| Message::End { finished }),
+        ]
+    }
+
+    proptest! {
+        /// Every message reads back as sent, for a run of 3 parameters and 11 examples.
+        #[test]
+        fn messages_round_trip(m in message()) {
+            prop_assert_eq!(Message::decode(&m.encode(), 3, 11).unwrap(), m);
+        }
+
+        /// A damaged or truncated message is an error or a message of the run's shape, never a
+        /// panic or an allocation beyond the bytes.
+        #[test]
+        fn damaged_messages_never_panic(m in message(), flips in proptest::collection::vec((0usize..80, any::<u8>()), 1..6), cut in 0usize..80) {
+            let mut bytes = m.encode();
+            for (at, v) in flips {
+                let i = at % bytes.len();
+                bytes[i] = v;
+            }
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            match Message::decode(&bytes, 3, 11) {
+                Ok(Message::Step { theta, sample, .. }) => {
+                    prop_assert_eq!(theta.len(), 3);
+                    prop_assert!(sample.is_none_or(|s| s.len() == 11));
+                }
+                Ok(Message::Count { theta }) => prop_assert_eq!(theta.len(), 3),
+                Ok(Message::End { .. }) | Err(_) => {}
+            }
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! The ledger of a data-parallel run, sharded beside its data: rank r of N keeps its examples'
 //! spent budgets in `confidential/ledger-r-of-N.bin`, rewritten atomically after every step's
-//! charges and before its partial sum is sent ([`write`]). Rank 0's training state then records
+//! charges and before its partial sum is sent ([`write()`]). Rank 0's training state then records
 //! which files hold the ledger (`Meta::ledger_ranks`), so at any instant every shard file is at
 //! the state's step or one step ahead of it: ahead only over-charges (the step was charged,
 //! never released), and behind is impossible by construction — [`assemble`] refuses it as
@@ -168,7 +168,33 @@ pub fn remove_others(folder: &RunFolder, keep: Option<usize>) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Byte mutations of a valid shard file: an error naming the file, or the shard's
+        /// values within its budget; never a panic.
+        #[test]
+        fn mutated_shards_never_panic(flips in proptest::collection::vec((0usize..200, any::<u8>()), 1..6), cut in 1usize..200) {
+            let dir = tempfile::tempdir().unwrap();
+            let folder = RunFolder::new(dir.path());
+            let s = Shard::of(9, 2, 1);
+            write(&folder, &s, 3, 4.0, &[0.5, 1.0, 4.0, 0.0, 2.5]).unwrap();
+            let p = path(&folder, 1, 2);
+            let mut bytes = std::fs::read(&p).unwrap();
+            for (at, v) in flips {
+                let i = at % bytes.len();
+                bytes[i] = v;
+            }
+            bytes.truncate(cut.min(bytes.len()));
+            std::fs::write(&p, &bytes).unwrap();
+            match read(&p, &s, 4.0, 3) {
+                Ok(spent) => prop_assert!(spent.len() == 5 && spent.iter().all(|v| (0.0..=4.0).contains(v))),
+                Err(e) => prop_assert!(e.to_string().contains("ledger-1-of-2.bin"), "{}", e),
+            }
+        }
+    }
 
     #[test]
     fn shards_written_on_three_ranks_are_read_back_on_two() {
