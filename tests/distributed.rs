@@ -135,6 +135,13 @@ fn train_some(
                     let mut comm = Dies { inner, at, calls: [0; 3] };
                     let cfg = TrainConfig::from_toml(text, &[])?.validate()?;
                     let data = cfg.config().data.load()?;
+                    // On an even number of ranks each keeps only its shard in memory (as
+                    // `dpgd train` does); on an odd one, all of it.
+                    let data = if ranks.is_multiple_of(2) {
+                        data.keep_shard(cfg.config().data.train_subset, ranks, comm.rank())
+                    } else {
+                        data
+                    };
                     let opts = RunOptions { threads: Some(1), stop_after };
                     run_on(&cfg, &data, dir, &opts, &mut Silent, &mut comm)
                 })
@@ -239,6 +246,21 @@ fn a_rank_with_other_settings_stops_every_rank_naming_it() {
     }
     assert!(errors[2].contains("differs from rank 0's"), "{}", errors[2]);
     assert!(state::peek_meta(&RunFolder::new(dir.path()).state()).is_none(), "no step was taken");
+}
+
+/// A dataset that holds another rank's shard, or a shard of another subset, is refused before
+/// anything is trained, saying what to pass.
+#[test]
+fn a_dataset_holding_another_shard_is_refused() {
+    let text = &configs()[1].1;
+    let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (subset, rank) in [(EXAMPLES, 0), (0, 1)] {
+        let data = cfg.config().data.load().unwrap().keep_shard(subset, 2, rank);
+        let mut comm = InProcess::group(1).pop().unwrap();
+        let e = run_on(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent, &mut comm).unwrap_err();
+        assert!(e.to_string().contains("call keep_shard with this run's data.train_subset"), "{e}");
+    }
 }
 
 /// The rows the run in `dir` has released: those in its record files and those its state

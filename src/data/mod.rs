@@ -305,6 +305,9 @@ pub struct Dataset {
     features: Option<features::FeatureInput>,
     /// The feature columns' names, for data read from CSV.
     columns: Option<Vec<String>>,
+    /// Where the training split holds one rank's shard ([`Dataset::keep_shard`]): its first
+    /// example, the run's number of training examples n, and the subset it was taken of.
+    held: Option<(usize, usize, usize)>,
 }
 
 /// What a model's examples are made from, as its file records it, so that `dpgd predict` reads
@@ -454,7 +457,7 @@ impl Dataset {
                 ),
             });
         }
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns, held: None })
     }
 
     /// A dataset held in memory (for library users whose data are not IDX files): the same
@@ -521,7 +524,7 @@ impl Dataset {
             fingerprint("test-images (in memory)", &[test.images.as_slice(), &f32_bytes(&test.features)].concat()),
             fingerprint("test-labels (in memory)", &test.labels),
         ];
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns: None })
+        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns: None, held: None })
     }
 
     /// The shape of one example, `[channels, height, width]`.
@@ -571,6 +574,29 @@ impl Dataset {
     #[must_use]
     pub fn feature_input(&self) -> Option<&features::FeatureInput> {
         self.features.as_ref()
+    }
+
+    /// Keeps in memory only the training examples that rank `rank` of `ranks` of a
+    /// data-parallel run trains on ([`crate::collective::shard`] of the first `subset`, all for
+    /// 0: the run's `data.train_subset`), and drops the rest; the test split and the files'
+    /// fingerprints stay whole. A dataset that holds a shard already is returned as it is.
+    #[must_use]
+    pub fn keep_shard(mut self, subset: usize, ranks: usize, rank: usize) -> Self {
+        if self.held.is_none() {
+            let n = self.train.head(subset).len();
+            let range = crate::collective::shard(n, ranks, rank);
+            self.train = self.train.slice(range.clone());
+            self.held = Some((range.start, n, subset));
+        }
+        self
+    }
+
+    /// Where the training split holds one rank's shard ([`keep_shard`](Self::keep_shard)):
+    /// its first example, the run's number of training examples, and the `subset` it was
+    /// given (`None`: it holds them all).
+    #[must_use]
+    pub fn held_shard(&self) -> Option<(usize, usize, usize)> {
+        self.held
     }
 
     /// The SHA-256 fingerprints of the four files, training images first.

@@ -1054,11 +1054,36 @@ impl<'a, E: TrainModel> Setup<'a, E> {
                 data.classes()
             )));
         }
-        let (all, test) = (data.train.head(c.data.train_subset), data.test.head(c.data.test_subset));
-        check_data(&all, &test, &data.dir)?;
-        check_delta(cfg, all.len())?;
-        let shard = Shard::of(all.len(), ranks, rank);
-        let train = all.range(shard.range.clone());
+        let test = data.test.head(c.data.test_subset);
+        let (n, shard, train) = match data.held_shard() {
+            // The dataset holds this rank's shard alone (`Dataset::keep_shard`).
+            Some((first, n, subset)) => {
+                let shard = Shard::of(n, ranks, rank);
+                if shard.range.start != first || shard.range.len() != data.train.len() || subset != c.data.train_subset
+                {
+                    return Err(Error::Data {
+                        path: data.dir.clone(),
+                        message: format!(
+                            "the dataset holds training examples {first}..{} of {n} (of data.train_subset = {subset}), \
+                             but rank {rank} of {ranks} trains on {}..{}: call keep_shard with this run's \
+                             data.train_subset, rank and number of ranks",
+                            first + data.train.len(),
+                            shard.range.start,
+                            shard.range.end
+                        ),
+                    });
+                }
+                (n, shard, data.train.head(0))
+            }
+            None => {
+                let all = data.train.head(c.data.train_subset);
+                let shard = Shard::of(all.len(), ranks, rank);
+                let train = all.range(shard.range.clone());
+                (all.len(), shard, train)
+            }
+        };
+        check_data(n, &test, &data.dir)?;
+        check_delta(cfg, n)?;
         let threads = opts.threads.unwrap_or(c.train.threads);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -1074,12 +1099,12 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         let identity = RunIdentity {
             config,
             data: data.fingerprints().to_vec(),
-            examples: all.len(),
+            examples: n,
             params: net.num_params(),
             engine: Some(net.engine_name().to_string()),
         };
         // The grid is the whole run's (its n), on every rank alike.
-        let aggregation = Aggregation::for_run(cfg, &net, all.len())?;
+        let aggregation = Aggregation::for_run(cfg, &net, n)?;
         let theta = net.initial_params(c.model.init_seed)?;
         // What the sum's sensitivity rests on, checked on this engine, device and kernels at
         // this run's micro-batch size, before any training example is read.
@@ -1090,7 +1115,7 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         };
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
-        Ok(Self { plan, train, n: all.len(), shard, test, norm, pool, identity, theta })
+        Ok(Self { plan, train, n, shard, test, norm, pool, identity, theta })
     }
 }
 
@@ -1124,12 +1149,13 @@ fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<Run
     }
 }
 
-/// The model is built for the data's own shape; this refuses an empty split.
-fn check_data(train: &Examples<'_>, test: &Examples<'_>, dir: &Path) -> Result<()> {
-    if train.is_empty() || test.is_empty() {
+/// The model is built for the data's own shape; this refuses an empty split (`n` training
+/// examples in the whole run).
+fn check_data(n: usize, test: &Examples<'_>, dir: &Path) -> Result<()> {
+    if n == 0 || test.is_empty() {
         return Err(Error::Data {
             path: dir.into(),
-            message: format!("{} training and {} test examples: both must be at least 1", train.len(), test.len()),
+            message: format!("{n} training and {} test examples: both must be at least 1", test.len()),
         });
     }
     Ok(())

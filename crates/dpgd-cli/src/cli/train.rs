@@ -108,6 +108,9 @@ fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
         Some(d) => d,
         None => cfg.config().data.load()?,
     };
+    // Each rank keeps only the training examples it trains on.
+    let data =
+        if comm.size() > 1 { data.keep_shard(cfg.config().data.train_subset, comm.size(), comm.rank()) } else { data };
     // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
     // safe) and says how to continue.
     let hint = dir.clone();
