@@ -29,9 +29,10 @@ use crate::error::Result;
 /// The collective operations of a data-parallel run. Every rank makes the same calls in the
 /// same order; a call returns once every rank has made it (or one of them failed).
 ///
-/// **Failure is loud**: a rank that cannot go on calls [`abort`](Self::abort), and every other
-/// rank's pending or next call returns [`crate::Error::Collective`] naming it (with MPI, the
-/// launcher ends the job): no rank is left waiting.
+/// **Failure is loud**: a rank that cannot go on calls [`abort`](Self::abort) and returns its
+/// error; every other rank's pending or next call then returns [`crate::Error::Collective`]
+/// naming it ([`InProcess`]), or the launcher ends the job once the failed rank's `Mpi` is
+/// dropped (after its caller has shown the error): no rank is left waiting.
 pub trait Collective {
     /// This process's rank, in `0..size()`; rank 0 holds the run.
     fn rank(&self) -> usize;
@@ -56,7 +57,9 @@ pub trait Collective {
     /// # Errors
     /// Another rank failed.
     fn broadcast(&mut self, bytes: &mut Vec<u8>) -> Result<()>;
-    /// Ends the run on every rank because this one cannot go on (`why`, shown by the others).
+    /// Ends the run on every rank because this one cannot go on (`why`): at once, or, where the
+    /// ending kills the processes (MPI), when this rank's collective is dropped, so that its
+    /// caller can show the error first.
     fn abort(&mut self, why: &str);
 }
 

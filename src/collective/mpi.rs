@@ -16,6 +16,8 @@ pub struct Mpi {
     // Finalizes MPI when dropped (after the run, on every rank).
     _universe: Universe,
     world: SimpleCommunicator,
+    /// Set by [`Collective::abort`]: dropping this rank then ends the job.
+    aborted: bool,
 }
 
 impl std::fmt::Debug for Mpi {
@@ -39,7 +41,7 @@ impl Mpi {
             )));
         }
         let world = universe.world();
-        Ok(Self { _universe: universe, world })
+        Ok(Self { _universe: universe, world, aborted: false })
     }
 }
 
@@ -89,13 +91,18 @@ impl Collective for Mpi {
         }
         Ok(())
     }
-    /// `MPI_Abort`: the launcher ends every rank of the job (nothing on a job of one rank: its
-    /// error ends it as any error ends a process).
-    fn abort(&mut self, why: &str) {
-        if self.size() == 1 {
-            return;
+    /// Marks this rank failed: dropping it calls `MPI_Abort`, and the launcher ends every rank
+    /// of the job (nothing on a job of one rank, which its error ends as any error ends a
+    /// process). The library does not print: the caller shows the error, then drops this.
+    fn abort(&mut self, _why: &str) {
+        self.aborted = true;
+    }
+}
+
+impl Drop for Mpi {
+    fn drop(&mut self) {
+        if self.aborted && self.size() > 1 {
+            self.world.abort(1);
         }
-        eprintln!("dpgd: rank {} of {} stopped the run: {why}", self.rank(), self.size());
-        self.world.abort(1);
     }
 }

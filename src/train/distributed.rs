@@ -128,8 +128,6 @@ pub(crate) fn combine(
             values.extend_from_slice(&counts);
             comm.sum_to_root(&mut values)?;
             let tail = values.split_off(values.len() - 3);
-            floats.clear();
-            floats.push(stats.loss_sum);
             comm.sum_to_root_f64(&mut floats)?;
             return Ok((ClippedSum::Grid { values, gamma }, stats_of(&tail, floats[0]), tail[2] as usize));
         }

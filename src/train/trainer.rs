@@ -245,9 +245,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     folder: RunFolder,
     _lock: RunLock,
     identity: RunIdentity,
+    /// The plan over this rank's training examples (all of them on one process).
     plan: GradientPlan<'a, E>,
-    /// This rank's training examples (all of them on one process).
-    train: Examples<'a>,
     /// The run's training examples, n (public).
     n: usize,
     /// Which examples this rank holds; rank 0 of 1 holds all.
@@ -414,7 +413,6 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             ledger: IndividualFilter::new(s.shard.range.len(), budget)?,
             active: s.shard.range.len(),
             plan: s.plan,
-            train: s.train,
             n: s.n,
             shard: s.shard,
             comm: Box::new(Solo),
@@ -727,7 +725,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if self.comm.size() > 1 {
             self.comm.broadcast(&mut Message::Count { theta: self.theta.clone() }.encode())?;
         }
-        let (net, theta, train, norm) = (self.plan.net(), &self.theta, self.train, &self.norm);
+        let (net, theta, train, norm) = (self.plan.net(), &self.theta, self.plan.data(), &self.norm);
         let mut correct = [self.pool.install(|| count_correct(net, theta, train, norm)) as i64];
         self.comm.sum_to_root(&mut correct)?;
         Ok(correct[0] as usize)
@@ -1023,7 +1021,6 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
 /// identity — after the checks that refuse a run before any training example is read.
 struct Setup<'a, E: PerExample> {
     plan: GradientPlan<'a, E>,
-    train: Examples<'a>,
     n: usize,
     shard: Shard,
     test: Examples<'a>,
@@ -1115,7 +1112,7 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         };
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
-        Ok(Self { plan, train, n, shard, test, norm, pool, identity, theta })
+        Ok(Self { plan, n, shard, test, norm, pool, identity, theta })
     }
 }
 

@@ -45,8 +45,11 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
     if let Err(e) = &outcome
         && comm.size() > 1
     {
-        // A rank that cannot go on ends the job on every rank, saying why.
+        // A rank that cannot go on says why, then ends the job on every rank (dropping its
+        // collective does, with MPI).
+        eprintln!("dpgd: rank {} of {} stopped the run: {e:#}", comm.rank(), comm.size());
         comm.abort(&format!("{e:#}"));
+        drop(comm);
     }
     outcome
 }
