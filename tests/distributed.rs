@@ -55,6 +55,26 @@ fn configs() -> Vec<(&'static str, String)> {
                 "lr = 1.0\nseed = 8\nchunk = 16\nmax_steps = 8",
             ),
         ),
+        // Personalized budgets: each rank's examples keep their own tiers.
+        (
+            "filtered with tiers",
+            c(
+                "dp-filtered-tiers",
+                "method = \"filtered\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 3\n\
+                 [privacy.budgets]\nepsilons = [2.0, 5.0]\nshares = [0.5, 0.5]\nseed = 3",
+                "lr = 1.0\nseed = 9\nchunk = 16\nmax_steps = 9\n[release]\nactive_count = \"noisy\"\n\
+                 active_count_sigma = 20.0\nactive_count_every = 2",
+            ),
+        ),
+        (
+            "sgd-filtered with tiers",
+            c(
+                "dp-sgd-filtered-tiers",
+                "method = \"sgd-filtered\"\nsample_rate = 0.2\nsigma = 1.0\ndelta = 1e-5\nclip = 20.0\n\
+                 worst_case_steps = 3\n[privacy.budgets]\nepsilons = [30.0, 60.0]\nshares = [0.5, 0.5]",
+                "lr = 1.0\nseed = 10\nchunk = 16\nmax_steps = 8",
+            ),
+        ),
     ]
 }
 

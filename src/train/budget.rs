@@ -9,9 +9,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::config::ValidConfig;
 use super::folder::RunFolder;
 use super::outputs::ConfidentialRow;
 use super::state::{self, Expect};
+use super::tiers::Tier;
+use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::error::{Error, Result};
 use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
 
@@ -25,7 +28,8 @@ pub struct BudgetReport {
     pub notice: String,
     /// Training examples.
     pub examples: usize,
-    /// The per-example budget B_norm (squared clipped gradient norm).
+    /// The per-example budget in the ledger's units (B_norm for GD: a squared clipped gradient
+    /// norm); with personalized budgets, the largest tier's.
     pub budget_per_example: f64,
     /// Steps completed.
     pub steps: usize,
@@ -38,14 +42,34 @@ pub struct BudgetReport {
     /// Per step: how many examples had run out of budget before it (from the exact active
     /// counts of `steps.jsonl`).
     pub exhausted_before_step: Vec<(usize, usize)>,
+    /// With personalized budgets (`privacy.budgets`): each tier's examples and their spending
+    /// against their own budget, in the tiers' order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierSpending>,
 }
 
-/// The budget report of the run in `folder`, from its saved training state and confidential
-/// step records.
+/// How one tier of personalized budgets spent them (confidential: exact counts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierSpending {
+    /// The tier's ε.
+    pub epsilon: f64,
+    /// Its examples' budget.
+    pub budget: f64,
+    /// How many training examples hold it.
+    pub examples: usize,
+    /// How many of them spent it all.
+    pub exhausted: usize,
+    /// Their median spent fraction of their own budget.
+    pub median_spent_fraction: f64,
+}
+
+/// The budget report of the run of `cfg` in `folder`, from its saved training state, its
+/// confidential step records and (with personalized budgets) its assignment of tiers.
 ///
 /// # Errors
-/// A folder without a training state, or unreadable records.
-pub fn report(folder: &RunFolder, params: usize, max_steps: usize) -> Result<BudgetReport> {
+/// A folder without a training state, unreadable records, or an unreadable assignment.
+pub fn report(folder: &RunFolder, cfg: &ValidConfig, params: usize) -> Result<BudgetReport> {
+    let max_steps = cfg.max_steps();
     let meta = state::peek_meta(&folder.state()).ok_or_else(|| Error::RunState {
         path: folder.state(),
         message: "no training state to report on: the run has not taken a step".into(),
@@ -56,13 +80,27 @@ pub fn report(folder: &RunFolder, params: usize, max_steps: usize) -> Result<Bud
     let steps: Vec<ConfidentialRow> = std::fs::read_to_string(folder.steps())
         .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
         .unwrap_or_default();
-    Ok(summarise(&snap.spent, snap.meta.budget, snap.meta.step, &steps))
+    let budgets = match cfg.tiers() {
+        [] => Budgets::uniform(snap.meta.budget)?,
+        _ => super::tiers::ledger_budgets(cfg, snap.spent.len())?.0,
+    };
+    let ledger = IndividualFilter::from_spent_with(budgets, snap.spent)
+        .map_err(|e| Error::RunState { path: folder.state(), message: format!("its ledger is invalid: {e}") })?;
+    Ok(summarise(&ledger, cfg.tiers(), snap.meta.step, &steps))
 }
 
-/// The report from every example's spent budget and the confidential step records.
-pub(crate) fn summarise(spent: &[f64], budget: f64, step: usize, steps: &[ConfidentialRow]) -> BudgetReport {
+/// The report from every example's ledger entry, the tiers of personalized budgets (if any)
+/// and the confidential step records.
+pub(crate) fn summarise(
+    ledger: &IndividualFilter,
+    tiers: &[Tier],
+    step: usize,
+    steps: &[ConfidentialRow],
+) -> BudgetReport {
+    let (spent, budgets) = (ledger.spent_all(), ledger.budgets());
     let n = spent.len();
-    let mut fractions: Vec<f64> = spent.iter().map(|&s| (s / budget).clamp(0.0, 1.0)).collect();
+    let fraction = |i: usize| (spent[i] / budgets.get(i)).clamp(0.0, 1.0);
+    let mut fractions: Vec<f64> = (0..n).map(fraction).collect();
     fractions.sort_by(f64::total_cmp);
     let q = |p: f64| fractions.get(((n.saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(0.0);
     let mut histogram = vec![0usize; BINS];
@@ -74,12 +112,28 @@ pub(crate) fn summarise(spent: &[f64], budget: f64, step: usize, steps: &[Confid
                  by the run's guarantee; do not publish"
             .into(),
         examples: n,
-        budget_per_example: budget,
+        budget_per_example: ledger.budget(),
         steps: step,
-        exhausted: spent.iter().filter(|&&s| s >= budget).count(),
+        exhausted: n - ledger.active_count_non_private(),
         spent_fraction_quantiles: [q(0.0), q(0.1), q(0.5), q(0.9), q(1.0)],
         spent_fraction_histogram: histogram,
         exhausted_before_step: steps.iter().map(|r| (r.step, n.saturating_sub(r.active_exact))).collect(),
+        tiers: tiers
+            .iter()
+            .enumerate()
+            .map(|(t, tier)| {
+                let members: Vec<usize> = (0..n).filter(|&i| budgets.tier(i) == t).collect();
+                let mut f: Vec<f64> = members.iter().map(|&i| fraction(i)).collect();
+                f.sort_by(f64::total_cmp);
+                TierSpending {
+                    epsilon: tier.epsilon,
+                    budget: tier.budget,
+                    examples: members.len(),
+                    exhausted: members.iter().filter(|&&i| !ledger.is_active(i)).count(),
+                    median_spent_fraction: f.get(f.len() / 2).copied().unwrap_or(0.0),
+                }
+            })
+            .collect(),
     }
 }
 
@@ -135,16 +189,31 @@ mod tests {
 
     #[test]
     fn summarises_spent_budgets() {
-        let spent = [0.0, 1.0, 2.0, 2.0, 0.5];
+        let ledger = IndividualFilter::from_spent(2.0, vec![0.0, 1.0, 2.0, 2.0, 0.5]).unwrap();
         let rows = [
             ConfidentialRow { step: 1, active_exact: 5, ..Default::default() },
             ConfidentialRow { step: 2, active_exact: 3, ..Default::default() },
         ];
-        let r = summarise(&spent, 2.0, 2, &rows);
+        let r = summarise(&ledger, &[], 2, &rows);
         assert_eq!((r.examples, r.exhausted), (5, 2));
         assert_eq!(r.spent_fraction_quantiles, [0.0, 0.0, 0.5, 1.0, 1.0]);
         assert_eq!(r.spent_fraction_histogram.iter().sum::<usize>(), 5);
         assert_eq!(r.spent_fraction_histogram[BINS - 1], 2);
         assert_eq!(r.exhausted_before_step, vec![(1, 0), (2, 2)]);
+        assert!(r.tiers.is_empty());
+    }
+
+    /// With tiers, each example's fraction is of its own budget, and each tier is counted.
+    #[test]
+    fn summarises_each_tier_against_its_own_budget() {
+        let budgets = Budgets::tiered(vec![1.0, 4.0], vec![0, 1, 1, 0]).unwrap();
+        let ledger = IndividualFilter::from_spent_with(budgets, vec![1.0, 2.0, 4.0, 0.5]).unwrap();
+        let tier = |epsilon, budget| Tier { epsilon, guaranteed_epsilon: epsilon, budget, worst_case_steps: None };
+        let r = summarise(&ledger, &[tier(1.0, 1.0), tier(3.0, 4.0)], 3, &[]);
+        assert_eq!((r.exhausted, r.budget_per_example), (2, 4.0));
+        assert_eq!(r.spent_fraction_quantiles, [0.5, 0.5, 1.0, 1.0, 1.0]);
+        let counts: Vec<(usize, usize, f64)> =
+            r.tiers.iter().map(|t| (t.examples, t.exhausted, t.median_spent_fraction)).collect();
+        assert_eq!(counts, [(2, 1, 1.0), (2, 1, 1.0)]);
     }
 }

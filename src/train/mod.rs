@@ -16,6 +16,7 @@ pub mod shards;
 pub mod state;
 pub mod step;
 pub mod stopping;
+pub mod tiers;
 mod trainer;
 
 pub(crate) use config::field_differences;

@@ -24,6 +24,7 @@ use crate::accounting::{Conversion, Neighbours, PrivateGd, Zcdp};
 use crate::clip::NonFinitePolicy;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed, Stream, gaussian};
+use crate::train::tiers::Tier;
 
 /// The run's session: its filter, the training mechanism and the scheduled releases.
 pub struct RunSession {
@@ -182,6 +183,21 @@ pub struct PrivacyReport {
     pub steps_run: usize,
     /// A note on the test accuracies.
     pub test_accuracy_note: String,
+    /// Personalized budgets (`privacy.budgets`): each tier's guarantee, and what it assumes (as
+    /// `accounting`: what the run is worth if it is private).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personalized: Option<PersonalizedReport>,
+}
+
+/// The guarantee of each tier of personalized budgets. No count of the training data is here:
+/// how many examples hold a tier, and which, stay with the data owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersonalizedReport {
+    /// Each tier: the ε asked for, the ε reached (rounded up) at the run's δ, and its ledger
+    /// budget.
+    pub tiers: Vec<Tier>,
+    /// What the per-tier guarantees rest on.
+    pub rests_on: String,
 }
 
 /// The neighbouring relation, named and explained.
@@ -363,6 +379,18 @@ pub fn significant(x: f64) -> String {
     }
 }
 
+/// What each tier's guarantee rests on, for `privacy.json`.
+const PERSONALIZED_RESTS_ON: &str = "personalized differential privacy (Jorgensen, Yu & Cormode 2015): each training \
+     example is (its tier's guaranteed epsilon, delta)-DP with respect to its own record under the run's neighbouring \
+     relation. The run's noise is calibrated for its strictest budget (privacy.epsilon at worst_case_steps); each \
+     tier's ledger budget is the largest whose guarantee -- training at that budget composed with every noisy count \
+     the run releases, each charged to every example -- converts to at most the tier's epsilon by the run's own \
+     conversion, rounded up. The individual filter's guarantee is per example (Feldman & Zrnic 2021, Thm 4.5; for \
+     full-batch GD the individual Gaussian-DP filter of Koskela, Tobaben & Honkela 2023), so it holds with a budget \
+     per example. It assumes, as personalized DP does, that which example holds which tier is the individuals' own \
+     public choice and not their data: it holds against an adversary who knows the assignment, and neighbouring \
+     datasets keep every example's tier. dpgd does not publish the assignment or how many examples hold each tier";
+
 /// The one-line guarantee of `cfg` (or why it is not private).
 #[must_use]
 pub fn summary(cfg: &ValidConfig) -> String {
@@ -373,11 +401,20 @@ pub fn summary(cfg: &ValidConfig) -> String {
     }
     let Some(accounting) = cfg.accounting() else { return "NOT PRIVATE".into() };
     let (via, neighbours) = (accounting.via(p.conversion), accounting.neighbours(cfg));
-    format!(
-        "({}, {})-DP via {via} under {neighbours} neighbours",
-        cfg.epsilon().map_or("?".into(), significant),
-        if p.delta < 1e-3 { format!("{:e}", p.delta) } else { p.delta.to_string() },
-    )
+    let delta = if p.delta < 1e-3 { format!("{:e}", p.delta) } else { p.delta.to_string() };
+    let mut line = format!(
+        "({}, {delta})-DP via {via} under {neighbours} neighbours",
+        cfg.epsilon().map_or("?".into(), significant)
+    );
+    if !cfg.tiers().is_empty() {
+        let tiers: Vec<String> = cfg
+            .tiers()
+            .iter()
+            .map(|t| format!("epsilon {}: ({}, {delta})-DP", t.epsilon, significant(t.guaranteed_epsilon)))
+            .collect();
+        line += &format!("; with personalized budgets, each example at its own: {}", tiers.join(", "));
+    }
+    line
 }
 
 /// Builds `privacy.json` for a run of `cfg` on `examples` training examples after `steps_run`
@@ -424,6 +461,8 @@ pub fn report(
         test_accuracy_note: "test accuracy is measured on the held-out test set, not on the training data the \
                              guarantee protects"
             .into(),
+        personalized: (!cfg.tiers().is_empty())
+            .then(|| PersonalizedReport { tiers: cfg.tiers().to_vec(), rests_on: PERSONALIZED_RESTS_ON.into() }),
     })
 }
 

@@ -63,6 +63,7 @@ use crate::accounting::event::{Accountant, DpEvent, RdpAccountant, calibrate_sgd
 use crate::accounting::individual_sgd::{self, IndividualSgd};
 use crate::accounting::subsampled::dp_accounting_orders;
 use crate::accounting::{Conversion, Result};
+use crate::train::tiers::Tier;
 
 /// The Rényi DP of a DP-SGD run's steps: one step's RDP at every order, from which the ε of
 /// any prefix of the run follows.
@@ -73,6 +74,7 @@ pub struct SgdAccounting {
     steps: usize,
     one_step: RdpAccountant,
     individual: Option<IndividualSgd>,
+    tiers: Vec<Tier>,
 }
 
 impl SgdAccounting {
@@ -85,7 +87,7 @@ impl SgdAccounting {
         let mut one_step = RdpAccountant::new(dp_accounting_orders(), conversion)?;
         one_step.compose(&step_event(sample_rate, sigma))?;
         one_step.repeated(steps as u64)?; // the whole run must not overflow
-        Ok(Self { sample_rate, sigma, steps, one_step, individual: None })
+        Ok(Self { sample_rate, sigma, steps, one_step, individual: None, tiers: Vec::new() })
     }
 
     /// The smallest σ whose `steps` steps of rate `sample_rate` are (`epsilon`, `delta`)-DP
@@ -117,6 +119,33 @@ impl SgdAccounting {
         Ok(Self { individual: Some(individual), ..self })
     }
 
+    /// The same run with personalized budgets: for each ε in `targets`, the individual
+    /// filter's largest budget at its order whose guarantee converts to at most that ε at
+    /// `delta` ([`IndividualSgd::with_epsilon`]); a run without individual accounting has none.
+    ///
+    /// # Errors
+    /// A target below the run's own ε (naming it), or an invalid δ.
+    pub fn with_tiers(self, targets: &[f64], delta: f64) -> Result<Self> {
+        let Some(ind) = self.individual else { return Ok(self) };
+        let mut tiers = Vec::new();
+        for &target in targets {
+            let tier = ind.with_epsilon(target, delta)?;
+            tiers.push(Tier {
+                epsilon: target,
+                guaranteed_epsilon: tier.epsilon(delta)?,
+                budget: tier.budget(),
+                worst_case_steps: None,
+            });
+        }
+        Ok(Self { tiers, ..self })
+    }
+
+    /// The tiers of personalized budgets (empty without them).
+    #[must_use]
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
     /// The individual accounting, if the run has it.
     #[must_use]
     pub fn individual(&self) -> Option<&IndividualSgd> {
@@ -126,18 +155,22 @@ impl SgdAccounting {
     /// The ε at `delta` of the first `step` steps, and the Rényi order that gives it. With
     /// individual accounting, at the filter's order: the steps of an example still charged
     /// are at most min(step, T) full ones, and no example's charges ever exceed T of them.
+    /// With personalized budgets, the loosest tier's: at most `step` full steps, and never more
+    /// than its budget (the conversion is increasing, so the smaller of the two ε).
     ///
     /// # Errors
     /// An invalid δ.
     pub fn epsilon_through(&self, step: usize, delta: f64) -> Result<(f64, f64)> {
-        let t = step.min(self.steps) as u64;
+        let loosest = self.tiers.iter().map(|t| t.guaranteed_epsilon).reduce(f64::max);
+        let t = if loosest.is_some() { step } else { step.min(self.steps) } as u64;
         match &self.individual {
             None => self.one_step.repeated(t)?.epsilon_and_order(delta),
             Some(ind) => {
                 let order = f64::from(ind.order());
                 let mut one = RdpAccountant::new(vec![order], self.one_step.conversion())?;
                 one.compose(&step_event(self.sample_rate, self.sigma))?;
-                one.repeated(t)?.epsilon_and_order(delta)
+                let (eps, order) = one.repeated(t)?.epsilon_and_order(delta)?;
+                Ok((loosest.map_or(eps, |l| eps.min(l)), order))
             }
         }
     }

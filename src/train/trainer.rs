@@ -48,7 +48,7 @@ use super::shards::{self, Shard};
 use super::state::{self, Expect, Meta, RunIdentity, StepCost};
 use super::step::{Aggregation, GradientPlan, UpdateRule, apply_update};
 use super::stopping::StoppingRule;
-use crate::accounting::filter::IndividualFilter;
+use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::collective::{Collective, Solo};
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
@@ -269,6 +269,8 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     /// Momentum buffer (`train.momentum`; empty without momentum).
     velocity: Vec<f32>,
     ledger: IndividualFilter,
+    /// Every training example's budget (the whole run's; the ledger holds this rank's shard).
+    budgets: Budgets,
     stopping: StoppingRule,
     session: Option<RunSession>,
     record: Record,
@@ -402,15 +404,14 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
         let s = Setup::new(cfg, net, data, opts, (0, ranks))?;
-        // DP-SGD has no per-example budget: its clip is C alone (an unlimited ledger).
-        let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
         let c = cfg.config();
         Ok(Self {
             cfg,
             folder,
             _lock: lock,
             identity: s.identity,
-            ledger: IndividualFilter::new(s.shard.range.len(), budget)?,
+            ledger: IndividualFilter::with_budgets(s.shard.range.len(), s.budgets.slice(s.shard.range.clone()))?,
+            budgets: s.budgets,
             active: s.shard.range.len(),
             plan: s.plan,
             n: s.n,
@@ -515,7 +516,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let ledger_ranks = snap.meta.ledger_ranks;
         let spent =
             shards::assemble(&self.folder, self.n, &self.shard.range, (&snap.spent, ledger_ranks), step, budget)?;
-        self.ledger = IndividualFilter::from_spent(budget, spent).map_err(|e| Error::RunState {
+        let own = self.budgets.slice(self.shard.range.clone());
+        self.ledger = IndividualFilter::from_spent_with(own, spent).map_err(|e| Error::RunState {
             path: self.folder.state(),
             message: format!("its ledger is invalid ({e}): the file is corrupt"),
         })?;
@@ -996,7 +998,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         } else {
             let at = (&[][..], self.ledger_on_disk);
             let spent = shards::assemble(&self.folder, self.n, &(0..self.n), at, self.step, self.ledger.budget())?;
-            whole = IndividualFilter::from_spent(self.ledger.budget(), spent)?;
+            whole = IndividualFilter::from_spent_with(self.budgets.clone(), spent)?;
             &whole
         };
         let diagnostics = Diagnostics {
@@ -1009,7 +1011,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
         if self.cfg.ledger_budget().is_some() {
-            let b = super::budget::summarise(ledger.spent_all(), ledger.budget(), self.step, &self.record.confidential);
+            let b = super::budget::summarise(ledger, self.cfg.tiers(), self.step, &self.record.confidential);
             super::budget::write(&self.folder, &b)?;
         }
         Ok(())
@@ -1028,6 +1030,8 @@ struct Setup<'a, E: PerExample> {
     pool: rayon::ThreadPool,
     identity: RunIdentity,
     theta: Vec<f32>,
+    /// Every one of the run's n training examples' ledger budget.
+    budgets: Budgets,
 }
 
 impl<'a, E: TrainModel> Setup<'a, E> {
@@ -1093,9 +1097,11 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
             *section = model;
         }
+        // Each example's budget: one for all, or its tier's (whose assignment the run is).
+        let (budgets, assignment) = super::tiers::ledger_budgets(cfg, n)?;
         let identity = RunIdentity {
             config,
-            data: data.fingerprints().to_vec(),
+            data: data.fingerprints().iter().cloned().chain(assignment).collect(),
             examples: n,
             params: net.num_params(),
             engine: Some(net.engine_name().to_string()),
@@ -1112,7 +1118,7 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         };
         norm.check(data.shape()[0])?;
         let plan = GradientPlan::new(net, train, norm.clone(), aggregation, chunk);
-        Ok(Self { plan, n, shard, test, norm, pool, identity, theta })
+        Ok(Self { plan, n, shard, test, norm, pool, identity, theta, budgets })
     }
 }
 
@@ -1383,9 +1389,10 @@ fn serve_rank<E: TrainModel>(
                 ),
             });
         }
-        let budget = cfg.ledger_budget().unwrap_or(f64::MAX);
+        let own = s.budgets.slice(s.shard.range.clone());
+        let budget = own.max();
         let ledger = if hello.step == 0 {
-            IndividualFilter::new(s.shard.range.len(), budget)?
+            IndividualFilter::with_budgets(s.shard.range.len(), own)?
         } else {
             let in_state = match hello.ledger_ranks {
                 Some(_) => Vec::new(),
@@ -1395,8 +1402,8 @@ fn serve_rank<E: TrainModel>(
                 }
             };
             let at = (&in_state[..], hello.ledger_ranks);
-            IndividualFilter::from_spent(
-                budget,
+            IndividualFilter::from_spent_with(
+                own,
                 shards::assemble(&folder, s.n, &s.shard.range, at, hello.step, budget)?,
             )?
         };

@@ -167,6 +167,49 @@ impl IndividualSgd {
         lo
     }
 
+    /// The same filter with the largest budget B′ ≥ B at the same order whose (α, B′)-RDP
+    /// guarantee converts to at most `epsilon` at `delta`: a looser tier of personalized
+    /// budgets (σ, q and the charges unchanged; only where an example stops). The answer is
+    /// confirmed with [`epsilon`](Self::epsilon), the conversion every report uses.
+    ///
+    /// # Errors
+    /// An `epsilon` below this filter's own ε (a stricter budget needs more noise, not a smaller
+    /// budget at this σ), or an invalid δ.
+    pub fn with_epsilon(&self, epsilon: f64, delta: f64) -> Result<Self> {
+        let at = |budget: f64| Self { budget, ..*self };
+        let fits = |budget: f64| at(budget).epsilon(delta).is_ok_and(|e| e <= epsilon);
+        if !fits(self.budget) {
+            return Err(AccountingError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                expected: "at least the run's own epsilon: the noise is calibrated for the strictest budget",
+            });
+        }
+        // The conversions are increasing in B: double until one does not fit, then bisect.
+        let (mut lo, mut hi) = (self.budget, self.budget.max(epsilon.abs()).max(f64::MIN_POSITIVE) * 2.0);
+        for _ in 0..2100 {
+            if !hi.is_finite() || !fits(hi) {
+                break;
+            }
+            lo = hi;
+            hi *= 2.0;
+        }
+        let hi = hi.min(f64::MAX);
+        let (mut lo, mut hi) = (lo, hi);
+        for _ in 0..200 {
+            let mid = lo + 0.5 * (hi - lo);
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(at(lo))
+    }
+
     /// The run's ε at `delta`: every example's loss is at most (α, B)-RDP, converted.
     ///
     /// # Errors
@@ -191,6 +234,27 @@ mod tests {
 
     fn opacus() -> IndividualSgd {
         IndividualSgd::for_steps(0.004, 1.3, 3750, 1e-5, Conversion::Cks).unwrap()
+    }
+
+    /// A looser tier keeps the order and the charges, raises the budget to the largest whose
+    /// guarantee meets its ε (checked independently: α·… of the CKS conversion by hand), and a
+    /// stricter one is refused.
+    #[test]
+    fn a_looser_tier_gets_the_largest_budget_within_its_epsilon() {
+        let acc = opacus();
+        let run = acc.epsilon(1e-5).unwrap();
+        let tier = acc.with_epsilon(3.0, 1e-5).unwrap();
+        assert_eq!((tier.order(), tier.charge(0.7)), (acc.order(), acc.charge(0.7)));
+        assert!(tier.budget() > acc.budget());
+        // Canonne, Kamath & Steinke 2020, Prop. 12, recomputed here in plain f64.
+        let cks = |b: f64| {
+            let a = f64::from(acc.order());
+            b + ((a - 1.0) / a).ln() - (1e-5f64.ln() + a.ln()) / (a - 1.0)
+        };
+        assert!(cks(tier.budget()) <= 3.0 + 1e-12 && cks(tier.budget()) > 3.0 - 1e-9, "{}", cks(tier.budget()));
+        assert!(tier.epsilon(1e-5).unwrap() <= 3.0);
+        assert_eq!(acc.with_epsilon(run, 1e-5).unwrap().budget(), acc.budget());
+        assert!(acc.with_epsilon(run * 0.9, 1e-5).is_err());
     }
 
     /// At full sensitivity a step costs plain DP-SGD's step, B is T of them, and the run's ε

@@ -189,6 +189,35 @@ pub struct PrivacyConfig {
     /// What to do with a NaN/Inf per-example gradient.
     #[serde(default)]
     pub on_nonfinite: NonFinitePolicy,
+    /// Personalized privacy: a budget per training example, one of a few public tiers
+    /// (`[privacy.budgets]`); absent: every example has the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<BudgetsConfig>,
+}
+
+/// The `[privacy.budgets]` section: each training example's own privacy budget, as a target ε
+/// at the run's δ, one of the tiers `epsilons` (public: `privacy.json` states each tier's
+/// guarantee). Which example holds which tier comes from `file` (one ε per line, in the order
+/// of the training examples) or is drawn at random in the proportions `shares` from `seed`;
+/// the assignment is input, treated as public by the guarantee and never published
+/// ([`crate::train::tiers`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// The tiers' ε, each at least the run's ε (σ is calibrated for `privacy.epsilon`, the
+    /// strictest budget); at most 256.
+    pub epsilons: Vec<f64>,
+    /// A file with one ε per training example, one per line, each one of `epsilons` (an
+    /// optional first line `epsilon` is a header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// Instead of a file: each tier's share of the examples, assigned at random from `seed`
+    /// (for experiments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<Vec<f64>>,
+    /// The seed of a random assignment (public: it does not depend on the data).
+    #[serde(default)]
+    pub seed: u64,
 }
 
 /// Which per-example engine trains a config's model (`train.engine`).

@@ -58,6 +58,12 @@ impl ValidConfig {
     pub fn ledger_budget(&self) -> Option<f64> {
         self.privacy.as_ref()?.ledger_budget()
     }
+    /// Each tier of personalized budgets (`privacy.budgets`) with its ledger budget and
+    /// guarantee; empty without them.
+    #[must_use]
+    pub fn tiers(&self) -> &[crate::train::tiers::Tier] {
+        self.privacy.as_ref().map_or(&[], |p| p.tiers())
+    }
     /// What the ledger's budget and charges measure.
     #[must_use]
     pub fn ledger_unit(&self) -> String {
@@ -74,10 +80,12 @@ impl ValidConfig {
     pub fn event(&self) -> Option<DpEvent> {
         self.privacy.as_ref()?.event()
     }
-    /// The ε of the whole run under `privacy.conversion` (None for non-private runs).
+    /// The ε of the whole run under `privacy.conversion` (None for non-private runs): with
+    /// personalized budgets, the loosest tier's — what holds for every example.
     #[must_use]
     pub fn epsilon(&self) -> Option<f64> {
-        self.privacy.as_ref()?.epsilon(self)
+        let own = self.privacy.as_ref()?.epsilon(self)?;
+        Some(self.tiers().iter().map(|t| t.guaranteed_epsilon).fold(own, f64::max))
     }
     /// The δ every ε of the run is computed at: the largest float not above the decimal the
     /// config gave (TOML's `1e-5` is a float a little above 10⁻⁵; at a larger δ an ε would be

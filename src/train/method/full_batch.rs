@@ -13,9 +13,10 @@ use crate::accounting::sampling::DiscreteGaussian;
 use crate::accounting::{AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, PrivateGd};
 use crate::error::{Error, Result};
 use crate::noise::NoiseSampler;
-use crate::train::config::{TrainConfig, ValidConfig, attribute, field};
+use crate::train::config::{TrainConfig, ValidConfig, attribute, field, typed_down};
 use crate::train::privacy::{Accounting, ReleaseReport, RunSession, SessionReport, TrainingReport, private_gd};
 use crate::train::releases::{ReleaseKind, ScheduledRelease};
+use crate::train::tiers::Tier;
 
 /// What a full-batch run's ledger measures (and what a run without a ledger reports).
 pub(crate) const CLIPPED_NORM_UNIT: &str = "squared norm of the clipped per-example gradient";
@@ -27,6 +28,7 @@ pub struct FullBatch {
     guarantee: GaussianDp,
     event: DpEvent,
     b_norm: f64,
+    tiers: Vec<Tier>,
 }
 
 impl FullBatch {
@@ -74,8 +76,77 @@ impl FullBatch {
         };
         let run = PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)
             .map_err(|e| attribute(e.into(), "privacy.clip"))?;
-        Ok(Self { sigma, guarantee: plan.guarantee(sigma)?, event: plan.event(sigma), b_norm: run.b_norm() })
+        let tiers = tiers(config, releases, sigma)?;
+        Ok(Self { sigma, guarantee: plan.guarantee(sigma)?, event: plan.event(sigma), b_norm: run.b_norm(), tiers })
     }
+}
+
+/// The most worst-case steps a tier's budget may hold (k·C² stays exact in f64).
+const MAX_TIER_STEPS: u64 = 1 << 52;
+
+/// Each tier of `privacy.budgets` at noise multiplier `sigma`: the largest whole number of
+/// worst-case steps k_j whose guarantee — training at B_norm = k_j·C² composed with every
+/// scheduled release, exactly as the run's own — converts to at most the tier's ε
+/// ([`crate::train::tiers`]); the run's own k fits every tier at least as large as its ε.
+fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Result<Vec<Tier>> {
+    let p = &config.privacy;
+    let Some(b) = &p.budgets else { return Ok(Vec::new()) };
+    let delta = typed_down(p.delta);
+    let epsilon_at = |steps: u64| -> Option<f64> {
+        let mut plan = GdPlan::new(steps as f64).ok()?.with_neighbours(p.neighbours);
+        for r in releases {
+            plan = plan.with_release(r.through(r.last).ok()?);
+        }
+        p.noise.epsilon(plan.guarantee(sigma).ok()?, delta, p.conversion).ok()
+    };
+    let k = p.worst_case_steps as u64;
+    let run = epsilon_at(k).ok_or_else(|| Error::State("the run's own guarantee cannot be computed".into()))?;
+    let mut out = Vec::new();
+    for target in b.targets() {
+        let fits = |steps: u64| epsilon_at(steps).is_some_and(|e| e <= target);
+        if !fits(k) {
+            return Err(Error::config(
+                "privacy.budgets.epsilons",
+                format!(
+                    "{target} is below the run's epsilon {run}: sigma is calibrated for privacy.epsilon, the strictest                      budget; lower privacy.epsilon to {target}"
+                ),
+            ));
+        }
+        let steps = largest_fitting(k, MAX_TIER_STEPS, fits);
+        let guaranteed = epsilon_at(steps).ok_or_else(|| Error::State("a tier's guarantee vanished".into()))?;
+        let b_norm =
+            PrivateGd::new(sigma, p.clip, steps as f64).map_err(|e| attribute(e.into(), "privacy.clip"))?.b_norm();
+        out.push(Tier {
+            epsilon: target,
+            guaranteed_epsilon: guaranteed,
+            budget: b_norm,
+            worst_case_steps: Some(steps),
+        });
+    }
+    Ok(out)
+}
+
+/// The largest s in [lo, cap] with `fits(s)`, given `fits(lo)` and `fits` monotone: doubling,
+/// then bisection (at most 2·log₂ cap calls).
+fn largest_fitting(lo: u64, cap: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (lo, lo);
+    while hi < cap {
+        let next = hi.saturating_mul(2).clamp(hi + 1, cap);
+        hi = next;
+        if !fits(next) {
+            break;
+        }
+        lo = next;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 impl RunAccounting for FullBatch {
@@ -86,10 +157,12 @@ impl RunAccounting for FullBatch {
         let p = &cfg.config().privacy;
         p.noise.epsilon(self.guarantee, cfg.delta(), p.conversion).ok()
     }
-    /// min(step, k)·C² per example (a public quantity) plus the releases made so far.
+    /// min(step, k)·C² per example (a public quantity) plus the releases made so far; with
+    /// personalized budgets, k of the loosest tier.
     fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64> {
         let p = &cfg.config().privacy;
-        let mut plan = GdPlan::new(step.clamp(1, p.worst_case_steps) as f64).ok()?.with_neighbours(p.neighbours);
+        let k = self.tiers.iter().filter_map(|t| t.worst_case_steps).fold(p.worst_case_steps as u64, u64::max);
+        let mut plan = GdPlan::new((step as u64).clamp(1, k) as f64).ok()?.with_neighbours(p.neighbours);
         for r in cfg.releases() {
             if r.count_through(step) > 0 {
                 plan = plan.with_release(r.through(step).ok()?);
@@ -111,6 +184,9 @@ impl RunAccounting for FullBatch {
     }
     fn ledger_unit(&self) -> String {
         CLIPPED_NORM_UNIT.into()
+    }
+    fn tiers(&self) -> &[Tier] {
+        &self.tiers
     }
     fn has_session(&self) -> bool {
         true

@@ -26,6 +26,7 @@ use super::config::{PrivacyConfig, StopRule, TrainConfig, ValidConfig, field, ty
 use super::privacy::{Accounting, RunSession};
 use super::releases::ScheduledRelease;
 use super::step::Selection;
+use super::tiers::Tier;
 use crate::accounting::event::DpEvent;
 use crate::accounting::{Conversion, GaussianDp, positive};
 use crate::error::{Error, Result};
@@ -156,6 +157,13 @@ pub trait RunAccounting: Debug + Send + Sync {
     fn ledger_budget(&self) -> Option<f64>;
     /// What the ledger's budget and charges measure, in words.
     fn ledger_unit(&self) -> String;
+    /// The budget and guarantee of each tier of `privacy.budgets`, in its order (empty without
+    /// personalized budgets): σ stays the run's, each tier's budget is the largest whose
+    /// guarantee, composed with everything else the run releases, is within the tier's ε
+    /// ([`crate::train::tiers`]).
+    fn tiers(&self) -> &[Tier] {
+        &[]
+    }
     /// Whether training and the noisy counts answer through one privacy session
     /// ([`RunSession`]) that the trainer opens.
     fn has_session(&self) -> bool {

@@ -15,6 +15,7 @@ use crate::train::privacy::{Accounting, IndividualReport, RunSession, SamplingRe
 use crate::train::releases::ScheduledRelease;
 use crate::train::sgd::{SgdAccounting, expected_batch, poisson_sample};
 use crate::train::step::Selection;
+use crate::train::tiers::Tier;
 
 /// σ and the accounting of DP-SGD for `config` (with `individual` accounting or without),
 /// after refusing what it does not account for.
@@ -73,6 +74,19 @@ pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease], individual
     if individual {
         sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
     }
+    if let Some(b) = &p.budgets {
+        let run = sgd.individual().and_then(|i| i.epsilon(typed_down(p.delta)).ok()).unwrap_or(f64::NAN);
+        sgd = sgd.with_tiers(&b.targets(), typed_down(p.delta)).map_err(|e| {
+            let below = b.targets().into_iter().find(|&t| t < run || run.is_nan()).unwrap_or(f64::NAN);
+            Error::config(
+                "privacy.budgets.epsilons",
+                format!(
+                    "{below} is below the run's epsilon {run}: sigma is calibrated for privacy.epsilon, the strictest \
+                     budget; lower privacy.epsilon to {below} ({e})"
+                ),
+            )
+        })?;
+    }
     Ok(sgd)
 }
 
@@ -92,6 +106,9 @@ impl RunAccounting for SgdAccounting {
     }
     fn ledger_budget(&self) -> Option<f64> {
         self.individual().map(|i| i.budget())
+    }
+    fn tiers(&self) -> &[Tier] {
+        SgdAccounting::tiers(self)
     }
     fn ledger_unit(&self) -> String {
         match self.individual() {

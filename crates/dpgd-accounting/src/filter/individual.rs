@@ -35,8 +35,118 @@ use super::{Decision, PrivacyFilter};
 /// ```
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IndividualFilter {
-    budget: f64,
+    budgets: Budgets,
     spent: Vec<f64>,
+}
+
+/// Each example's budget: one for all, or one of up to [`Budgets::MAX_TIERS`] tiers per
+/// example (personalized privacy, [JYC15]: example i is protected at its own budget Bᵢ). The
+/// individual filter's guarantee is per example ([FZ21, Thm 4.5]: example i's privacy loss
+/// is bounded by what its own ledger lets it spend), so a budget per example needs no new
+/// theorem; the budgets must not depend on the data the filter protects (they are fixed
+/// before training, and the same in neighbouring datasets).
+///
+/// Memory: one byte per example (its tier), none for a single budget.
+///
+/// [JYC15]: https://arxiv.org/abs/1502.04045
+/// [FZ21]: https://arxiv.org/abs/2008.11193
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Budgets {
+    tiers: Vec<f64>,
+    /// Each example's tier; empty when every example has `tiers[0]`.
+    of: Vec<u8>,
+}
+
+impl Budgets {
+    /// The most tiers a ledger distinguishes.
+    pub const MAX_TIERS: usize = 256;
+
+    /// One `budget` for every example.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `budget` (not a finite number > 0).
+    pub fn uniform(budget: f64) -> Result<Self> {
+        Ok(Self { tiers: vec![positive("budget", budget)?], of: Vec::new() })
+    }
+
+    /// Example i's budget is `tiers[of[i]]`.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `budget` (a tier not a finite number > 0),
+    /// `tiers` (none, or more than [`Self::MAX_TIERS`]) or `tier` (an example's tier out of range).
+    pub fn tiered(tiers: Vec<f64>, of: Vec<u8>) -> Result<Self> {
+        if tiers.is_empty() || tiers.len() > Self::MAX_TIERS {
+            return Err(AccountingError::InvalidParameter {
+                name: "tiers",
+                value: tiers.len() as f64,
+                expected: "between 1 and 256 budgets",
+            });
+        }
+        for &b in &tiers {
+            positive("budget", b)?;
+        }
+        if let Some(&t) = of.iter().find(|&&t| usize::from(t) >= tiers.len()) {
+            return Err(AccountingError::InvalidParameter {
+                name: "tier",
+                value: f64::from(t),
+                expected: "an example's tier must index one of the budgets",
+            });
+        }
+        Ok(Self { tiers, of })
+    }
+
+    /// Example `i`'s budget (for a single budget, whatever `i`).
+    #[must_use]
+    pub fn get(&self, i: usize) -> f64 {
+        self.tiers[self.tier(i)]
+    }
+
+    /// Example `i`'s tier (0 for a single budget, or an index out of range).
+    #[must_use]
+    pub fn tier(&self, i: usize) -> usize {
+        self.of.get(i).map_or(0, |&t| usize::from(t))
+    }
+
+    /// The budgets of the tiers.
+    #[must_use]
+    pub fn tiers(&self) -> &[f64] {
+        &self.tiers
+    }
+
+    /// Whether every example has the same budget.
+    #[must_use]
+    pub fn is_uniform(&self) -> bool {
+        self.of.is_empty()
+    }
+
+    /// The largest budget.
+    #[must_use]
+    pub fn max(&self) -> f64 {
+        self.tiers.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// The budgets of the examples in `range` (renumbered from 0).
+    ///
+    /// # Panics
+    /// If `range` is out of bounds of a tiered assignment, like slice indexing.
+    #[must_use]
+    pub fn slice(&self, range: Range<usize>) -> Self {
+        let of = if self.of.is_empty() { Vec::new() } else { self.of[range].to_vec() };
+        Self { tiers: self.tiers.clone(), of }
+    }
+
+    /// Checks that the budgets cover exactly `n` examples.
+    fn fits(&self, n: usize) -> Result<()> {
+        if self.of.is_empty() || self.of.len() == n {
+            Ok(())
+        } else {
+            Err(AccountingError::InvalidParameter {
+                name: "n",
+                value: n as f64,
+                expected: "a budget for every example: as many tiers as examples",
+            })
+        }
+    }
 }
 
 /// One per-example charge, the [`PrivacyFilter::Cost`] of an [`IndividualFilter`].
@@ -55,7 +165,16 @@ impl IndividualFilter {
     /// [`AccountingError::InvalidParameter`] naming `budget` (not a finite number > 0) or `n`
     /// (a ledger of `n` examples, 8 bytes each, cannot be allocated).
     pub fn new(n: usize, budget: f64) -> Result<Self> {
-        let budget = positive("budget", budget)?;
+        Self::with_budgets(n, Budgets::uniform(budget)?)
+    }
+
+    /// A fresh ledger for `n` examples, each with its own budget.
+    ///
+    /// # Errors
+    /// [`AccountingError::InvalidParameter`] naming `n`: budgets for another number of
+    /// examples, or a ledger that cannot be allocated.
+    pub fn with_budgets(n: usize, budgets: Budgets) -> Result<Self> {
+        budgets.fits(n)?;
         let mut spent = Vec::new();
         spent.try_reserve_exact(n).map_err(|_| AccountingError::InvalidParameter {
             name: "n",
@@ -63,7 +182,7 @@ impl IndividualFilter {
             expected: "a ledger for this many examples (8 bytes each) cannot be allocated",
         })?;
         spent.resize(n, 0.0);
-        Ok(Self { budget, spent })
+        Ok(Self { budgets, spent })
     }
 
     /// Restores a ledger from a checkpoint's per-example spent amounts, checking that each
@@ -74,20 +193,36 @@ impl IndividualFilter {
     /// negative), or [`AccountingError::BudgetExceeded`] for an example that spent more than
     /// the budget.
     pub fn from_spent(budget: f64, spent: Vec<f64>) -> Result<Self> {
-        let budget = positive("budget", budget)?;
-        for &s in &spent {
+        Self::from_spent_with(Budgets::uniform(budget)?, spent)
+    }
+
+    /// [`from_spent`](Self::from_spent) with each example's own budget.
+    ///
+    /// # Errors
+    /// As [`from_spent`](Self::from_spent), each example against its own budget; budgets for
+    /// another number of examples (naming `n`).
+    pub fn from_spent_with(budgets: Budgets, spent: Vec<f64>) -> Result<Self> {
+        budgets.fits(spent.len())?;
+        for (i, &s) in spent.iter().enumerate() {
             non_negative("spent", s)?;
+            let budget = budgets.get(i);
             if s > budget {
                 return Err(AccountingError::BudgetExceeded { amount: s, remaining: 0.0, budget });
             }
         }
-        Ok(Self { budget, spent })
+        Ok(Self { budgets, spent })
     }
 
-    /// The per-example budget.
+    /// The largest per-example budget (with one budget for all, that budget).
     #[must_use]
     pub fn budget(&self) -> f64 {
-        self.budget
+        self.budgets.max()
+    }
+
+    /// Every example's budget.
+    #[must_use]
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
     }
 
     /// The number of examples.
@@ -129,7 +264,7 @@ impl IndividualFilter {
     /// If `i ≥ self.len()`, like slice indexing.
     #[must_use]
     pub fn remaining_budget(&self, i: usize) -> f64 {
-        remaining(self.budget, self.spent[i])
+        remaining(self.budgets.get(i), self.spent[i])
     }
 
     /// Whether example `i` has budget left ([FZ21, Alg. 2]: i ∈ Sₜ).
@@ -138,14 +273,14 @@ impl IndividualFilter {
     /// If `i ≥ self.len()`, like slice indexing.
     #[must_use]
     pub fn is_active(&self, i: usize) -> bool {
-        self.spent[i] < self.budget
+        self.spent[i] < self.budgets.get(i)
     }
 
     /// The number of active examples. **Not private**: release it only through an accounted
     /// mechanism (e.g. a noisy count).
     #[must_use]
     pub fn active_count_non_private(&self) -> usize {
-        self.spent.iter().filter(|&&s| s < self.budget).count()
+        (0..self.spent.len()).filter(|&i| self.is_active(i)).count()
     }
 
     /// Charges example `i` exactly `amount`, or refuses (changing nothing) when that would
@@ -156,7 +291,7 @@ impl IndividualFilter {
     /// `amount`, or [`AccountingError::BudgetExceeded`]; the ledger is unchanged.
     pub fn charge(&mut self, i: usize, amount: f64) -> Result<()> {
         let len = self.spent.len();
-        let budget = self.budget;
+        let budget = self.budgets.get(i);
         let spent = self.spent.get_mut(i).ok_or(AccountingError::IndexOutOfRange { index: i, len })?;
         non_negative("amount", amount)?;
         let new = add_up(*spent, amount);
@@ -183,7 +318,7 @@ impl IndividualFilter {
     /// [`AccountingError::IndexOutOfRange`] if `i ≥ self.len()`; nothing is charged.
     pub fn try_grant(&mut self, i: usize, requested: f64) -> Result<f64> {
         let len = self.spent.len();
-        let budget = self.budget;
+        let budget = self.budgets.get(i);
         let spent = self.spent.get_mut(i).ok_or(AccountingError::IndexOutOfRange { index: i, len })?;
         Ok(LedgerSlot { budget, spent }.grant(requested))
     }
@@ -193,7 +328,7 @@ impl IndividualFilter {
     /// # Panics
     /// If `i ≥ self.len()`, like slice indexing.
     pub fn slot_mut(&mut self, i: usize) -> LedgerSlot<'_> {
-        LedgerSlot { budget: self.budget, spent: &mut self.spent[i] }
+        LedgerSlot { budget: self.budgets.get(i), spent: &mut self.spent[i] }
     }
 
     /// The ledger entries of the examples in `range`, as a parallel iterator of slots the
@@ -202,8 +337,12 @@ impl IndividualFilter {
     /// # Panics
     /// If `range` is out of bounds, like slice indexing.
     pub fn slots_mut(&mut self, range: Range<usize>) -> impl IndexedParallelIterator<Item = LedgerSlot<'_>> {
-        let budget = self.budget;
-        self.spent[range].par_iter_mut().map(move |spent| LedgerSlot { budget, spent })
+        let budgets = &self.budgets;
+        let first = range.start;
+        self.spent[range]
+            .par_iter_mut()
+            .enumerate()
+            .map(move |(k, spent)| LedgerSlot { budget: budgets.get(first + k), spent })
     }
 }
 
@@ -247,7 +386,9 @@ impl PrivacyFilter for IndividualFilter {
     type Cost = IndividualCharge;
     fn decide(&self, next: &IndividualCharge) -> Decision {
         match self.spent.get(next.index) {
-            Some(&s) if next.amount >= 0.0 && add_up(s, next.amount) <= self.budget => Decision::Continue,
+            Some(&s) if next.amount >= 0.0 && add_up(s, next.amount) <= self.budgets.get(next.index) => {
+                Decision::Continue
+            }
             _ => Decision::Halt,
         }
     }
@@ -308,7 +449,53 @@ mod tests {
         assert_eq!(a, b);
     }
 
+    /// Each example spends against its own tier's budget, restores against it, and a slice
+    /// keeps each example's tier.
+    #[test]
+    fn each_example_has_its_own_budget() {
+        let budgets = Budgets::tiered(vec![1.0, 3.0], vec![0, 1, 1, 0]).unwrap();
+        let mut f = IndividualFilter::with_budgets(4, budgets.clone()).unwrap();
+        assert_eq!([f.grant(0, 5.0), f.grant(1, 5.0), f.grant(2, 2.0)], [1.0, 3.0, 2.0]);
+        assert!(!f.is_active(0) && !f.is_active(1) && f.is_active(2) && f.is_active(3));
+        assert_eq!(f.active_count_non_private(), 2);
+        assert!(f.charge(3, 1.5).is_err() && f.charge(2, 1.0).is_ok());
+        let granted: Vec<f64> = f.slots_mut(2..4).map(|mut s| s.grant(9.0)).collect();
+        assert_eq!(granted, [0.0, 1.0], "the slots of a range keep their examples' budgets");
+        assert_eq!(f.budget(), 3.0);
+        assert!(IndividualFilter::from_spent_with(budgets.clone(), vec![1.0, 3.0, 0.0, 0.5]).is_ok());
+        assert!(IndividualFilter::from_spent_with(budgets.clone(), vec![1.5, 0.0, 0.0, 0.0]).is_err());
+        assert!(IndividualFilter::from_spent_with(budgets.clone(), vec![0.0; 3]).is_err(), "wrong length");
+        assert!(IndividualFilter::with_budgets(5, budgets.clone()).is_err());
+        let tail = budgets.slice(1..3);
+        assert_eq!((tail.get(0), tail.get(1), tail.tier(1)), (3.0, 3.0, 1));
+        assert!(Budgets::tiered(vec![1.0], vec![0, 1]).is_err(), "a tier out of range");
+        assert!(Budgets::tiered(vec![1.0, 0.0], vec![0]).is_err(), "a zero budget");
+        assert!(Budgets::tiered(vec![], vec![]).is_err());
+        assert!(Budgets::tiered(vec![1.0; 257], vec![]).is_err());
+    }
+
     proptest! {
+        /// With a budget per example, no example ever spends more than its own, whatever
+        /// the requests, and the others' budgets do not change what it is granted.
+        #[test]
+        fn no_example_exceeds_its_own_budget(
+            tiers in proptest::collection::vec(1e-3f64..1e3, 1..5),
+            of in proptest::collection::vec(0u8..5, 1..40),
+            reqs in proptest::collection::vec(0f64..50.0, 1..200),
+        ) {
+            let of: Vec<u8> = of.iter().map(|&t| t % tiers.len() as u8).collect();
+            let n = of.len();
+            let budgets = Budgets::tiered(tiers.clone(), of.clone()).unwrap();
+            let mut f = IndividualFilter::with_budgets(n, budgets).unwrap();
+            for (k, &r) in reqs.iter().enumerate() {
+                let i = k % n;
+                let own = tiers[usize::from(of[i])];
+                let mut alone = IndividualFilter::from_spent(own, vec![f.spent(i)]).unwrap();
+                prop_assert_eq!(f.grant(i, r), alone.grant(0, r));
+                prop_assert!(f.spent(i) <= own);
+            }
+        }
+
         /// The ledger never lets Σ charged exceed the budget, whatever the sequence.
         #[test]
         fn never_exceeds_budget(budget in 1e-6f64..1e6, reqs in proptest::collection::vec(0f64..2.0, 1..200)) {

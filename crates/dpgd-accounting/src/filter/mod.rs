@@ -26,7 +26,7 @@ pub use dp::{
     ApproxZcdp, ApproxZcdpFilter, BasicFilter, DpFilter, DpSums, ExactSums, FzFilter, RogersFilter, SumsFilter,
     WhitehouseFilter, rounds_allowed, rounds_allowed_typed,
 };
-pub use individual::{IndividualCharge, IndividualFilter, LedgerSlot};
+pub use individual::{Budgets, IndividualCharge, IndividualFilter, LedgerSlot};
 pub use renyi::{MultiOrderRdpFilter, RenyiFilter, ZcdpFilter};
 
 use super::error::Result;

@@ -44,7 +44,7 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
         Some(meta) => meta.identity.params,
         None => Network::new(cfg.model()?).map(|n| n.num_params()).context("the run's model")?,
     };
-    let report = budget::report(&folder, params, cfg.max_steps())?;
+    let report = budget::report(&folder, &cfg, params)?;
     if !folder.budget().exists() || !folder.is_finished() {
         budget::write(&folder, &report)?;
     }
@@ -69,6 +69,16 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     println!(
         "  share of its budget an example spent: min {min:.1} %, 10 % {p10:.1} %, median {med:.1} %, 90 % {p90:.1} %, max {max:.1} %"
     );
+    for t in &report.tiers {
+        println!(
+            "  examples with epsilon = {}: {} of them, budget {} each, {} out of budget, median spent {:.1} %",
+            t.epsilon,
+            t.examples,
+            t.budget,
+            t.exhausted,
+            100.0 * t.median_spent_fraction
+        );
+    }
     if let Some(&(step, _)) = report.exhausted_before_step.iter().find(|&&(_, e)| e > 0) {
         println!("  the first examples ran out before step {step}");
     }
@@ -78,11 +88,8 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
         let Some(&spent) = snap.spent.get(i) else {
             bail!("--example {i}: the run has {} training examples (0 to {})", report.examples, report.examples - 1);
         };
-        println!(
-            "  example {i}: spent {spent} of {} ({:.1} %)",
-            report.budget_per_example,
-            100.0 * spent / report.budget_per_example
-        );
+        let own = dpgd::train::tiers::ledger_budgets(&cfg, report.examples)?.0.get(i);
+        println!("  example {i}: spent {spent} of its budget {own} ({:.1} %)", 100.0 * spent / own);
     }
     println!("  histogram: {}", folder.budget_plot().display());
     Ok(())

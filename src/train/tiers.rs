@@ -1,0 +1,317 @@
+//! Personalized privacy (`[privacy.budgets]`): every training example its own budget, one of a
+//! few public tiers, enforced by the per-example ledger that already stops each example when
+//! its budget is spent.
+//!
+//! **The guarantee, per example.** The individual filter bounds example i's privacy loss by
+//! what its own ledger lets it spend ([FZ21] Thm 4.5 for Rényi DP; for full-batch GD the
+//! Gaussian-DP filter of [KTH23] on [ST22]'s fully adaptive composition): its proof is per
+//! example, so a budget per example needs no new theorem. The noise σ is calibrated for the
+//! strictest budget, `privacy.epsilon` at `privacy.worst_case_steps` = k, exactly as a run
+//! without tiers; each looser tier ε_j gets the largest budget whose guarantee — training at
+//! that budget, composed with every noisy count the run releases (each charged to every
+//! example) — converts to at most ε_j by the run's own conversion (the method computes it:
+//! [`crate::train::method::RunAccounting::tiers`]). So example i is (ε_{tier(i)}, δ)-DP with
+//! respect to its own zero-out (or replace-one, where the method supports it), in the sense of
+//! personalized DP [JYC15].
+//!
+//! **The assumption.** As in personalized DP, the budget assignment is the individuals' own
+//! public choice, not their data: the guarantee holds against an adversary who knows which
+//! example holds which tier, and neighbouring datasets keep every example's tier. dpgd never
+//! publishes the assignment, nor any count of how many examples hold a tier; the confidential
+//! budget report shows each tier's spending to the data owner.
+//!
+//! [FZ21]: https://arxiv.org/abs/2008.11193
+//! [KTH23]: https://arxiv.org/abs/2210.00597
+//! [ST22]: https://arxiv.org/abs/2203.05363
+//! [JYC15]: https://arxiv.org/abs/1502.04045
+
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::config::{BudgetsConfig, Method, ValidConfig, typed_down};
+use crate::accounting::filter::Budgets;
+use crate::data::Fingerprint;
+use crate::error::{Error, Result};
+
+/// One tier of personalized budgets, as `privacy.json` publishes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    /// The ε its examples asked for (`privacy.budgets.epsilons`, read down to the decimal).
+    pub epsilon: f64,
+    /// The ε its guarantee reaches at the run's δ, rounded up: at most `epsilon`.
+    pub guaranteed_epsilon: f64,
+    /// Each of its examples' budget in the ledger's units.
+    pub budget: f64,
+    /// Full-batch GD: the budget in worst-case steps, budget = steps·C² (an example of this
+    /// tier at full gradient norm trains this many steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst_case_steps: Option<u64>,
+}
+
+impl BudgetsConfig {
+    /// The checks of `[privacy.budgets]` on their own, for a run of `method`.
+    ///
+    /// # Errors
+    /// A method without a ledger that stops examples, no tiers or more than 256, a tier that is
+    /// not a positive number or given twice, neither or both of `file` and `shares`, or shares
+    /// that are not one per tier, each in [0, 1], adding up to 1 (each named).
+    pub fn check(&self, method: Method) -> Result<()> {
+        let f = |name: &str, why: String| Err(Error::config(format!("privacy.budgets.{name}"), why));
+        if !method.training().drops_exhausted_examples() {
+            return Err(Error::config(
+                "privacy.budgets",
+                format!(
+                    "method = \"{}\" keeps no per-example ledger that stops an example when its budget is spent, so \
+                     it cannot give examples budgets of their own: use method = \"filtered\" or \"sgd-filtered\"",
+                    serde_json::to_value(method).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                ),
+            ));
+        }
+        let e = &self.epsilons;
+        if e.is_empty() || e.len() > Budgets::MAX_TIERS {
+            return f("epsilons", format!("{} tiers: give 1 to 256, e.g. epsilons = [1, 2, 3]", e.len()));
+        }
+        if let Some(bad) = e.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            return f("epsilons", format!("{bad} is not a positive epsilon"));
+        }
+        if let Some((i, x)) = e.iter().enumerate().find(|(i, x)| e[..*i].contains(x)) {
+            return f(
+                "epsilons",
+                format!(
+                    "{x} is given twice (at positions {} and {})",
+                    e.iter().position(|y| y == x).unwrap_or(0) + 1,
+                    i + 1
+                ),
+            );
+        }
+        match (&self.file, &self.shares) {
+            (Some(_), Some(_)) => f("shares", "give either file or shares, not both".into()),
+            (None, None) => f(
+                "file",
+                "say which example holds which budget: file = \"budgets.csv\" (one epsilon per training example), \
+                 or shares = [...] for a random assignment"
+                    .into(),
+            ),
+            (None, Some(s)) if s.len() != e.len() => {
+                f("shares", format!("{} shares for {} tiers: give one share per epsilon", s.len(), e.len()))
+            }
+            (None, Some(s)) if s.iter().any(|x| !(0.0..=1.0).contains(x)) => {
+                f("shares", "each share must be in [0, 1]".into())
+            }
+            (None, Some(s)) if (s.iter().sum::<f64>() - 1.0).abs() > 1e-9 => {
+                f("shares", format!("the shares add up to {}, not 1", s.iter().sum::<f64>()))
+            }
+            (Some(_), None) if self.seed != 0 => f("seed", "a seed only draws a random assignment (shares)".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The tiers' ε, each read down to the decimal typed (so a tier's guarantee is at most the
+    /// typed value exactly).
+    #[must_use]
+    pub fn targets(&self) -> Vec<f64> {
+        self.epsilons.iter().map(|&e| typed_down(e)).collect()
+    }
+
+    /// Each of the first `n` training examples' tier (an index into `epsilons`): read from
+    /// `file` (which must have one line per example of the training file, `all` of them; with
+    /// `subset`, at least `n`), or drawn from `seed` in the proportions `shares`.
+    ///
+    /// # Errors
+    /// An unreadable file, or one whose length, values or tiers are wrong (naming the file,
+    /// line and value).
+    pub fn assignment(&self, n: usize, subset: bool) -> Result<Vec<u8>> {
+        match (&self.file, &self.shares) {
+            (Some(path), _) => read(path, &self.epsilons, n, subset),
+            (None, Some(shares)) => Ok(draw(shares, n, self.seed)),
+            (None, None) => Err(Error::config("privacy.budgets.file", "no assignment given")),
+        }
+    }
+}
+
+/// The most bytes a line of a budget file may take on average: a 20-digit decimal and its newline
+/// fit in far less.
+const BYTES_PER_LINE: u64 = 64;
+
+fn read(path: &Path, tiers: &[f64], n: usize, subset: bool) -> Result<Vec<u8>> {
+    let bad = |message: String| Error::Data { path: path.into(), message };
+    let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
+    let most = (n as u64).saturating_add(1).saturating_mul(BYTES_PER_LINE).saturating_add(1024);
+    if len > most && !subset {
+        return Err(bad(format!(
+            "{len} bytes for {n} training examples: a budget file holds one epsilon per line, one line per example"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    let mut lines = text.lines().enumerate().peekable();
+    if lines.peek().is_some_and(|(_, l)| l.trim().eq_ignore_ascii_case("epsilon")) {
+        lines.next();
+    }
+    let mut out = Vec::with_capacity(n);
+    for (k, line) in lines {
+        let cell = line.trim();
+        let at = |why: String| bad(format!("line {}: `{cell}` {why}", k + 1));
+        let eps: f64 = cell.parse().map_err(|_| at("is not a number: give one epsilon per line".into()))?;
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(at("is not a positive epsilon".into()));
+        }
+        let tier = tiers.iter().position(|&t| t == eps).ok_or_else(|| {
+            at(format!(
+                "is not one of privacy.budgets.epsilons {tiers:?}: each example's budget must be one of the declared \
+                 tiers (the tiers are what privacy.json publishes)"
+            ))
+        })?;
+        if out.len() == n {
+            if subset {
+                break;
+            }
+            return Err(bad(format!("more lines than the {n} training examples: one epsilon per example, in order")));
+        }
+        out.push(u8::try_from(tier).map_err(|_| at("is past the 256th tier".into()))?);
+    }
+    if out.len() < n {
+        return Err(bad(format!(
+            "{} epsilons for {n} training examples: give one per example, in the order of the training file",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// `n` tiers drawn at random in the proportions `shares`: tier j gets the examples at positions
+/// ⌊Sⱼ₋₁·n⌉ to ⌊Sⱼ·n⌉ (S the cumulative shares) of a permutation drawn from `seed`.
+fn draw(shares: &[f64], n: usize, seed: u64) -> Vec<u8> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand_chacha::ChaCha20Rng::seed_from_u64(seed));
+    let mut out = vec![0u8; n];
+    let mut cumulative = 0.0;
+    let mut start = 0usize;
+    for (j, share) in shares.iter().enumerate() {
+        cumulative += share;
+        let end = if j + 1 == shares.len() { n } else { ((cumulative * n as f64).round() as usize).min(n) };
+        for &i in &order[start.min(end)..end] {
+            out[i] = u8::try_from(j).unwrap_or(u8::MAX);
+        }
+        start = end.max(start);
+    }
+    out
+}
+
+/// Every one of the run's `n` training examples' ledger budget, and the fingerprint of the
+/// assignment (part of the run's identity: a resume with another assignment is refused). One
+/// budget for all where the config has no tiers; `f64::MAX` where the method keeps no ledger
+/// that stops examples (plain DP-SGD clips to C alone).
+///
+/// # Errors
+/// As [`BudgetsConfig::assignment`]; tiers whose budgets the accounting did not compute.
+pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fingerprint>)> {
+    let c = cfg.config();
+    let uniform = cfg.ledger_budget().unwrap_or(f64::MAX);
+    let Some(b) = &c.privacy.budgets else { return Ok((Budgets::uniform(uniform)?, None)) };
+    let tiers = cfg.tiers();
+    if tiers.len() != b.epsilons.len() {
+        return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
+    }
+    let of = b.assignment(n, c.data.train_subset > 0)?;
+    let mut hash = Sha256::new();
+    for t in tiers {
+        hash.update(t.budget.to_le_bytes());
+    }
+    hash.update(&of);
+    let fingerprint = Fingerprint {
+        file: "privacy.budgets (each example's tier)".into(),
+        sha256: crate::data::idx::hex(&hash.finalize()),
+    };
+    Ok((Budgets::tiered(tiers.iter().map(|t| t.budget).collect(), of)?, Some(fingerprint)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budgets(extra: &str) -> BudgetsConfig {
+        toml::from_str(&format!("epsilons = [1.0, 2.0, 3.0]\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_random_assignment_has_the_shares_and_follows_its_seed() {
+        let b = budgets("shares = [0.34, 0.43, 0.23]\nseed = 7");
+        let of = b.assignment(1000, false).unwrap();
+        let count = |t: u8| of.iter().filter(|&&x| x == t).count();
+        assert_eq!((count(0), count(1), count(2)), (340, 430, 230));
+        assert_eq!(of, b.assignment(1000, false).unwrap());
+        let other = BudgetsConfig { seed: 8, ..b.clone() }.assignment(1000, false).unwrap();
+        assert_ne!(of, other);
+    }
+
+    #[test]
+    fn a_budget_file_is_read_in_order_and_bad_lines_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.csv");
+        let with = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            BudgetsConfig { file: Some(path.clone()), ..budgets("") }
+        };
+        assert_eq!(with("epsilon\n3\n1\n2.0\n").assignment(3, false).unwrap(), [2, 0, 1]);
+        assert_eq!(with("3\n1\n2\n1\n").assignment(2, true).unwrap(), [2, 0], "a subset takes the first lines");
+        for (text, n, want) in [
+            ("1\n2\n", 3, "2 epsilons for 3 training examples"),
+            ("1\n2\n3\n1\n", 3, "more lines than the 3"),
+            ("1\nabc\n2\n", 3, "line 2: `abc` is not a number"),
+            ("1\n-1\n2\n", 3, "line 2: `-1` is not a positive epsilon"),
+            ("1\n0\n2\n", 3, "line 2: `0` is not a positive"),
+            ("1\n2.5\n2\n", 3, "line 2: `2.5` is not one of privacy.budgets.epsilons"),
+            ("1\n\n2\n", 3, "line 2: `` is not a number"),
+        ] {
+            let e = with(text).assignment(n, false).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("b.csv"), "{text:?}: {e}");
+        }
+        let missing = BudgetsConfig { file: Some(dir.path().join("none.csv")), ..budgets("") };
+        assert!(missing.assignment(3, false).unwrap_err().to_string().contains("none.csv"));
+    }
+
+    #[test]
+    fn bad_sections_are_refused_by_field() {
+        for (extra, method, want) in [
+            ("shares = [0.5, 0.5, 0.0]", Method::Plain, "privacy.budgets"),
+            ("shares = [0.5, 0.5, 0.0]", Method::Sgd, "sgd-filtered"),
+            ("", Method::Filtered, "privacy.budgets.file"),
+            ("file = \"a\"\nshares = [0.5, 0.5, 0.0]", Method::Filtered, "not both"),
+            ("shares = [0.5, 0.5]", Method::Filtered, "2 shares for 3 tiers"),
+            ("shares = [0.5, 0.6, -0.1]", Method::Filtered, "[0, 1]"),
+            ("shares = [0.5, 0.4, 0.0]", Method::Filtered, "add up to 0.9"),
+            ("file = \"a\"\nseed = 3", Method::Filtered, "privacy.budgets.seed"),
+        ] {
+            let e = budgets(extra).check(method).unwrap_err().to_string();
+            assert!(e.contains(want), "{extra} / {method:?}: {e}");
+        }
+        let twice = BudgetsConfig { epsilons: vec![1.0, 2.0, 1.0], ..budgets("shares = [0.5, 0.5, 0.0]") };
+        assert!(twice.check(Method::Filtered).unwrap_err().to_string().contains("given twice"));
+        let zero = BudgetsConfig { epsilons: vec![1.0, 0.0, 3.0], ..budgets("shares = [0.5, 0.5, 0.0]") };
+        assert!(zero.check(Method::SgdFiltered).unwrap_err().to_string().contains("not a positive"));
+        assert!(budgets("shares = [0.34, 0.43, 0.23]").check(Method::SgdFiltered).is_ok());
+    }
+
+    proptest::proptest! {
+        /// A budget file of any bytes is read or refused, never a panic, and what is read
+        /// names only declared tiers.
+        #[test]
+        fn mutated_budget_files_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60), at in 0usize..20, b in proptest::prelude::any::<u8>()) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("b.csv");
+            let mut valid = b"epsilon\n1\n2\n3\n1\n".to_vec();
+            if at < valid.len() { valid[at] = b; }
+            for text in [valid, bytes] {
+                std::fs::write(&path, &text).unwrap();
+                let cfg = BudgetsConfig { file: Some(path.clone()), ..budgets("") };
+                if let Ok(of) = cfg.assignment(4, false) {
+                    proptest::prop_assert!(of.len() == 4 && of.iter().all(|&t| t < 3));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Personalized budgets (`[privacy.budgets]`): each tier's guarantee recomputed independently by
+//! the accounting crate, no example ever over its own budget across a kill and a resume, what is
+//! published and what is not, and bad input refused before anything trains.
+
+mod common;
+
+use std::path::Path;
+
+use common::{snapshot, train, try_train};
+use dpgd::accounting::event::{Accountant, DpEvent, GdpAccountant};
+use dpgd::accounting::{Conversion, Rdp, ToApproxDp};
+use dpgd::train::{RunFolder, TrainConfig, ValidConfig};
+
+const TIERS: &str = "epsilons = [4.0, 6.0, 12.0]";
+
+/// A small filtered (or `sgd-filtered`) run at ε = 4 whose examples hold the tiers 4, 6 and 12
+/// as `assignment` says, with a noisy active count for full-batch GD.
+fn config(method: &str, assignment: &str) -> String {
+    let sgd = method.starts_with("sgd");
+    let rate = if sgd { "sample_rate = 0.2\nconversion = \"cks\"\n" } else { "" };
+    let privacy = format!(
+        "method = \"{method}\"\n{rate}epsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n\
+         [privacy.budgets]\n{TIERS}\n{assignment}"
+    );
+    let counts = if sgd { "" } else { "[release]\nactive_count = \"noisy\"\nactive_count_every = 2\n" };
+    let train = format!("lr = 1.0\nseed = 7\nchunk = 16\nmax_steps = 14\n{counts}");
+    common::fixture_config(&format!("tiers-{method}"), "logistic", (300, 100), &privacy, &train)
+}
+
+fn valid(text: &str) -> ValidConfig {
+    TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap()
+}
+
+/// A budget file for the 300 examples: tiers 4, 6, 12 in turn.
+fn budget_file(dir: &Path) -> String {
+    let path = dir.join("budgets.csv");
+    let lines: String = (0..300).map(|i| format!("{}\n", [4, 6, 12][i % 3])).collect();
+    std::fs::write(&path, format!("epsilon\n{lines}")).unwrap();
+    format!("file = \"{}\"", path.display())
+}
+
+/// Each full-batch tier's ε, recomputed from its budget alone: k_j = B_j/C² Gaussian steps of
+/// multiplier σ composed with the run's noisy counts (their events), by the Gaussian-DP
+/// accountant; within the tier's ε, and one more step would not be.
+#[test]
+fn each_tier_of_full_batch_gd_is_recomputed_by_the_accountant() {
+    let cfg = valid(&config("filtered", "shares = [0.34, 0.43, 0.23]\nseed = 1"));
+    let sigma = cfg.sigma().unwrap();
+    let counts: Vec<DpEvent> = match cfg.event().unwrap() {
+        DpEvent::Composed { events } => events[1..].to_vec(),
+        other => panic!("not a composition: {other:?}"),
+    };
+    assert!(!counts.is_empty(), "the run releases noisy counts");
+    let epsilon_of = |steps: u64| {
+        let mut events = vec![DpEvent::gaussian(sigma).repeated(steps)];
+        events.extend(counts.iter().cloned());
+        let mut gdp = GdpAccountant::new(Conversion::GaussianExact);
+        gdp.compose(&DpEvent::Composed { events }).unwrap();
+        gdp.epsilon(cfg.delta()).unwrap()
+    };
+    let tiers = cfg.tiers();
+    assert_eq!(tiers.len(), 3);
+    for (t, want) in tiers.iter().zip([4.0, 6.0, 12.0]) {
+        let k = t.worst_case_steps.unwrap();
+        assert_eq!(t.budget, k as f64, "B = k C^2 with C = 1");
+        let eps = epsilon_of(k);
+        assert!(eps <= want && (eps - t.guaranteed_epsilon).abs() < 1e-9, "tier {want}: {eps}");
+        assert!(epsilon_of(k + 1) > want, "tier {want}: one more step would still fit");
+    }
+    assert!(tiers[0].worst_case_steps.unwrap() >= 4 && tiers[2].worst_case_steps > tiers[1].worst_case_steps);
+    // What holds for every example is the loosest tier's guarantee.
+    assert_eq!(cfg.epsilon().unwrap(), tiers[2].guaranteed_epsilon);
+}
+
+/// DP-SGD with individual accounting: each tier's budget at the filter's order converts to its
+/// ε by the CKS conversion (recomputed from the Rényi curve), and a little more would not.
+#[test]
+fn each_tier_of_individual_dp_sgd_is_recomputed_from_its_renyi_budget() {
+    let cfg = valid(&config("sgd-filtered", "shares = [0.34, 0.43, 0.23]\nseed = 1"));
+    let run_budget = cfg.ledger_budget().unwrap();
+    let alpha = {
+        let json = dpgd::train::privacy::report(&cfg, None, 300, 0).unwrap();
+        json.accounting.unwrap().sampling.unwrap().individual.unwrap().order
+    };
+    let eps =
+        |b: f64| Rdp::new(vec![f64::from(alpha)], vec![b]).unwrap().epsilon(cfg.delta(), Conversion::Cks).unwrap();
+    for (t, want) in cfg.tiers().iter().zip([4.0, 6.0, 12.0]) {
+        assert!(t.budget >= run_budget && eps(t.budget) <= want, "tier {want}");
+        assert!(eps(t.budget * (1.0 + 1e-9)) > want - 1e-6, "tier {want}: the budget could be larger");
+        assert_eq!(t.worst_case_steps, None);
+    }
+}
+
+/// An observer that ends the process (a panic) once step `at` is shown: the state of that step
+/// is durable, nothing after it ran.
+struct KilledAt(usize);
+
+impl dpgd::train::Observer for KilledAt {
+    fn step(&mut self, report: &dpgd::train::observer::StepReport) {
+        if report.step == self.0 {
+            panic!("killed after step {}", self.0);
+        }
+    }
+}
+
+/// No example ever spends more than its own budget, the looser tiers do spend past the
+/// strictest one, and a run killed mid-way and resumed ends with the ledger, model and
+/// published files of one that ran through — for both methods with a ledger.
+#[test]
+fn no_example_exceeds_its_own_budget_across_a_kill_and_a_resume() {
+    let files = tempfile::tempdir().unwrap();
+    let assignment = budget_file(files.path());
+    for method in ["filtered", "sgd-filtered"] {
+        let text = config(method, &assignment);
+        let cfg = valid(&text);
+        let budgets: Vec<f64> = (0..300).map(|i| cfg.tiers()[i % 3].budget).collect();
+        let whole = tempfile::tempdir().unwrap();
+        train(&text, whole.path(), None);
+        let killed = tempfile::tempdir().unwrap();
+        let data = cfg.config().data.load().unwrap();
+        let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dpgd::train::run(&cfg, &data, killed.path(), &Default::default(), &mut KilledAt(6))
+        }));
+        assert!(died.is_err(), "{method}: the run was killed");
+        let mid = snapshot(&text, killed.path());
+        assert_eq!(mid.meta.step, 6);
+        for (i, (&s, &b)) in mid.spent.iter().zip(&budgets).enumerate() {
+            assert!(s <= b, "{method}: example {i} spent {s} of its own {b} by the kill");
+        }
+        train(&text, killed.path(), None);
+        let (a, b) = (snapshot(&text, whole.path()), snapshot(&text, killed.path()));
+        assert_eq!(a.spent, b.spent, "{method}: the resumed ledger differs");
+        assert_eq!(a.theta, b.theta, "{method}: the resumed model differs");
+        for f in ["privacy.json", "result.json", "metrics.jsonl"] {
+            let read = |d: &Path| std::fs::read(RunFolder::new(d).publishable().join(f)).unwrap();
+            assert_eq!(read(whole.path()), read(killed.path()), "{method}: {f}");
+        }
+        let strictest = cfg.tiers()[0].budget;
+        for (i, (&s, &b)) in a.spent.iter().zip(&budgets).enumerate() {
+            assert!(s <= b, "{method}: example {i} spent {s} of its own {b}");
+        }
+        assert!(
+            a.spent.iter().any(|&s| s > strictest),
+            "{method}: no example of a looser tier spent past the strictest budget"
+        );
+        assert!(
+            a.spent.iter().zip(&budgets).any(|(&s, &b)| b == strictest && s >= b),
+            "{method}: no example of the strictest tier ran out in 14 steps"
+        );
+    }
+}
+
+/// `privacy.json` states each tier's guarantee and what it assumes, and no count of the
+/// training data; the confidential budget report counts each tier against its own budget.
+#[test]
+fn tiers_are_published_without_counts_and_reported_to_the_owner() {
+    let files = tempfile::tempdir().unwrap();
+    let text = config("filtered", &budget_file(files.path()));
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&text, dir.path(), None);
+    let privacy = s.privacy.unwrap();
+    let personalized = privacy.personalized.expect("a run with tiers publishes them");
+    assert_eq!(personalized.tiers.iter().map(|t| t.epsilon).collect::<Vec<_>>(), [4.0, 6.0, 12.0]);
+    assert!(personalized.rests_on.contains("Jorgensen") && personalized.rests_on.contains("public choice"));
+    assert!(privacy.summary.starts_with("NOT PRIVATE"), "a fixed seed");
+    let line = dpgd::train::privacy::summary(&valid(&text.replace("seed = 7\n", "")));
+    // Whole steps of budget: a tier's guarantee may fall a little short of its ε, never past it.
+    let loosest = dpgd::train::significant(personalized.tiers[2].guaranteed_epsilon);
+    assert!(line.starts_with(&format!("({loosest}, 1e-5)-DP")), "{line}");
+    assert!(line.contains("epsilon 4: (4, 1e-5)-DP, epsilon 6: (") && line.contains("epsilon 12: ("), "{line}");
+    let published = std::fs::read_to_string(RunFolder::new(dir.path()).publishable().join("privacy.json")).unwrap();
+    assert!(!published.contains("\"examples\": 100") && !published.contains("exhausted"), "{published}");
+    let report: dpgd::train::budget::BudgetReport =
+        serde_json::from_str(&std::fs::read_to_string(RunFolder::new(dir.path()).budget()).unwrap()).unwrap();
+    let per_tier: Vec<usize> = report.tiers.iter().map(|t| t.examples).collect();
+    assert_eq!(per_tier, [100, 100, 100]);
+}
+
+/// A changed assignment is another run: its resume is refused.
+#[test]
+fn a_resume_with_another_assignment_is_refused() {
+    let files = tempfile::tempdir().unwrap();
+    let assignment = budget_file(files.path());
+    let text = config("filtered", &assignment);
+    let dir = tempfile::tempdir().unwrap();
+    train(&text, dir.path(), Some(2));
+    let path = files.path().join("budgets.csv");
+    let swapped = std::fs::read_to_string(&path).unwrap().replacen("\n4\n6\n", "\n6\n4\n", 1);
+    std::fs::write(&path, swapped).unwrap();
+    let e = try_train(&text, dir.path(), None).unwrap_err().to_string();
+    assert!(e.contains("privacy.budgets"), "{e}");
+}
+
+/// Bad budgets are refused before anything trains, each naming the field or the file and line.
+#[test]
+fn bad_budgets_are_refused_before_training() {
+    let files = tempfile::tempdir().unwrap();
+    let short = files.path().join("short.csv");
+    std::fs::write(&short, "4\n6\n").unwrap();
+    let bad_line = files.path().join("bad.csv");
+    std::fs::write(&bad_line, (0..300).map(|i| if i == 41 { "x\n" } else { "4\n" }).collect::<String>()).unwrap();
+    let cases = [
+        (config("filtered", &format!("file = \"{}\"", short.display())), "2 epsilons for 300 training examples"),
+        (config("filtered", &format!("file = \"{}\"", bad_line.display())), "line 42: `x` is not a number"),
+        (config("filtered", "shares = [0.5, 0.5]"), "privacy.budgets.shares"),
+        (
+            config("filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [2.0, 6.0, 12.0]"),
+            "2 is below the run's epsilon",
+        ),
+        (
+            config("sgd-filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [3.0, 6.0, 12.0]"),
+            "3 is below the run's epsilon",
+        ),
+        (config("filtered", "shares = [0.34, 0.43, 0.23]").replace("\"filtered\"", "\"plain\""), "sgd-filtered"),
+    ];
+    for (text, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let e = try_train(&text, dir.path(), None).unwrap_err().to_string();
+        assert!(e.contains(want), "want {want}: {e}");
+        assert!(!RunFolder::new(dir.path()).state().exists(), "{want}: trained anyway");
+    }
+}
