@@ -220,3 +220,45 @@ fn bad_budgets_are_refused_before_training() {
         assert!(!RunFolder::new(dir.path()).state().exists(), "{want}: trained anyway");
     }
 }
+
+/// A CSV dataset whose training file holds each example's ε in a column: the column is skipped
+/// as a feature (in the training file, and absent from the test file), and gives the tiers.
+#[test]
+fn a_csv_column_assigns_the_tiers_and_is_not_a_feature() {
+    let data = tempfile::tempdir().unwrap();
+    for (file, count, eps) in [("train.csv", 240, true), ("test.csv", 60, false)] {
+        let mut text = format!("height,label,{}weight\n", if eps { "eps," } else { "" });
+        for i in 0..count {
+            let y = i % 3;
+            let e = if eps { format!("{},", [4, 6, 12][i % 3]) } else { String::new() };
+            text += &format!("{},{y},{e}{}\n", 1.5 + y as f64 * 2.0, -0.5 * y as f64);
+        }
+        std::fs::write(data.path().join(file), text).unwrap();
+    }
+    let text = format!(
+        "name = \"csv-tiers\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n[model]\npreset = \"logistic\"\n\
+         [privacy]\nmethod = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n\
+         [privacy.budgets]\n{TIERS}\ncolumn = \"eps\"\n[train]\nlr = 1.0\nseed = 2\nmax_steps = 10\n",
+        data.path().display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    train(&text, dir.path(), None);
+    let cfg = valid(&text);
+    assert_eq!(cfg.config().data.load().unwrap().shape(), [2, 1, 1], "two features: eps is not one");
+    let state = snapshot_of(&text, dir.path(), 2 * 3 + 3);
+    for (i, &s) in state.spent.iter().enumerate() {
+        assert!(s <= cfg.tiers()[i % 3].budget, "example {i} spent {s}");
+    }
+    assert!(state.spent.iter().any(|&s| s > cfg.tiers()[0].budget), "the looser tiers trained on");
+    // Without data.ignore_columns the column would be a feature: refused, naming the fix.
+    let e = try_train(&text.replace("ignore_columns = [\"eps\"]\n", ""), dir.path(), None).unwrap_err().to_string();
+    assert!(e.contains("data.ignore_columns"), "{e}");
+}
+
+/// The training state of a run whose model has `params` parameters.
+fn snapshot_of(text: &str, dir: &Path, params: usize) -> dpgd::train::state::Snapshot {
+    let cfg = valid(text);
+    let n = cfg.config().data.load().unwrap().train.len();
+    let expect = dpgd::train::state::Expect { params, examples: n, max_steps: cfg.max_steps() };
+    dpgd::train::state::read(&RunFolder::new(dir).state(), expect).unwrap().unwrap()
+}

@@ -37,6 +37,15 @@ pub struct Table {
 /// allows, no header, no `label_column`, no feature column, a row of another length, a cell
 /// that is not a finite number, a label that is not a whole number 0–255, or no rows.
 pub fn read(path: &Path, label_column: &str) -> Result<Table> {
+    read_skipping(path, label_column, &[])
+}
+
+/// As [`read`], skipping the columns named in `ignore` wherever present (neither features nor
+/// the label).
+///
+/// # Errors
+/// As [`read`].
+pub fn read_skipping(path: &Path, label_column: &str, ignore: &[String]) -> Result<Table> {
     let bad = |message: String| Error::Data { path: path.into(), message };
     let bytes = read_bounded(path)?;
     let sha256 = super::idx::hex(&Sha256::digest(&bytes));
@@ -48,8 +57,9 @@ pub fn read(path: &Path, label_column: &str) -> Result<Table> {
             headers.iter().collect::<Vec<_>>()
         ))
     })?;
+    let skipped = |h: &str| ignore.iter().any(|c| c == h);
     let columns: Vec<String> =
-        headers.iter().enumerate().filter(|&(k, _)| k != label).map(|(_, h)| h.to_string()).collect();
+        headers.iter().enumerate().filter(|&(k, h)| k != label && !skipped(h)).map(|(_, h)| h.to_string()).collect();
     if columns.is_empty() {
         return Err(bad("no feature columns besides the label".into()));
     }
@@ -64,7 +74,7 @@ pub fn read(path: &Path, label_column: &str) -> Result<Table> {
                     bad(format!("line {line}, column `{column}`: `{cell}` is not a label (a whole number 0-255)"))
                 })?;
                 labels.push(y);
-            } else {
+            } else if !skipped(column) {
                 features.push(number(path, line, column, cell)?);
             }
         }
@@ -194,6 +204,15 @@ mod tests {
 
     /// Prediction reads a model's columns by name from a file with a header (any order, other
     /// columns ignored), or in order from one without.
+    #[test]
+    fn ignored_columns_are_neither_features_nor_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        std::fs::write(&path, b"id,x,eps,label\nabc,1.5,2,1\nd,3,1,0\n").unwrap();
+        let t = read_skipping(&path, "label", &["id".into(), "eps".into(), "absent".into()]).unwrap();
+        assert_eq!((t.columns, t.split.features, t.split.labels), (vec!["x".to_string()], vec![1.5, 3.0], vec![1, 0]));
+    }
+
     #[test]
     fn features_for_prediction_by_name_or_in_order() {
         let dir = tempfile::tempdir().unwrap();

@@ -390,11 +390,25 @@ impl Dataset {
     /// # Errors
     /// As [`load`](Self::load) and [`csv::read`].
     pub fn load_with_label(dir: &Path, classes: Option<usize>, label_column: &str) -> Result<Self> {
+        Self::load_csv_skipping(dir, classes, label_column, &[])
+    }
+
+    /// As [`load_with_label`](Self::load_with_label), skipping the CSV columns `ignore` (neither
+    /// features nor the label: an id, a per-example budget) in both files wherever present.
+    ///
+    /// # Errors
+    /// As [`load_with_label`](Self::load_with_label).
+    pub fn load_csv_skipping(
+        dir: &Path,
+        classes: Option<usize>,
+        label_column: &str,
+        ignore: &[String],
+    ) -> Result<Self> {
         let mut fingerprints = Vec::with_capacity(4);
         let is_csv = locate(dir, FILES[0]).is_err() && dir.join(csv::FILES[0]).is_file();
         let mut columns = None;
         let (test, test_labels_path) = if is_csv {
-            let (split, path, names) = read_csv_split(dir, csv::FILES[1], label_column, &mut fingerprints)?;
+            let (split, path, names) = read_csv_split(dir, csv::FILES[1], (label_column, ignore), &mut fingerprints)?;
             columns = Some(names);
             (split, path)
         } else {
@@ -406,7 +420,7 @@ impl Dataset {
                 .map_err(|message| Error::Data { path: test_labels_path.clone(), message })?,
         };
         let (train, train_labels_path) = if is_csv {
-            let (split, path, names) = read_csv_split(dir, csv::FILES[0], label_column, &mut fingerprints)?;
+            let (split, path, names) = read_csv_split(dir, csv::FILES[0], (label_column, ignore), &mut fingerprints)?;
             if Some(&names) != columns.as_ref() {
                 return Err(Error::Data {
                     path: test_labels_path,
@@ -639,11 +653,11 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 fn read_csv_split(
     dir: &Path,
     file: &str,
-    label: &str,
+    (label, ignore): (&str, &[String]),
     fingerprints: &mut Vec<Fingerprint>,
 ) -> Result<(Split, PathBuf, Vec<String>)> {
     let path = dir.join(file);
-    let csv::Table { split, sha256, columns } = csv::read(&path, label)?;
+    let csv::Table { split, sha256, columns } = csv::read_skipping(&path, label, ignore)?;
     fingerprints.push(Fingerprint { file: file.into(), sha256 });
     Ok((split, path, columns))
 }

@@ -32,7 +32,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::config::{BudgetsConfig, Method, ValidConfig, typed_down};
+use super::config::{BudgetsConfig, DataConfig, Method, ValidConfig, typed_down};
 use crate::accounting::filter::Budgets;
 use crate::data::Fingerprint;
 use crate::error::{Error, Result};
@@ -53,13 +53,14 @@ pub struct Tier {
 }
 
 impl BudgetsConfig {
-    /// The checks of `[privacy.budgets]` on their own, for a run of `method`.
+    /// The checks of `[privacy.budgets]` for a run of `method` on `data`.
     ///
     /// # Errors
     /// A method without a ledger that stops examples, no tiers or more than 256, a tier that is
-    /// not a positive number or given twice, neither or both of `file` and `shares`, or shares
-    /// that are not one per tier, each in [0, 1], adding up to 1 (each named).
-    pub fn check(&self, method: Method) -> Result<()> {
+    /// not a positive number or given twice, not exactly one of `file`, `column` and `shares`, a
+    /// column that `data.ignore_columns` does not skip, or shares that are not one per tier,
+    /// each in [0, 1], adding up to 1 (each named).
+    pub fn check(&self, method: Method, data: &DataConfig) -> Result<()> {
         let f = |name: &str, why: String| Err(Error::config(format!("privacy.budgets.{name}"), why));
         if !method.training().drops_exhausted_examples() {
             return Err(Error::config(
@@ -88,12 +89,23 @@ impl BudgetsConfig {
                 ),
             );
         }
+        let sources = [self.file.is_some(), self.column.is_some(), self.shares.is_some()];
+        if sources.iter().filter(|&&s| s).count() > 1 {
+            return f("file", "give one of file, column and shares".into());
+        }
+        if let Some(c) = &self.column
+            && !data.ignore_columns.contains(c)
+        {
+            return Err(Error::config(
+                "data.ignore_columns",
+                format!("add \"{c}\" (privacy.budgets.column), or each example's budget is trained on as a feature"),
+            ));
+        }
         match (&self.file, &self.shares) {
-            (Some(_), Some(_)) => f("shares", "give either file or shares, not both".into()),
-            (None, None) => f(
+            (None, None) if self.column.is_none() => f(
                 "file",
                 "say which example holds which budget: file = \"budgets.csv\" (one epsilon per training example), \
-                 or shares = [...] for a random assignment"
+                 column = \"...\" (a column of a CSV dataset), or shares = [...] for a random assignment"
                     .into(),
             ),
             (None, Some(s)) if s.len() != e.len() => {
@@ -105,7 +117,7 @@ impl BudgetsConfig {
             (None, Some(s)) if (s.iter().sum::<f64>() - 1.0).abs() > 1e-9 => {
                 f("shares", format!("the shares add up to {}, not 1", s.iter().sum::<f64>()))
             }
-            (Some(_), None) if self.seed != 0 => f("seed", "a seed only draws a random assignment (shares)".into()),
+            (_, None) if self.seed != 0 => f("seed", "a seed only draws a random assignment (shares)".into()),
             _ => Ok(()),
         }
     }
@@ -117,18 +129,23 @@ impl BudgetsConfig {
         self.epsilons.iter().map(|&e| typed_down(e)).collect()
     }
 
-    /// Each of the first `n` training examples' tier (an index into `epsilons`): read from
-    /// `file` (which must have one line per example of the training file, `all` of them; with
-    /// `subset`, at least `n`), or drawn from `seed` in the proportions `shares`.
+    /// Each of the first `n` training examples of `data` its tier (an index into `epsilons`):
+    /// read from `file` or from the training CSV's `column` (one value per example of the
+    /// training file, all of them; with `data.train_subset`, at least `n`), or drawn from
+    /// `seed` in the proportions `shares`.
     ///
     /// # Errors
     /// An unreadable file, or one whose length, values or tiers are wrong (naming the file,
     /// line and value).
-    pub fn assignment(&self, n: usize, subset: bool) -> Result<Vec<u8>> {
-        match (&self.file, &self.shares) {
-            (Some(path), _) => read(path, &self.epsilons, n, subset),
-            (None, Some(shares)) => Ok(draw(shares, n, self.seed)),
-            (None, None) => Err(Error::config("privacy.budgets.file", "no assignment given")),
+    pub fn assignment(&self, data: &DataConfig, n: usize) -> Result<Vec<u8>> {
+        let subset = data.train_subset > 0;
+        match (&self.file, &self.column, &self.shares) {
+            (Some(path), _, _) => read(path, &self.epsilons, n, subset),
+            (None, Some(column), _) => {
+                read_column(&data.dir.join(crate::data::csv::FILES[0]), column, &self.epsilons, n, subset)
+            }
+            (None, None, Some(shares)) => Ok(draw(shares, n, self.seed)),
+            (None, None, None) => Err(Error::config("privacy.budgets.file", "no assignment given")),
         }
     }
 }
@@ -138,24 +155,56 @@ impl BudgetsConfig {
 const BYTES_PER_LINE: u64 = 64;
 
 fn read(path: &Path, tiers: &[f64], n: usize, subset: bool) -> Result<Vec<u8>> {
-    let bad = |message: String| Error::Data { path: path.into(), message };
     let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
     let most = (n as u64).saturating_add(1).saturating_mul(BYTES_PER_LINE).saturating_add(1024);
     if len > most && !subset {
-        return Err(bad(format!(
-            "{len} bytes for {n} training examples: a budget file holds one epsilon per line, one line per example"
-        )));
+        return Err(Error::Data {
+            path: path.into(),
+            message: format!(
+                "{len} bytes for {n} training examples: a budget file holds one epsilon per line, one line per example"
+            ),
+        });
     }
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let mut lines = text.lines().enumerate().peekable();
     if lines.peek().is_some_and(|(_, l)| l.trim().eq_ignore_ascii_case("epsilon")) {
         lines.next();
     }
-    let mut out = Vec::with_capacity(n);
-    for (k, line) in lines {
-        let cell = line.trim();
-        let at = |why: String| bad(format!("line {}: `{cell}` {why}", k + 1));
-        let eps: f64 = cell.parse().map_err(|_| at("is not a number: give one epsilon per line".into()))?;
+    tiers_of(path, lines.map(|(k, l)| (k as u64 + 1, l.trim())), tiers, n, subset)
+}
+
+/// The tiers in `column` of the training CSV `path`.
+fn read_column(path: &Path, column: &str, tiers: &[f64], n: usize, subset: bool) -> Result<Vec<u8>> {
+    let bad = |message: String| Error::Data { path: path.into(), message };
+    let bytes = std::fs::read(path).map_err(Error::io(path))?;
+    let mut reader = ::csv::ReaderBuilder::new().has_headers(true).trim(::csv::Trim::All).from_reader(bytes.as_slice());
+    let headers = reader.headers().map_err(|e| bad(format!("no readable header row ({e})")))?.clone();
+    let at = headers.iter().position(|h| h == column).ok_or_else(|| {
+        bad(format!("no column `{column}` (privacy.budgets.column) among {:?}", headers.iter().collect::<Vec<_>>()))
+    })?;
+    let mut cells = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| bad(format!("unreadable row: {e}")))?;
+        let line = record.position().map_or(0, ::csv::Position::line);
+        cells.push((line, record.get(at).unwrap_or("").to_string()));
+    }
+    tiers_of(path, cells.iter().map(|(l, c)| (*l, c.as_str())), tiers, n, subset)
+}
+
+/// Each `(line, cell)`'s tier: a positive number, one of `tiers`; `n` of them (with `subset`,
+/// the first `n` of at least `n`).
+fn tiers_of<'c>(
+    path: &Path,
+    cells: impl Iterator<Item = (u64, &'c str)>,
+    tiers: &[f64],
+    n: usize,
+    subset: bool,
+) -> Result<Vec<u8>> {
+    let bad = |message: String| Error::Data { path: path.into(), message };
+    let mut out = Vec::with_capacity(n.min(1 << 24));
+    for (line, cell) in cells {
+        let at = |why: String| bad(format!("line {line}: `{cell}` {why}"));
+        let eps: f64 = cell.parse().map_err(|_| at("is not a number: give one epsilon per example".into()))?;
         if !(eps.is_finite() && eps > 0.0) {
             return Err(at("is not a positive epsilon".into()));
         }
@@ -169,7 +218,7 @@ fn read(path: &Path, tiers: &[f64], n: usize, subset: bool) -> Result<Vec<u8>> {
             if subset {
                 break;
             }
-            return Err(bad(format!("more lines than the {n} training examples: one epsilon per example, in order")));
+            return Err(bad(format!("more than the {n} training examples: one epsilon per example, in order")));
         }
         out.push(u8::try_from(tier).map_err(|_| at("is past the 256th tier".into()))?);
     }
@@ -216,7 +265,7 @@ pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fi
     if tiers.len() != b.epsilons.len() {
         return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
     }
-    let of = b.assignment(n, c.data.train_subset > 0)?;
+    let of = b.assignment(&c.data, n)?;
     let mut hash = Sha256::new();
     for t in tiers {
         hash.update(t.budget.to_le_bytes());
@@ -240,11 +289,11 @@ mod tests {
     #[test]
     fn a_random_assignment_has_the_shares_and_follows_its_seed() {
         let b = budgets("shares = [0.34, 0.43, 0.23]\nseed = 7");
-        let of = b.assignment(1000, false).unwrap();
+        let of = b.assignment(&DataConfig::default(), 1000).unwrap();
         let count = |t: u8| of.iter().filter(|&&x| x == t).count();
         assert_eq!((count(0), count(1), count(2)), (340, 430, 230));
-        assert_eq!(of, b.assignment(1000, false).unwrap());
-        let other = BudgetsConfig { seed: 8, ..b.clone() }.assignment(1000, false).unwrap();
+        assert_eq!(of, b.assignment(&DataConfig::default(), 1000).unwrap());
+        let other = BudgetsConfig { seed: 8, ..b.clone() }.assignment(&DataConfig::default(), 1000).unwrap();
         assert_ne!(of, other);
     }
 
@@ -256,22 +305,26 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             BudgetsConfig { file: Some(path.clone()), ..budgets("") }
         };
-        assert_eq!(with("epsilon\n3\n1\n2.0\n").assignment(3, false).unwrap(), [2, 0, 1]);
-        assert_eq!(with("3\n1\n2\n1\n").assignment(2, true).unwrap(), [2, 0], "a subset takes the first lines");
+        assert_eq!(with("epsilon\n3\n1\n2.0\n").assignment(&DataConfig::default(), 3).unwrap(), [2, 0, 1]);
+        assert_eq!(
+            with("3\n1\n2\n1\n").assignment(&DataConfig { train_subset: 2, ..DataConfig::default() }, 2).unwrap(),
+            [2, 0],
+            "a subset takes the first lines"
+        );
         for (text, n, want) in [
             ("1\n2\n", 3, "2 epsilons for 3 training examples"),
-            ("1\n2\n3\n1\n", 3, "more lines than the 3"),
+            ("1\n2\n3\n1\n", 3, "more than the 3"),
             ("1\nabc\n2\n", 3, "line 2: `abc` is not a number"),
             ("1\n-1\n2\n", 3, "line 2: `-1` is not a positive epsilon"),
             ("1\n0\n2\n", 3, "line 2: `0` is not a positive"),
             ("1\n2.5\n2\n", 3, "line 2: `2.5` is not one of privacy.budgets.epsilons"),
             ("1\n\n2\n", 3, "line 2: `` is not a number"),
         ] {
-            let e = with(text).assignment(n, false).unwrap_err().to_string();
+            let e = with(text).assignment(&DataConfig::default(), n).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("b.csv"), "{text:?}: {e}");
         }
         let missing = BudgetsConfig { file: Some(dir.path().join("none.csv")), ..budgets("") };
-        assert!(missing.assignment(3, false).unwrap_err().to_string().contains("none.csv"));
+        assert!(missing.assignment(&DataConfig::default(), 3).unwrap_err().to_string().contains("none.csv"));
     }
 
     #[test]
@@ -280,20 +333,38 @@ mod tests {
             ("shares = [0.5, 0.5, 0.0]", Method::Plain, "privacy.budgets"),
             ("shares = [0.5, 0.5, 0.0]", Method::Sgd, "sgd-filtered"),
             ("", Method::Filtered, "privacy.budgets.file"),
-            ("file = \"a\"\nshares = [0.5, 0.5, 0.0]", Method::Filtered, "not both"),
+            ("file = \"a\"\nshares = [0.5, 0.5, 0.0]", Method::Filtered, "one of file, column and shares"),
+            ("column = \"eps\"", Method::Filtered, "data.ignore_columns"),
             ("shares = [0.5, 0.5]", Method::Filtered, "2 shares for 3 tiers"),
             ("shares = [0.5, 0.6, -0.1]", Method::Filtered, "[0, 1]"),
             ("shares = [0.5, 0.4, 0.0]", Method::Filtered, "add up to 0.9"),
             ("file = \"a\"\nseed = 3", Method::Filtered, "privacy.budgets.seed"),
         ] {
-            let e = budgets(extra).check(method).unwrap_err().to_string();
+            let e = budgets(extra).check(method, &DataConfig::default()).unwrap_err().to_string();
             assert!(e.contains(want), "{extra} / {method:?}: {e}");
         }
         let twice = BudgetsConfig { epsilons: vec![1.0, 2.0, 1.0], ..budgets("shares = [0.5, 0.5, 0.0]") };
-        assert!(twice.check(Method::Filtered).unwrap_err().to_string().contains("given twice"));
+        assert!(twice.check(Method::Filtered, &DataConfig::default()).unwrap_err().to_string().contains("given twice"));
         let zero = BudgetsConfig { epsilons: vec![1.0, 0.0, 3.0], ..budgets("shares = [0.5, 0.5, 0.0]") };
-        assert!(zero.check(Method::SgdFiltered).unwrap_err().to_string().contains("not a positive"));
-        assert!(budgets("shares = [0.34, 0.43, 0.23]").check(Method::SgdFiltered).is_ok());
+        assert!(
+            zero.check(Method::SgdFiltered, &DataConfig::default()).unwrap_err().to_string().contains("not a positive")
+        );
+        assert!(budgets("shares = [0.34, 0.43, 0.23]").check(Method::SgdFiltered, &DataConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn a_csv_column_gives_each_example_its_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("train.csv"), "x,eps,label\n1,3,0\n2,1,1\n3,2,0\n").unwrap();
+        let data = DataConfig { dir: dir.path().into(), ignore_columns: vec!["eps".into()], ..DataConfig::default() };
+        let b = BudgetsConfig { column: Some("eps".into()), ..budgets("") };
+        b.check(Method::Filtered, &data).unwrap();
+        assert_eq!(b.assignment(&data, 3).unwrap(), [2, 0, 1]);
+        std::fs::write(dir.path().join("train.csv"), "x,eps,label\n1,3,0\n2,7,1\n3,2,0\n").unwrap();
+        let e = b.assignment(&data, 3).unwrap_err().to_string();
+        assert!(e.contains("train.csv") && e.contains("line 3: `7` is not one of"), "{e}");
+        let other = BudgetsConfig { column: Some("tier".into()), ..budgets("") };
+        assert!(other.assignment(&data, 3).unwrap_err().to_string().contains("no column `tier`"));
     }
 
     proptest::proptest! {
@@ -308,7 +379,7 @@ mod tests {
             for text in [valid, bytes] {
                 std::fs::write(&path, &text).unwrap();
                 let cfg = BudgetsConfig { file: Some(path.clone()), ..budgets("") };
-                if let Ok(of) = cfg.assignment(4, false) {
+                if let Ok(of) = cfg.assignment(&DataConfig::default(), 4) {
                     proptest::prop_assert!(of.len() == 4 && of.iter().all(|&t| t < 3));
                 }
             }

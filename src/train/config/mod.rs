@@ -108,6 +108,10 @@ pub struct DataConfig {
     /// For CSV data (`train.csv`, `test.csv` in `dir`): the label column; absent: `label`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_column: Option<String>,
+    /// For CSV data: columns that are neither features nor the label (an id, or the per-example
+    /// budgets of `privacy.budgets.column`), skipped in both files wherever present.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_columns: Vec<String>,
     /// A fixed, data-independent transform of every example before training (scattering
     /// features); absent: the examples as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,7 +133,7 @@ impl DataConfig {
     /// As [`Dataset::load_with_label`] and [`Features::transform`].
     pub fn load(&self) -> Result<Dataset> {
         let label = self.label_column.as_deref().unwrap_or(crate::data::csv::DEFAULT_LABEL_COLUMN);
-        let data = Dataset::load_with_label(&self.dir, self.classes, label)?;
+        let data = Dataset::load_csv_skipping(&self.dir, self.classes, label, &self.ignore_columns)?;
         match &self.features {
             Some(f) => f.transform(data, crate::data::features::default_cache_dir().as_deref()),
             None => Ok(data),
@@ -211,6 +215,10 @@ pub struct BudgetsConfig {
     /// optional first line `epsilon` is a header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// Instead of a file, for CSV data: the column of `train.csv` holding each example's ε
+    /// (it must be one of `data.ignore_columns`, so that it is not trained on as a feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
     /// Instead of a file: each tier's share of the examples, assigned at random from `seed`
     /// (for experiments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -382,6 +390,7 @@ fn default_data() -> DataConfig {
         normalize: None,
         classes: None,
         label_column: None,
+        ignore_columns: Vec::new(),
         features: None,
     }
 }

@@ -161,7 +161,7 @@ impl TrainConfig {
             },
             // Its backend must be compiled in: found now, not when the finished run is saved.
             t.device.device().map(|_| ()),
-            p.budgets.as_ref().map_or(Ok(()), |b| b.check(p.method)),
+            p.budgets.as_ref().map_or(Ok(()), |b| b.check(p.method, &self.data)),
             match (p.sample_rate, p.method.training().samples()) {
                 (Some(q), false) => Err(Error::config(
                     "privacy.sample_rate",
