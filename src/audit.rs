@@ -169,6 +169,13 @@ pub fn audit(cfg: &ValidConfig, settings: &AuditSettings) -> Result<AuditReport>
             "the audit replays full-batch GD's ledger; it does not audit DP-SGD (method = \"sgd\")",
         ));
     }
+    if p.budgets.is_some() {
+        return Err(Error::config(
+            "privacy.budgets",
+            "the audit replays one budget for all; audit each tier on its own (--unset privacy.budgets --set \
+             privacy.epsilon=<the tier's epsilon>)",
+        ));
+    }
     if settings.trials < 100 || settings.trials > 10_000_000 {
         return Err(Error::config("--trials", "give between 100 and 10,000,000 trials"));
     }
@@ -367,6 +374,15 @@ mod tests {
         let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
         let e = audit(&cfg, &settings(Fault::None)).unwrap_err().to_string();
         assert!(e.contains("privacy.method") && e.contains("DP-SGD"), "{e}");
+    }
+
+    /// The audit replays one budget: with tiers its claim (the loosest tier's ε) would not be
+    /// the canary's, so it is refused, naming how to audit each tier.
+    #[test]
+    fn personalized_budgets_are_refused_not_audited_at_one_budget() {
+        let cfg = config("[privacy.budgets]\nepsilons = [1.0, 3.0]\nshares = [0.5, 0.5]");
+        let e = audit(&cfg, &settings(Fault::None)).unwrap_err().to_string();
+        assert!(e.contains("privacy.budgets") && e.contains("each tier"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! example) — converts to at most ε_j by the run's own conversion (the method computes it:
 //! [`crate::train::method::RunAccounting::tiers`]). So example i is (ε_{tier(i)}, δ)-DP with
 //! respect to its own zero-out (or replace-one, where the method supports it), in the sense of
-//! personalized DP [JYC15].
+//! personalized DP (Jorgensen, Yu & Cormode 2015, "Conservative or liberal? Personalized
+//! differential privacy", ICDE 2015).
 //!
 //! **The assumption.** As in personalized DP, the budget assignment is the individuals' own
 //! public choice, not their data: the guarantee holds against an adversary who knows which
@@ -21,9 +22,8 @@
 //! budget report shows each tier's spending to the data owner.
 //!
 //! [FZ21]: https://arxiv.org/abs/2008.11193
-//! [KTH23]: https://arxiv.org/abs/2210.00597
-//! [ST22]: https://arxiv.org/abs/2203.05363
-//! [JYC15]: https://arxiv.org/abs/1502.04045
+//! [KTH23]: https://arxiv.org/abs/2209.15596
+//! [ST22]: https://arxiv.org/abs/2210.17520
 
 use std::path::Path;
 

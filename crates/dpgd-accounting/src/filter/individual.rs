@@ -40,7 +40,8 @@ pub struct IndividualFilter {
 }
 
 /// Each example's budget: one for all, or one of up to [`Budgets::MAX_TIERS`] tiers per
-/// example (personalized privacy, [JYC15]: example i is protected at its own budget Bᵢ). The
+/// example (personalized privacy, Jorgensen, Yu & Cormode 2015: example i is protected at its own
+/// budget Bᵢ). The
 /// individual filter's guarantee is per example ([FZ21, Thm 4.5]: example i's privacy loss
 /// is bounded by what its own ledger lets it spend), so a budget per example needs no new
 /// theorem; the budgets must not depend on the data the filter protects (they are fixed
@@ -48,7 +49,6 @@ pub struct IndividualFilter {
 ///
 /// Memory: one byte per example (its tier), none for a single budget.
 ///
-/// [JYC15]: https://arxiv.org/abs/1502.04045
 /// [FZ21]: https://arxiv.org/abs/2008.11193
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Budgets {
