@@ -91,6 +91,26 @@ fn each_tier_of_individual_dp_sgd_is_recomputed_from_its_renyi_budget() {
     }
 }
 
+/// σ calibrated for a looser tier than the strictest: the stricter tier gets a smaller budget
+/// (fewer worst-case steps), recomputed the same way, and the run is no longer plain GD at k.
+#[test]
+fn a_tier_stricter_than_the_calibration_stops_sooner() {
+    let text =
+        config("filtered", "shares = [0.34, 0.43, 0.23]\nseed = 1").replace(TIERS, "epsilons = [2.0, 4.0, 12.0]");
+    let cfg = valid(&text);
+    let (strict, run) = (&cfg.tiers()[0], &cfg.tiers()[1]);
+    assert!(strict.worst_case_steps.unwrap() < 4 && run.worst_case_steps.unwrap() >= 4, "{:?}", cfg.tiers());
+    assert!(strict.guaranteed_epsilon <= 2.0 && strict.budget < cfg.ledger_budget().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let s = train(&text, dir.path(), None);
+    assert_eq!(s.result.unwrap().test_accuracy_at_k, None, "examples could be dropped before k");
+    let state = snapshot(&text, dir.path());
+    let of = cfg.config().privacy.budgets.as_ref().unwrap().assignment(&cfg.config().data, 300).unwrap();
+    for (i, &s) in state.spent.iter().enumerate() {
+        assert!(s <= cfg.tiers()[usize::from(of[i])].budget, "example {i}");
+    }
+}
+
 /// An observer that ends the process (a panic) once step `at` is shown: the state of that step
 /// is durable, nothing after it ran.
 struct KilledAt(usize);
@@ -204,12 +224,12 @@ fn bad_budgets_are_refused_before_training() {
         (config("filtered", &format!("file = \"{}\"", bad_line.display())), "line 42: `x` is not a number"),
         (config("filtered", "shares = [0.5, 0.5]"), "privacy.budgets.shares"),
         (
-            config("filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [2.0, 6.0, 12.0]"),
-            "2 is below the run's epsilon",
+            config("filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [0.01, 6.0, 12.0]"),
+            "0.01 is below what one step at this sigma costs",
         ),
         (
-            config("sgd-filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [3.0, 6.0, 12.0]"),
-            "3 is below the run's epsilon",
+            config("sgd-filtered", "shares = [0.34, 0.43, 0.23]").replace(TIERS, "epsilons = [0.01, 6.0, 12.0]"),
+            "a tier is below what the filter's Renyi order and delta cost",
         ),
         (config("filtered", "shares = [0.34, 0.43, 0.23]").replace("\"filtered\"", "\"plain\""), "sgd-filtered"),
     ];

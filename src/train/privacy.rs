@@ -382,7 +382,7 @@ pub fn significant(x: f64) -> String {
 /// What each tier's guarantee rests on, for `privacy.json`.
 const PERSONALIZED_RESTS_ON: &str = "personalized differential privacy (Jorgensen, Yu & Cormode 2015): each training \
      example is (its tier's guaranteed epsilon, delta)-DP with respect to its own record under the run's neighbouring \
-     relation. The run's noise is calibrated for its strictest budget (privacy.epsilon at worst_case_steps); each \
+     relation. The run's noise is calibrated for privacy.epsilon at worst_case_steps; each \
      tier's ledger budget is the largest whose guarantee -- training at that budget composed with every noisy count \
      the run releases, each charged to every example -- converts to at most the tier's epsilon by the run's own \
      conversion, rounded up. The individual filter's guarantee is per example (Feldman & Zrnic 2021, Thm 4.5; for \

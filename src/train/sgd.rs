@@ -121,10 +121,11 @@ impl SgdAccounting {
 
     /// The same run with personalized budgets: for each ε in `targets`, the individual
     /// filter's largest budget at its order whose guarantee converts to at most that ε at
-    /// `delta` ([`IndividualSgd::with_epsilon`]); a run without individual accounting has none.
+    /// `delta` ([`IndividualSgd::with_epsilon`]; below the run's own budget for a tier stricter
+    /// than its ε); a run without individual accounting has none.
     ///
     /// # Errors
-    /// A target below the run's own ε (naming it), or an invalid δ.
+    /// A target that no budget at the filter's order meets, or an invalid δ.
     pub fn with_tiers(self, targets: &[f64], delta: f64) -> Result<Self> {
         let Some(ind) = self.individual else { return Ok(self) };
         let mut tiers = Vec::new();
@@ -155,8 +156,9 @@ impl SgdAccounting {
     /// The ε at `delta` of the first `step` steps, and the Rényi order that gives it. With
     /// individual accounting, at the filter's order: the steps of an example still charged
     /// are at most min(step, T) full ones, and no example's charges ever exceed T of them.
-    /// With personalized budgets, the loosest tier's: at most `step` full steps, and never more
-    /// than its budget (the conversion is increasing, so the smaller of the two ε).
+    /// With personalized budgets, the loosest tier's (every example holds one): at most `step`
+    /// full steps, and never more than its budget (the conversion is increasing, so the
+    /// smaller of the two ε).
     ///
     /// # Errors
     /// An invalid δ.

@@ -5,11 +5,12 @@
 //! **The guarantee, per example.** The individual filter bounds example i's privacy loss by
 //! what its own ledger lets it spend ([FZ21] Thm 4.5 for Rényi DP; for full-batch GD the
 //! Gaussian-DP filter of [KTH23] on [ST22]'s fully adaptive composition): its proof is per
-//! example, so a budget per example needs no new theorem. The noise σ is calibrated for the
-//! strictest budget, `privacy.epsilon` at `privacy.worst_case_steps` = k, exactly as a run
-//! without tiers; each looser tier ε_j gets the largest budget whose guarantee — training at
-//! that budget, composed with every noisy count the run releases (each charged to every
-//! example) — converts to at most ε_j by the run's own conversion (the method computes it:
+//! example, so a budget per example needs no new theorem. The noise σ is calibrated for
+//! `privacy.epsilon` at `privacy.worst_case_steps` = k, exactly as a run without tiers (usually
+//! the strictest tier's ε; calibrated for a looser one, the stricter tiers stop sooner); each
+//! tier ε_j gets the largest budget whose guarantee — training at that budget, composed with
+//! every noisy count the run releases (each charged to every example) — converts to at most
+//! ε_j by the run's own conversion (the method computes it:
 //! [`crate::train::method::RunAccounting::tiers`]). So example i is (ε_{tier(i)}, δ)-DP with
 //! respect to its own zero-out (or replace-one, where the method supports it), in the sense of
 //! personalized DP (Jorgensen, Yu & Cormode 2015, "Conservative or liberal? Personalized

@@ -932,7 +932,12 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let correct = self.pool.install(|| count_correct(self.plan.net(), model, self.test, &self.norm));
         let test_accuracy = correct as f64 / self.test.len() as f64;
         let k = self.cfg.worst_case_steps();
-        let test_accuracy_at_k = self.record.metrics.get(k.wrapping_sub(1)).and_then(|r| r.test_accuracy);
+        // The model at step k is plain private GD's only if no example can be dropped before k: a
+        // tier stricter than the run's budget may be.
+        let budget = self.cfg.ledger_budget().unwrap_or(f64::MAX);
+        let drops_before_k = self.cfg.tiers().iter().any(|t| t.budget < budget);
+        let test_accuracy_at_k =
+            self.record.metrics.get(k.wrapping_sub(1)).and_then(|r| r.test_accuracy).filter(|_| !drops_before_k);
         let active_after_k = self
             .record
             .metrics

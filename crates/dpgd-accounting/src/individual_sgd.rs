@@ -167,26 +167,39 @@ impl IndividualSgd {
         lo
     }
 
-    /// The same filter with the largest budget B′ ≥ B at the same order whose (α, B′)-RDP
-    /// guarantee converts to at most `epsilon` at `delta`: a looser tier of personalized
-    /// budgets (σ, q and the charges unchanged; only where an example stops). The answer is
-    /// confirmed with [`epsilon`](Self::epsilon), the conversion every report uses.
+    /// The same filter with the largest budget B′ at the same order whose (α, B′)-RDP guarantee
+    /// converts to at most `epsilon` at `delta`: a tier of personalized budgets (σ, q and the
+    /// charges unchanged; only where an example stops). The answer is confirmed with
+    /// [`epsilon`](Self::epsilon), the conversion every report uses.
     ///
     /// # Errors
-    /// An `epsilon` below this filter's own ε (a stricter budget needs more noise, not a smaller
-    /// budget at this σ), or an invalid δ.
+    /// An `epsilon` that even a budget of (almost) nothing exceeds at this order and δ (naming
+    /// `epsilon`), or an invalid δ.
     pub fn with_epsilon(&self, epsilon: f64, delta: f64) -> Result<Self> {
         let at = |budget: f64| Self { budget, ..*self };
         let fits = |budget: f64| at(budget).epsilon(delta).is_ok_and(|e| e <= epsilon);
-        if !fits(self.budget) {
-            return Err(AccountingError::InvalidParameter {
-                name: "epsilon",
-                value: epsilon,
-                expected: "at least the run's own epsilon: the noise is calibrated for the strictest budget",
-            });
-        }
-        // The conversions are increasing in B: double until one does not fit, then bisect.
-        let (mut lo, mut hi) = (self.budget, self.budget.max(epsilon.abs()).max(f64::MIN_POSITIVE) * 2.0);
+        // The conversions are increasing in B: from a budget that fits, double until one does
+        // not, then bisect.
+        let start = if fits(self.budget) {
+            self.budget
+        } else {
+            let mut b = self.budget;
+            for _ in 0..2100 {
+                b /= 2.0;
+                if b < f64::MIN_POSITIVE || fits(b) {
+                    break;
+                }
+            }
+            if !(b >= f64::MIN_POSITIVE && fits(b)) {
+                return Err(AccountingError::InvalidParameter {
+                    name: "epsilon",
+                    value: epsilon,
+                    expected: "above what the filter's order and delta cost with no budget at all: raise it",
+                });
+            }
+            b
+        };
+        let (mut lo, mut hi) = (start, start.max(epsilon.abs()).max(f64::MIN_POSITIVE) * 2.0);
         for _ in 0..2100 {
             if !hi.is_finite() || !fits(hi) {
                 break;
@@ -254,7 +267,12 @@ mod tests {
         assert!(cks(tier.budget()) <= 3.0 + 1e-12 && cks(tier.budget()) > 3.0 - 1e-9, "{}", cks(tier.budget()));
         assert!(tier.epsilon(1e-5).unwrap() <= 3.0);
         assert_eq!(acc.with_epsilon(run, 1e-5).unwrap().budget(), acc.budget());
-        assert!(acc.with_epsilon(run * 0.9, 1e-5).is_err());
+        // A stricter tier gets a smaller budget at the same σ (it stops sooner).
+        let strict = acc.with_epsilon(run * 0.7, 1e-5).unwrap();
+        assert!(strict.budget() < acc.budget() && strict.epsilon(1e-5).unwrap() <= run * 0.7);
+        assert!(cks(strict.budget()) > run * 0.7 - 1e-9);
+        // Below what the conversion costs with no budget at all: refused.
+        assert!(acc.with_epsilon(cks(0.0) * 0.5, 1e-5).is_err());
     }
 
     /// At full sensitivity a step costs plain DP-SGD's step, B is T of them, and the run's ε

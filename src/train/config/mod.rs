@@ -208,8 +208,9 @@ pub struct PrivacyConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetsConfig {
-    /// The tiers' ε, each at least the run's ε (σ is calibrated for `privacy.epsilon`, the
-    /// strictest budget); at most 256.
+    /// The tiers' ε (at most 256). σ is calibrated for `privacy.epsilon` at
+    /// `privacy.worst_case_steps`, as without tiers: usually the strictest tier's; a tier
+    /// stricter than that gets a smaller budget, and its examples stop sooner.
     pub epsilons: Vec<f64>,
     /// A file with one ε per training example, one per line, each one of `epsilons` (an
     /// optional first line `epsilon` is a header).

@@ -81,11 +81,12 @@ impl ValidConfig {
         self.privacy.as_ref()?.event()
     }
     /// The ε of the whole run under `privacy.conversion` (None for non-private runs): with
-    /// personalized budgets, the loosest tier's — what holds for every example.
+    /// personalized budgets, the loosest tier's — what holds for every example, each of which
+    /// holds a tier.
     #[must_use]
     pub fn epsilon(&self) -> Option<f64> {
         let own = self.privacy.as_ref()?.epsilon(self)?;
-        Some(self.tiers().iter().map(|t| t.guaranteed_epsilon).fold(own, f64::max))
+        Some(self.tiers().iter().map(|t| t.guaranteed_epsilon).reduce(f64::max).unwrap_or(own))
     }
     /// The δ every ε of the run is computed at: the largest float not above the decimal the
     /// config gave (TOML's `1e-5` is a float a little above 10⁻⁵; at a larger δ an ε would be

@@ -87,7 +87,8 @@ const MAX_TIER_STEPS: u64 = 1 << 52;
 /// Each tier of `privacy.budgets` at noise multiplier `sigma`: the largest whole number of
 /// worst-case steps k_j whose guarantee — training at B_norm = k_j·C² composed with every
 /// scheduled release, exactly as the run's own — converts to at most the tier's ε
-/// ([`crate::train::tiers`]); the run's own k fits every tier at least as large as its ε.
+/// ([`crate::train::tiers`]): at least the run's own k for a tier at least as loose as its ε,
+/// fewer for a stricter one.
 fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Result<Vec<Tier>> {
     let p = &config.privacy;
     let Some(b) = &p.budgets else { return Ok(Vec::new()) };
@@ -100,19 +101,24 @@ fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Res
         p.noise.epsilon(plan.guarantee(sigma).ok()?, delta, p.conversion).ok()
     };
     let k = p.worst_case_steps as u64;
-    let run = epsilon_at(k).ok_or_else(|| Error::State("the run's own guarantee cannot be computed".into()))?;
     let mut out = Vec::new();
-    for target in b.targets() {
+    for (typed, target) in b.epsilons.iter().zip(b.targets()) {
         let fits = |steps: u64| epsilon_at(steps).is_some_and(|e| e <= target);
-        if !fits(k) {
-            return Err(Error::config(
-                "privacy.budgets.epsilons",
-                format!(
-                    "{target} is below the run's epsilon {run}: sigma is calibrated for privacy.epsilon, the strictest                      budget; lower privacy.epsilon to {target}"
-                ),
-            ));
-        }
-        let steps = largest_fitting(k, MAX_TIER_STEPS, fits);
+        // A tier at least as loose as the run's ε gets k steps or more; a stricter one fewer.
+        let steps = match (fits(k), fits(1)) {
+            (true, _) => largest_fitting(k, MAX_TIER_STEPS, fits),
+            (false, true) => largest_fitting(1, k, fits),
+            (false, false) => {
+                return Err(Error::config(
+                    "privacy.budgets.epsilons",
+                    format!(
+                        "{typed} is below what one step at this sigma costs with the noisy counts the run \
+                         releases (each charged to every example): raise it, lower privacy.epsilon (more noise), or \
+                         release fewer counts"
+                    ),
+                ));
+            }
+        };
         let guaranteed = epsilon_at(steps).ok_or_else(|| Error::State("a tier's guarantee vanished".into()))?;
         let b_norm =
             PrivateGd::new(sigma, p.clip, steps as f64).map_err(|e| attribute(e.into(), "privacy.clip"))?.b_norm();
@@ -158,10 +164,10 @@ impl RunAccounting for FullBatch {
         p.noise.epsilon(self.guarantee, cfg.delta(), p.conversion).ok()
     }
     /// min(step, k)·C² per example (a public quantity) plus the releases made so far; with
-    /// personalized budgets, k of the loosest tier.
+    /// personalized budgets, k of the loosest tier (every example holds one).
     fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64> {
         let p = &cfg.config().privacy;
-        let k = self.tiers.iter().filter_map(|t| t.worst_case_steps).fold(p.worst_case_steps as u64, u64::max);
+        let k = self.tiers.iter().filter_map(|t| t.worst_case_steps).max().unwrap_or(p.worst_case_steps as u64);
         let mut plan = GdPlan::new((step as u64).clamp(1, k) as f64).ok()?.with_neighbours(p.neighbours);
         for r in cfg.releases() {
             if r.count_through(step) > 0 {

@@ -75,14 +75,12 @@ pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease], individual
         sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
     }
     if let Some(b) = &p.budgets {
-        let run = sgd.individual().and_then(|i| i.epsilon(typed_down(p.delta)).ok()).unwrap_or(f64::NAN);
         sgd = sgd.with_tiers(&b.targets(), typed_down(p.delta)).map_err(|e| {
-            let below = b.targets().into_iter().find(|&t| t < run || run.is_nan()).unwrap_or(f64::NAN);
             Error::config(
                 "privacy.budgets.epsilons",
                 format!(
-                    "{below} is below the run's epsilon {run}: sigma is calibrated for privacy.epsilon, the strictest \
-                     budget; lower privacy.epsilon to {below} ({e})"
+                    "a tier is below what the filter's Renyi order and delta cost with no budget at all ({e}): raise \
+                     it, or lower privacy.epsilon so that the order suits stricter budgets"
                 ),
             )
         })?;
