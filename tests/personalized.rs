@@ -182,6 +182,7 @@ fn tiers_are_published_without_counts_and_reported_to_the_owner() {
     let personalized = privacy.personalized.expect("a run with tiers publishes them");
     assert_eq!(personalized.tiers.iter().map(|t| t.epsilon).collect::<Vec<_>>(), [4.0, 6.0, 12.0]);
     assert!(personalized.rests_on.contains("Jorgensen") && personalized.rests_on.contains("public choice"));
+    assert!(privacy.accounting.unwrap().rests_on["personalized"].contains("loosest tier"));
     assert!(privacy.summary.starts_with("NOT PRIVATE"), "a fixed seed");
     let line = dpgd::train::privacy::summary(&valid(&text.replace("seed = 7\n", "")));
     // Whole steps of budget: a tier's guarantee may fall a little short of its ε, never past it.

@@ -118,23 +118,35 @@ pub(crate) fn summarise(
         spent_fraction_quantiles: [q(0.0), q(0.1), q(0.5), q(0.9), q(1.0)],
         spent_fraction_histogram: histogram,
         exhausted_before_step: steps.iter().map(|r| (r.step, n.saturating_sub(r.active_exact))).collect(),
-        tiers: tiers
-            .iter()
-            .enumerate()
-            .map(|(t, tier)| {
-                let members: Vec<usize> = (0..n).filter(|&i| budgets.tier(i) == t).collect();
-                let mut f: Vec<f64> = members.iter().map(|&i| fraction(i)).collect();
-                f.sort_by(f64::total_cmp);
-                TierSpending {
-                    epsilon: tier.epsilon,
-                    budget: tier.budget,
-                    examples: members.len(),
-                    exhausted: members.iter().filter(|&&i| !ledger.is_active(i)).count(),
-                    median_spent_fraction: f.get(f.len() / 2).copied().unwrap_or(0.0),
-                }
-            })
-            .collect(),
+        tiers: by_tier(ledger, tiers, fraction),
     }
+}
+
+/// Each tier's examples, exhausted examples and median spent fraction, in one pass.
+fn by_tier(ledger: &IndividualFilter, tiers: &[Tier], fraction: impl Fn(usize) -> f64) -> Vec<TierSpending> {
+    let mut fractions: Vec<Vec<f64>> = vec![Vec::new(); tiers.len()];
+    let mut exhausted = vec![0usize; tiers.len()];
+    for i in 0..ledger.len() {
+        let t = ledger.budgets().tier(i);
+        if let (Some(f), Some(e)) = (fractions.get_mut(t), exhausted.get_mut(t)) {
+            f.push(fraction(i));
+            *e += usize::from(!ledger.is_active(i));
+        }
+    }
+    tiers
+        .iter()
+        .zip(fractions.iter_mut().zip(exhausted))
+        .map(|(tier, (f, exhausted))| {
+            f.sort_by(f64::total_cmp);
+            TierSpending {
+                epsilon: tier.epsilon,
+                budget: tier.budget,
+                examples: f.len(),
+                exhausted,
+                median_spent_fraction: f.get(f.len() / 2).copied().unwrap_or(0.0),
+            }
+        })
+        .collect()
 }
 
 /// Writes `budget.json` and `budget.png` into the run's `confidential/` folder.

@@ -432,10 +432,19 @@ pub fn report(
     let p = &c.privacy;
     let why = cfg.non_private_reasons();
     let seed = cfg.noise_seed();
-    let accounting = match cfg.accounting() {
+    let mut accounting = match cfg.accounting() {
         Some(a) => a.report(cfg, session, examples, steps_run)?,
         None => None,
     };
+    if let Some(a) = accounting.as_mut().filter(|_| !cfg.tiers().is_empty()) {
+        a.rests_on.insert(
+            "personalized".into(),
+            "with personalized budgets, `epsilon` is the loosest tier's (what holds for every example; each tier's \
+             is in `personalized.tiers`), while `mu`, `rho`, the event and the training figures are those of an \
+             example whose budget is the one privacy.epsilon calibrates (`ledger.budget_per_example`)"
+                .into(),
+        );
+    }
     let private = why.is_empty() && accounting.is_some();
     Ok(PrivacyReport {
         private,

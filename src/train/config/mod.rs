@@ -202,7 +202,8 @@ pub struct PrivacyConfig {
 /// The `[privacy.budgets]` section: each training example's own privacy budget, as a target ε
 /// at the run's δ, one of the tiers `epsilons` (public: `privacy.json` states each tier's
 /// guarantee). Which example holds which tier comes from `file` (one ε per line, in the order
-/// of the training examples) or is drawn at random in the proportions `shares` from `seed`;
+/// of the training examples), from a `column` of a CSV dataset, or is drawn at random in the
+/// proportions `shares` from `seed`;
 /// the assignment is input, treated as public by the guarantee and never published
 /// ([`crate::train::tiers`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
