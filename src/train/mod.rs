@@ -21,9 +21,9 @@ mod trainer;
 
 pub(crate) use config::field_differences;
 pub use config::{
-    AUTO_RELEASE_SHARE, ActiveRelease, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override,
-    PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, StopRule, StoppingConfig, TrainConfig, TrainSettings,
-    ValidConfig, resumable_fields,
+    AUTO_RELEASE_SHARE, ActiveRelease, BudgetsConfig, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig,
+    Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, StopRule, StoppingConfig, TrainConfig,
+    TrainSettings, ValidConfig, resumable_fields,
 };
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
