@@ -72,7 +72,7 @@ def main():
         print("(no matplotlib: no plot)")
         return
     shown = [d for d in DATASETS if any((d, a) in runs for a, _ in ARMS)]
-    fig, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(7 * len(shown), 5.2), squeeze=False)
     for ax, data in zip(axes[0], shown):
         for x, (arm, label) in enumerate(ARMS):
             rows = runs.get((data, arm), [])
@@ -86,7 +86,7 @@ def main():
         accs = [100 * r["test_accuracy"] for a, _ in ARMS for r in runs.get((data, a), [])]
         accs += [a for _, a in PLAIN_DP_SGD.get(data, [])]
         ax.set_ylim(min(accs) - 0.5, max(accs) + 0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncol=2)
         ax.set_xticks(range(len(ARMS)), ["all ε = 1", "tiers, σ for 1", "tiers, σ for 2", "all ε = 3"])
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{data}: scattering + linear, DP-SGD with individual accounting", fontsize=10)
