@@ -605,6 +605,29 @@ impl Dataset {
         self
     }
 
+    /// The run's training examples (the first `subset`, all for 0) without those `hold_out`
+    /// chooses, and the held-out examples: the dataset a run trains on, and its validation
+    /// split. The held-out positions' hash joins the files' fingerprints, so a run's identity
+    /// records what it trained on.
+    ///
+    /// # Errors
+    /// As [`HoldOut::positions`]; a dataset that holds one rank's shard only.
+    pub fn hold_out(mut self, subset: usize, hold_out: &HoldOut) -> Result<(Self, Split)> {
+        if self.held.is_some() {
+            return Err(Error::config("data.hold_out", "hold out examples before keeping one rank's shard"));
+        }
+        let n = self.train.head(subset).len();
+        let positions = hold_out.positions(n)?;
+        let (held, rest) = partition(&self.train, n, &positions);
+        let bytes: Vec<u8> = positions.iter().flat_map(|&p| (p as u64).to_le_bytes()).collect();
+        self.fingerprints.push(Fingerprint {
+            file: format!("held out: {} of the first {n} training examples, seed {}", hold_out.examples, hold_out.seed),
+            sha256: idx::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+        });
+        self.train = rest;
+        Ok((self, held))
+    }
+
     /// Where the training split holds one rank's shard ([`keep_shard`](Self::keep_shard)):
     /// its first example, the run's number of training examples, and the `subset` it was
     /// given (`None`: it holds them all).
@@ -733,6 +756,77 @@ pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Norma
         ([m], [s]) => Normalize::all(*m, *s),
         _ => Normalize { mean: Channels::Each(mean), std: Channels::Each(std) },
     }
+}
+
+/// Training examples held out of training, for validation (a private hyperparameter search
+/// scores its candidates on them): `examples` of the run's training examples, chosen by a
+/// permutation drawn from `seed`. Both are public: which positions are held out depends on
+/// neither the data nor anything secret, so two neighbouring datasets hold out the same
+/// positions, and the one example they differ in is either trained on or held out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldOut {
+    /// How many training examples are held out.
+    pub examples: usize,
+    /// The seed of the permutation that chooses them.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl HoldOut {
+    /// The positions held out of `n` training examples, ascending: the first `examples` of a
+    /// Fisher–Yates shuffle of 0..n driven by ChaCha20 from `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming `data.hold_out.examples` if it is 0 or leaves no training
+    /// example.
+    pub fn positions(&self, n: usize) -> Result<Vec<usize>> {
+        use rand::{RngExt, SeedableRng};
+        if self.examples == 0 || self.examples >= n {
+            return Err(Error::config(
+                "data.hold_out.examples",
+                format!(
+                    "{} of {n} training examples: hold out at least 1 and leave at least 1 to train on (e.g. {})",
+                    self.examples,
+                    (n / 10).max(1)
+                ),
+            ));
+        }
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(self.seed);
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in 0..self.examples {
+            let j = rng.random_range(i..n);
+            order.swap(i, j);
+        }
+        order.truncate(self.examples);
+        order.sort_unstable();
+        Ok(order)
+    }
+}
+
+/// The first `n` examples of `split`: those at `positions` (ascending) and the rest, each in
+/// their order.
+fn partition(split: &Split, n: usize, positions: &[usize]) -> (Split, Split) {
+    let px = split.pixels();
+    let empty = || Split { images: Vec::new(), features: Vec::new(), labels: Vec::new(), ..*split };
+    let (mut held, mut rest) = (empty(), empty());
+    let mut next = positions.iter().peekable();
+    for i in 0..n.min(split.len()) {
+        let out = if next.peek() == Some(&&i) {
+            next.next();
+            &mut held
+        } else {
+            &mut rest
+        };
+        if !split.images.is_empty() {
+            out.images.extend_from_slice(&split.images[i * px..(i + 1) * px]);
+        }
+        if !split.features.is_empty() {
+            out.features.extend_from_slice(&split.features[i * px..(i + 1) * px]);
+        }
+        out.labels.push(split.labels[i]);
+    }
+    (held, rest)
 }
 
 /// The SHA-256 of one dataset file's uncompressed content.

@@ -66,7 +66,8 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
     for r in runs {
         refuse_stale(&dir.join("runs").join(&r.id), r.config.config())?;
     }
-    let mut datasets: BTreeMap<PathBuf, Dataset> = BTreeMap::new();
+    // Keyed by the whole data section: runs that hold out other examples train on other data.
+    let mut datasets: BTreeMap<String, Dataset> = BTreeMap::new();
     let mut todo = VecDeque::new();
     let selected: Vec<&PlannedRun> = runs.iter().filter(|r| opts.selects(r)).collect();
     for &r in &selected {
@@ -79,9 +80,8 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
             observer.run_done(r);
             continue;
         }
-        let data_dir = r.config.config().data.dir.clone();
-        if !datasets.contains_key(&data_dir) {
-            datasets.insert(data_dir.clone(), r.config.config().data.load()?);
+        if let std::collections::btree_map::Entry::Vacant(slot) = datasets.entry(data_key(r)) {
+            slot.insert(r.config.config().data.load()?);
         }
         todo.push_back(r);
     }
@@ -103,7 +103,7 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
                     }
                     let Some(r) = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front() else { return };
                     let options = RunOptions { threads: (jobs > 1).then_some(threads), stop_after: None };
-                    let data = &datasets[&r.config.config().data.dir];
+                    let data = &datasets[&data_key(r)];
                     let mut run_observer = observer.run_observer(r);
                     let outcome = run(&r.config, data, &dir.join("runs").join(&r.id), &options, run_observer.as_mut());
                     drop(run_observer);
@@ -126,6 +126,11 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
         Some(e) => Err(e),
         None => Ok(to_run),
     }
+}
+
+/// The key of a run's dataset: its data section as written.
+fn data_key(r: &PlannedRun) -> String {
+    format!("{:?}", r.config.config().data)
 }
 
 /// Copies a finished run beside its destination, then renames it into place: a crash never

@@ -26,6 +26,7 @@
 mod execute;
 mod plan;
 mod report;
+pub mod search;
 
 pub use execute::{ExecuteOptions, QuietSweep, SweepObserver, execute};
 pub use plan::{MAX_RUNS, PlannedRun, SweepFile, default_results, plan, value_text};

@@ -37,6 +37,9 @@ pub struct SweepFile {
     /// instead of being trained again.
     #[serde(default)]
     pub reuse: Vec<PathBuf>,
+    /// How `--select private` searches ([`super::search`]); ignored by a plain sweep.
+    #[serde(default)]
+    pub search: Option<super::search::SearchSection>,
 }
 
 /// One expanded run.

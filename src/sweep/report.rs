@@ -128,7 +128,7 @@ fn csv_line(cells: impl Iterator<Item = String>) -> String {
     cells.join(",") + "\n"
 }
 
-fn toml_to_json(v: &toml::Value) -> serde_json::Value {
+pub(super) fn toml_to_json(v: &toml::Value) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }
 

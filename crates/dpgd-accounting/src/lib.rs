@@ -292,6 +292,7 @@ pub mod numeric;
 pub mod odometer;
 pub mod pld;
 pub mod sampling;
+pub mod selection;
 pub mod session;
 pub mod subsampled;
 

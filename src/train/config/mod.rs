@@ -15,7 +15,7 @@ use crate::accounting::{AccountingError, Conversion, Neighbours, positive, proba
 use crate::arch::{LayerSpec, ModelSpec, Preset};
 use crate::clip::NonFinitePolicy;
 use crate::data::features::Features;
-use crate::data::{Channels, Dataset, Normalize};
+use crate::data::{Channels, Dataset, HoldOut, Normalize, Split};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed};
@@ -116,6 +116,10 @@ pub struct DataConfig {
     /// features); absent: the examples as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<Features>,
+    /// Training examples held out of training (validation for a private hyperparameter
+    /// search, [`crate::sweep::search`]); absent: the run trains on all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_out: Option<HoldOut>,
 }
 
 impl Default for DataConfig {
@@ -132,6 +136,24 @@ impl DataConfig {
     /// # Errors
     /// As [`Dataset::load_with_label`] and [`Features::transform`].
     pub fn load(&self) -> Result<Dataset> {
+        self.load_with_held_out().map(|(data, _)| data)
+    }
+
+    /// As [`load`](Self::load), with the examples held out of training by `hold_out` (`None`
+    /// without it).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load) and [`Dataset::hold_out`].
+    pub fn load_with_held_out(&self) -> Result<(Dataset, Option<Split>)> {
+        let data = self.load_whole()?;
+        match &self.hold_out {
+            Some(h) => data.hold_out(self.train_subset, h).map(|(d, v)| (d, Some(v))),
+            None => Ok((data, None)),
+        }
+    }
+
+    /// Every training example, none held out.
+    fn load_whole(&self) -> Result<Dataset> {
         let label = self.label_column.as_deref().unwrap_or(crate::data::csv::DEFAULT_LABEL_COLUMN);
         let data = Dataset::load_csv_skipping(&self.dir, self.classes, label, &self.ignore_columns)?;
         match &self.features {
@@ -394,6 +416,7 @@ fn default_data() -> DataConfig {
         label_column: None,
         ignore_columns: Vec::new(),
         features: None,
+        hold_out: None,
     }
 }
 

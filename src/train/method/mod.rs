@@ -27,8 +27,8 @@ use super::privacy::{Accounting, RunSession};
 use super::releases::ScheduledRelease;
 use super::step::Selection;
 use super::tiers::Tier;
-use crate::accounting::event::DpEvent;
-use crate::accounting::{Conversion, GaussianDp, positive};
+use crate::accounting::event::{DpEvent, RdpAccountant};
+use crate::accounting::{Conversion, GaussianDp, Rdp, positive};
 use crate::error::{Error, Result};
 use crate::noise::NoiseSeed;
 
@@ -130,6 +130,15 @@ pub trait TrainingMethod: Sync {
     fn calibrate(&self, config: &TrainConfig, releases: &[ScheduledRelease]) -> Result<Option<Arc<dyn RunAccounting>>>;
 }
 
+/// `event`'s Rényi DP at the orders of
+/// [`dp_accounting_orders`](crate::accounting::subsampled::dp_accounting_orders), rounded up
+/// (`None` if the RDP accountant does not take it).
+pub(crate) fn rdp_of(event: &DpEvent) -> Option<Rdp> {
+    let orders = crate::accounting::subsampled::dp_accounting_orders();
+    let rdp = RdpAccountant::new(orders.clone(), Conversion::Cks).ok()?.rdp_of(event).ok()?;
+    Rdp::new(orders, rdp).ok()
+}
+
 /// The accounting of one private run, fixed at validation: what its guarantee rests on, and
 /// the rules of its steps that the guarantee depends on.
 pub trait RunAccounting: Debug + Send + Sync {
@@ -144,6 +153,13 @@ pub trait RunAccounting: Debug + Send + Sync {
     /// takes it; `None` where the guarantee is not a fixed composition's (a filter's at one
     /// order).
     fn event(&self) -> Option<DpEvent>;
+    /// The whole run's Rényi DP curve, training and every release, at the orders of
+    /// [`dp_accounting_orders`](crate::accounting::subsampled::dp_accounting_orders), rounded
+    /// up: what a private hyperparameter search composes ([`crate::sweep::search`]). By default
+    /// [`event`](Self::event)'s curve; `None` where the run has no guarantee.
+    fn rdp(&self) -> Option<Rdp> {
+        rdp_of(&self.event()?)
+    }
     /// The whole run's Gaussian-DP guarantee, where it has one.
     fn guarantee(&self) -> Option<GaussianDp> {
         None

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{RunAccounting, Target};
+use crate::accounting::Rdp;
 use crate::accounting::event::DpEvent;
 use crate::accounting::{Conversion, Neighbours};
 use crate::error::{Error, Result};
@@ -101,6 +102,15 @@ impl RunAccounting for SgdAccounting {
     /// With individual accounting none: the guarantee is the filter's at one order.
     fn event(&self) -> Option<DpEvent> {
         self.individual().is_none().then(|| SgdAccounting::event(self))
+    }
+    /// With individual accounting, the filter's budget at its one order (the loosest tier's
+    /// with personalized budgets): what every example's Rényi filter keeps it within
+    /// ([FZ21, Thm 4.5]).
+    fn rdp(&self) -> Option<Rdp> {
+        match self.individual() {
+            Some(i) => Rdp::new(vec![f64::from(i.order())], vec![i.budget()]).ok(),
+            None => super::rdp_of(&SgdAccounting::event(self)),
+        }
     }
     fn ledger_budget(&self) -> Option<f64> {
         self.individual().map(|i| i.budget())

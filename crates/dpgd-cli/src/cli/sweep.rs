@@ -24,6 +24,25 @@ pub(crate) struct SweepArgs {
     /// Hide progress bars.
     #[arg(long)]
     quiet: bool,
+    /// `private`: a private hyperparameter search. A random number of candidates, each a grid
+    /// point chosen at random, scored privately on held-out training examples; only the best
+    /// is published, and the guarantee covers the whole search (Papernot & Steinke 2022).
+    /// Settings in the file's `[search]` section.
+    #[arg(long, value_enum)]
+    select: Option<Select>,
+    /// The whole search's epsilon (with --select private).
+    #[arg(long, requires = "select")]
+    epsilon: Option<f64>,
+    /// The whole search's delta (with --select private).
+    #[arg(long, requires = "select")]
+    delta: Option<f64>,
+}
+
+/// How a sweep chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Select {
+    /// A private hyperparameter search: one published model, one guarantee for everything.
+    Private,
 }
 
 fn parse_only(s: &str) -> std::result::Result<(String, String), String> {
@@ -39,6 +58,9 @@ pub(crate) struct ReportArgs {
 }
 
 pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
+    if a.select == Some(Select::Private) {
+        return run_search(a);
+    }
     let (sweep, runs) = dpgd::sweep::plan(&a.file)?;
     let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
@@ -72,4 +94,51 @@ pub(crate) fn run_report(a: ReportArgs) -> Result<()> {
     print!("{}", dpgd::sweep::report(&dir)?);
     eprintln!("plots: {}", dir.join("report.png").display());
     Ok(())
+}
+
+/// `dpgd sweep FILE --select private --epsilon ε --delta δ`.
+fn run_search(a: SweepArgs) -> Result<()> {
+    let (Some(epsilon), Some(delta)) = (a.epsilon, a.delta) else {
+        anyhow::bail!("--select private needs the whole search's --epsilon and --delta, e.g. --epsilon 1 --delta 1e-5");
+    };
+    if !a.only.is_empty() || a.jobs != 1 {
+        anyhow::bail!("--select private runs its candidates one after another: remove --only and --jobs");
+    }
+    let search = dpgd::sweep::search::prepare(&a.file, (epsilon, delta))?;
+    let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
+    eprintln!(
+        "search {}: {} grid points, each candidate calibrated for epsilon = {} (how many candidates run, and their \
+         scores, are confidential: so are these progress lines)",
+        search.name,
+        search.points.len(),
+        dpgd::train::significant(search.guarantee.candidate_epsilon)
+    );
+    let mut progress = SearchProgress { mode: Mode::detect(a.quiet) };
+    let result = dpgd::sweep::search::run_search(&search, &dir, &mut progress, None)?
+        .ok_or_else(|| anyhow::anyhow!("the search stopped before its end"))?;
+    println!("{}", result.summary);
+    match &result.chosen {
+        Some(c) => {
+            let point: Vec<String> = c.point.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            println!("chosen: {}", point.join(", "));
+            println!(
+                "noisy validation accuracy {:.2} %, test accuracy {:.2} %",
+                100.0 * c.noisy_validation_accuracy,
+                100.0 * c.test_accuracy
+            );
+        }
+        None => println!("the search drew no candidate: nothing to publish but the guarantee"),
+    }
+    eprintln!("publishable: {}", dir.join("publishable").display());
+    Ok(())
+}
+
+struct SearchProgress {
+    mode: Mode,
+}
+
+impl dpgd::sweep::search::SearchObserver for SearchProgress {
+    fn candidate(&mut self, i: usize) -> Box<dyn dpgd::train::Observer + '_> {
+        Box::new(super::progress::RunProgress::new(self.mode, None, format!("[candidate {}] ", i + 1)))
+    }
 }

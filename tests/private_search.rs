@@ -1,0 +1,183 @@
+//! Private hyperparameter search (`dpgd sweep --select private`): the whole search within its
+//! target, recomputed independently; only the chosen candidate published; a killed search
+//! resumes to the same choice without redrawing; bad search files refused before anything
+//! trains.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use dpgd::accounting::selection::Repetitions;
+use dpgd::accounting::{Conversion, Rdp, ToApproxDp};
+use dpgd::sweep::search::{Search, SearchObserver, SearchResult, prepare, run_search};
+use dpgd::train::{Observer, Silent, TrainConfig};
+
+struct Quiet;
+
+impl SearchObserver for Quiet {
+    fn candidate(&mut self, _i: usize) -> Box<dyn Observer + '_> {
+        Box::new(Silent)
+    }
+}
+
+const PRIVACY: &str = "method = \"plain\"\nepsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nsteps = 4";
+
+/// A sweep file over `grid` with `search` as its `[search]` section, on the synthetic fixture.
+fn setup(dir: &Path, privacy: &str, grid: &str, search: &str) -> PathBuf {
+    let base = dir.join("base.toml");
+    std::fs::write(&base, common::fixture_config("base", "logistic", (600, 300), privacy, "lr = 1.0\neval_every = 0"))
+        .unwrap();
+    let sweep = dir.join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"search\"\nbase = \"{}\"\n[set]\n\"train.chunk\" = 8\n\"release.active_count\" = \"none\"\n[grid]\n{grid}\n[search]\n{search}\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    sweep
+}
+
+const GRID: &str = "\"train.lr\" = [0.5, 2.0]\n\"privacy.clip\" = [0.5, 1.0]";
+const SEARCH: &str = "validation = 100\nvalidation_seed = 3\nseed = 11\n[search.candidates]\nmean = 3";
+
+fn search(dir: &Path) -> (Search, SearchResult) {
+    let file = setup(dir, PRIVACY, GRID, SEARCH);
+    let s = prepare(&file, (2.0, 1e-5)).unwrap();
+    let r = run_search(&s, &dir.join("out"), &mut Quiet, None).unwrap().unwrap();
+    (s, r)
+}
+
+/// [PS22, Thm 2] by hand, in plain f64, from each grid point's own curve.
+fn by_hand(s: &Search) -> f64 {
+    let g = &s.guarantee;
+    let Repetitions::TruncatedNegativeBinomial { eta, gamma } = g.repetitions else { panic!("negative binomial") };
+    let curves: Vec<Rdp> = s.points.iter().map(|p| p.config.accounting().unwrap().rdp().unwrap()).collect();
+    let orders = curves[0].orders().to_vec();
+    let one: Vec<f64> = (0..orders.len())
+        .map(|i| curves.iter().map(|c| c.epsilons()[i]).fold(orders[i] * g.score_rho, f64::max))
+        .collect();
+    let mean = eta * (1.0 - gamma) / (gamma * (1.0 - gamma.powf(eta)));
+    let c = orders
+        .iter()
+        .zip(&one)
+        .map(|(&l, &e)| (1.0 + eta) * (1.0 - 1.0 / l) * e + (1.0 + eta) * (1.0 / gamma).ln() / l)
+        .fold((1.0 + eta) * (1.0 / gamma).ln(), f64::min);
+    let search: Vec<f64> = orders.iter().zip(&one).map(|(&l, &e)| e + c + mean.ln() / (l - 1.0)).collect();
+    Rdp::new(orders, search).unwrap().epsilon(g.delta, Conversion::Cks).unwrap()
+}
+
+#[test]
+fn a_search_publishes_one_model_within_its_target_recomputed_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, r) = search(tmp.path());
+    let g = &r.guarantee;
+    assert!(g.epsilon <= 2.0, "{}", g.epsilon);
+    let hand = by_hand(&s);
+    assert!(g.epsilon >= hand && g.epsilon <= hand * (1.0 + 1e-9), "{} against {hand} by hand", g.epsilon);
+    // The calibration leaves little on the table: candidates 10⁻³ looser would exceed the target.
+    assert!(g.epsilon > 2.0 * 0.99, "{}", g.epsilon);
+    assert!(g.candidate_epsilon < 2.0 && g.candidate_epsilon > 0.1, "{}", g.candidate_epsilon);
+    assert!(!r.private && r.summary.starts_with("NOT PRIVATE"), "a fixed seed: {}", r.summary);
+    // Every candidate trained without the 100 held-out examples, at the calibrated epsilon.
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("out/confidential/search.json")).unwrap())
+            .unwrap();
+    let draws = state["draws"].as_array().unwrap();
+    assert!(!draws.is_empty());
+    assert_eq!(state["scores"].as_array().unwrap().len(), draws.len());
+    for entry in std::fs::read_dir(tmp.path().join("out/confidential/candidates")).unwrap() {
+        let cfg = TrainConfig::from_file(&entry.unwrap().path().join("publishable/config.toml"), &[]).unwrap();
+        assert_eq!(cfg.data.hold_out.map(|h| h.examples), Some(100));
+        assert_eq!(cfg.privacy.epsilon, Some(g.candidate_epsilon));
+    }
+    // Published: the chosen model and the search's report; nothing about K or the others.
+    let published = tmp.path().join("out/publishable");
+    for file in ["model.safetensors", "config.toml", "search.json", "candidate-privacy.json", "result.json"] {
+        assert!(published.join(file).exists(), "{file}");
+    }
+    let text = std::fs::read_to_string(published.join("search.json")).unwrap();
+    for secret in ["\"draws\"", "\"scores\"", "\"k\"", "\"K\""] {
+        assert!(!text.contains(secret), "search.json mentions {secret}: {text}");
+    }
+    let chosen = r.chosen.as_ref().unwrap();
+    assert!(chosen.test_accuracy > 0.2 && (0.0..=1.2).contains(&chosen.noisy_validation_accuracy), "{chosen:?}");
+    // The chosen one has the best noisy score.
+    let scores: Vec<i64> = state["scores"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let best = *scores.iter().max().unwrap();
+    assert_eq!((chosen.noisy_validation_accuracy * 100.0).round() as i64, best);
+    // A finished search is not rerun: the same result.
+    let again = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
+    assert_eq!(again, r);
+}
+
+#[test]
+fn a_killed_search_resumes_to_the_same_draws_scores_and_choice() {
+    let (straight, killed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, want) = search(straight.path());
+    let file = setup(killed.path(), PRIVACY, GRID, SEARCH);
+    let s = prepare(&file, (2.0, 1e-5)).unwrap();
+    let out = killed.path().join("out");
+    // Killed inside the first candidate, then (after a resume) inside the second if there is one.
+    assert!(run_search(&s, &out, &mut Quiet, Some((0, 2))).unwrap().is_none());
+    let drawn = std::fs::read_to_string(out.join("confidential/search.json")).unwrap();
+    let k = serde_json::from_str::<serde_json::Value>(&drawn).unwrap()["draws"].as_array().unwrap().len();
+    if k > 1 {
+        assert!(run_search(&s, &out, &mut Quiet, Some((1, 1))).unwrap().is_none());
+        let later = std::fs::read_to_string(out.join("confidential/search.json")).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&later).unwrap()["draws"],
+            serde_json::from_str::<serde_json::Value>(&drawn).unwrap()["draws"],
+            "a resume never redraws"
+        );
+    }
+    let got = run_search(&s, &out, &mut Quiet, None).unwrap().unwrap();
+    assert_eq!(got, want);
+    let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap();
+    for f in ["out/confidential/search.json", "out/publishable/search.json", "out/publishable/model.safetensors"] {
+        assert_eq!(read(killed.path(), f), read(straight.path(), f), "{f}");
+    }
+    // Another target in the same folder is refused, not mixed in.
+    let other = prepare(&file, (3.0, 1e-5)).unwrap();
+    std::fs::remove_dir_all(out.join("publishable")).unwrap();
+    let err = run_search(&other, &out, &mut Quiet, None).unwrap_err().to_string();
+    assert!(err.contains("other settings"), "{err}");
+}
+
+#[test]
+fn a_poisson_search_that_draws_no_candidate_publishes_only_its_guarantee() {
+    let tmp = tempfile::tempdir().unwrap();
+    let search = "validation = 100\nseed = 1\n[search.candidates]\ndistribution = \"poisson\"\nmean = 0.001";
+    let file = setup(tmp.path(), PRIVACY, GRID, search);
+    let s = prepare(&file, (3.0, 1e-5)).unwrap();
+    assert!(matches!(s.guarantee.repetitions, Repetitions::Poisson { .. }));
+    let r = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
+    assert!(r.chosen.is_none() && r.guarantee.epsilon <= 3.0);
+    assert!(!tmp.path().join("out/publishable/model.safetensors").exists());
+}
+
+#[test]
+fn bad_search_files_are_refused_by_field_before_anything_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let refused = |privacy: &str, grid: &str, search: &str, target: (f64, f64), says: &str| {
+        let file = setup(tmp.path(), privacy, grid, search);
+        let err = prepare(&file, target).map(|s| s.guarantee).unwrap_err().to_string();
+        assert!(err.contains(says), "{grid} / {search}: `{err}` should say `{says}`");
+        assert!(!tmp.path().join("results").exists());
+    };
+    refused(PRIVACY, "\"train.lr\" = [0.5]", "", (1.0, 1e-5), "grid of one");
+    refused(PRIVACY, GRID, "validation = 600", (1.0, 1e-5), "data.hold_out.examples");
+    refused(PRIVACY, GRID, "validation = 0", (1.0, 1e-5), "data.hold_out.examples");
+    refused(PRIVACY, GRID, "[search.candidates]\nmean = 100", (0.001, 1e-5), "out of reach");
+    refused(PRIVACY, GRID, "[search.candidates]\nmean = 1000", (1.0, 1e-5), "search.candidates");
+    refused(PRIVACY, GRID, "[search.candidates]\neta = -2", (1.0, 1e-5), "search.candidates");
+    refused(PRIVACY, &format!("{GRID}\nseeds = [1, 2]"), "", (1.0, 1e-5), "grid.train.seed");
+    refused(PRIVACY, "\"privacy.epsilon\" = [0.5, 1.0]", "", (1.0, 1e-5), "grid.privacy.epsilon");
+    refused(PRIVACY, GRID, "score_noise = -1", (1.0, 1e-5), "search.score_noise");
+    // A score as loud as this makes any target below its own cost unreachable.
+    refused(PRIVACY, GRID, "score_noise = 0.5", (1.0, 1e-5), "out of reach");
+    refused(PRIVACY, GRID, "", (1.0, 2.0), "delta");
+    refused("method = \"non-private\"\ndelta = 1e-5\nsteps = 4", GRID, "", (1.0, 1e-5), "private method");
+    refused(PRIVACY, GRID, "unknown = 1", (1.0, 1e-5), "unknown");
+}
