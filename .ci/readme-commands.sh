@@ -4,7 +4,8 @@
 # binary and smaller data so it takes a minute or two: the commands a newcomer copies must work
 # one after the other. What is changed, per subcommand, is only the amount of data:
 #   train: --set data.train_subset=1000 --set data.test_subset=500
-#   sweep: --only privacy.epsilon=2.0 --only train.seed=1 (one of its runs)
+#   sweep: --only privacy.epsilon=2.0 --only train.seed=1 (one of its runs); a private search
+#          (--select private) runs whole: its file is small already
 # Usage: .ci/readme-commands.sh [path/to/dpgd]  (default: $CARGO_TARGET_DIR/release/dpgd, which
 # `cargo test --release` builds).
 set -euo pipefail
@@ -35,7 +36,11 @@ while IFS= read -r cmd; do
     extra=()
     case "${args[0]}" in
         train) extra=(--set data.train_subset=1000 --set data.test_subset=500) ;;
-        sweep) extra=(--only privacy.epsilon=2.0 --only train.seed=1 --quiet) ;;
+        sweep)
+            case " ${args[*]} " in
+                *" --select "*) extra=(--quiet) ;;
+                *) extra=(--only privacy.epsilon=2.0 --only train.seed=1 --quiet) ;;
+            esac ;;
     esac
     echo "readme-commands [$n] dpgd $cmd ${extra[*]}" >&2
     start=$SECONDS

@@ -181,3 +181,24 @@ fn bad_search_files_are_refused_by_field_before_anything_trains() {
     refused("method = \"non-private\"\ndelta = 1e-5\nsteps = 4", GRID, "", (1.0, 1e-5), "private method");
     refused(PRIVACY, GRID, "unknown = 1", (1.0, 1e-5), "unknown");
 }
+
+#[test]
+fn dp_sgd_candidates_with_and_without_individual_accounting_share_the_filters_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let privacy = "method = \"sgd\"\nsample_rate = 0.1\nepsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nsteps = 20";
+    let file = setup(
+        tmp.path(),
+        privacy,
+        "\"privacy.method\" = [\"sgd\", \"sgd-filtered\"]",
+        "validation = 100\n[search.candidates]\nmean = 2",
+    );
+    let s = prepare(&file, (3.0, 1e-5)).unwrap();
+    assert!(s.guarantee.epsilon <= 3.0 && s.guarantee.epsilon > 2.9, "{:?}", s.guarantee);
+    // The filter holds its examples at one order: the grid's curve is there alone.
+    let filter = s.points.iter().find(|p| p.has("privacy.method", "sgd-filtered")).unwrap();
+    let order = filter.config.accounting().unwrap().rdp().unwrap().orders().to_vec();
+    assert_eq!(order.len(), 1);
+    assert_eq!(s.guarantee.order, order[0]);
+    let r = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
+    assert!(r.private && r.chosen.is_some(), "{}", r.summary);
+}

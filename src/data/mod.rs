@@ -837,3 +837,56 @@ pub struct Fingerprint {
     /// Hex SHA-256 of its uncompressed bytes.
     pub sha256: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn split(n: usize) -> Split {
+        Split {
+            images: (0..n * 4).map(|v| (v % 251) as u8).collect(),
+            features: Vec::new(),
+            labels: (0..n).map(|i| (i % 10) as u8).collect(),
+            rows: 2,
+            cols: 2,
+            channels: 1,
+        }
+    }
+
+    proptest! {
+        /// The held-out positions are `examples` distinct positions below n, ascending and the
+        /// same for the same seed; the two parts partition the first n examples, each in order.
+        #[test]
+        fn a_hold_out_partitions_the_training_examples(n in 2usize..300, share in 0.0f64..1.0, seed in any::<u64>()) {
+            let examples = ((n - 1) as f64 * share) as usize + 1;
+            let h = HoldOut { examples: examples.min(n - 1), seed };
+            let p = h.positions(n).unwrap();
+            prop_assert_eq!(p.len(), h.examples);
+            prop_assert!(p.windows(2).all(|w| w[0] < w[1]) && p.iter().all(|&i| i < n));
+            prop_assert_eq!(&p, &h.positions(n).unwrap());
+            let s = split(n + 3);
+            let (held, rest) = partition(&s, n, &p);
+            prop_assert_eq!(held.len() + rest.len(), n);
+            let rest_positions: Vec<usize> = (0..n).filter(|i| p.binary_search(i).is_err()).collect();
+            for (part, positions) in [(&held, &p), (&rest, &rest_positions)] {
+                for (j, &i) in positions.iter().enumerate() {
+                    prop_assert_eq!(part.labels[j], s.labels[i]);
+                    prop_assert_eq!(&part.images[j * 4..j * 4 + 4], &s.images[i * 4..i * 4 + 4]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_hold_out_of_nothing_or_everything_is_refused_by_field() {
+        for examples in [0, 10, 11] {
+            let err = HoldOut { examples, seed: 0 }.positions(10).unwrap_err().to_string();
+            assert!(err.contains("data.hold_out.examples"), "{err}");
+        }
+        let data = Dataset::in_memory(split(20), split(5), Some(10), "mem".as_ref()).unwrap();
+        let (train, held) = data.hold_out(12, &HoldOut { examples: 2, seed: 1 }).unwrap();
+        assert_eq!((train.train.len(), held.len()), (10, 2));
+        assert!(train.fingerprints().last().unwrap().file.contains("held out: 2 of the first 12"));
+    }
+}

@@ -569,9 +569,9 @@ fn search_result(search: &Search, chosen: Option<Chosen>) -> SearchResult {
         Repetitions::Poisson { .. } => "a Poisson".to_string(),
     };
     let guarantee = format!(
-        "({}, {})-DP for the whole search, the choice included: {k} number of candidates (mean {:.3}), each a \
+        "({}, {:e})-DP for the whole search, the choice included: {k} number of candidates (mean {:.3}), each a \
          grid point of {} chosen at random, calibrated for epsilon = {} and scored on {} held-out examples with \
-         discrete Gaussian noise of std {}; via Renyi DP at order {} and the CKS conversion",
+         discrete Gaussian noise of std {:.3}; via Renyi DP at order {} and the CKS conversion",
         crate::train::significant(g.epsilon),
         g.delta,
         g.mean_candidates,
