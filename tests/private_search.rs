@@ -202,3 +202,19 @@ fn dp_sgd_candidates_with_and_without_individual_accounting_share_the_filters_or
     let r = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
     assert!(r.private && r.chosen.is_some(), "{}", r.summary);
 }
+
+#[test]
+fn a_damaged_search_state_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, _) = search(tmp.path());
+    let out = tmp.path().join("out");
+    let path = out.join("confidential/search.json");
+    let good = std::fs::read_to_string(&path).unwrap();
+    let mut state: serde_json::Value = serde_json::from_str(&good).unwrap();
+    state["draws"][0] = serde_json::json!(99);
+    for bad in [state.to_string(), good.replace('[', "{"), String::new()] {
+        std::fs::write(&path, bad).unwrap();
+        let err = run_search(&s, &out, &mut Quiet, None).unwrap_err().to_string();
+        assert!(err.contains("search.json"), "{err}");
+    }
+}

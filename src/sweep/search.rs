@@ -427,11 +427,11 @@ pub fn run_search(
     observer: &mut dyn SearchObserver,
     stop_after: Option<(usize, usize)>,
 ) -> Result<Option<SearchResult>> {
+    let mut state = start(search, dir)?;
     let published = dir.join("publishable").join("search.json");
     if published.exists() {
         return read_json(&published).map(Some);
     }
-    let mut state = start(search, dir)?;
     for i in 0..state.draws.len() {
         if state.scores[i].is_some() {
             continue;
@@ -460,7 +460,14 @@ fn start(search: &Search, dir: &Path) -> Result<SearchState> {
     let path = state_path(dir);
     if path.exists() {
         let state: SearchState = read_json(&path)?;
-        if state.identity != identity || state.scores.len() != state.draws.len() {
+        if state.scores.len() != state.draws.len() || state.draws.iter().any(|&j| j >= search.points.len()) {
+            return Err(Error::Record(format!(
+                "{}: the draws and scores do not belong together (the file is damaged): delete the search folder \
+                 to start over",
+                path.display()
+            )));
+        }
+        if state.identity != identity {
             return Err(Error::config(
                 format!("{}", dir.display()),
                 "this folder holds a search made with other settings (grid, target, data or candidates): give \
