@@ -17,7 +17,7 @@
 //! only the run differs, and the count is computed from the same validation examples by a
 //! model it post-processes) or in the validation part (then only the count differs, by at most
 //! 1, and the discrete Gaussian of variance σ_v² is ρ_v = 1/(2σ_v²)-zCDP, [CKS20, Thm 14]).
-//! ε_j is the run's own curve ([`RunAccounting::rdp`](crate::train::RunAccounting::rdp)).
+//! ε_j is the run's own curve ([`RunAccounting::rdp`](crate::train::method::RunAccounting::rdp)).
 //! Drawing j uniformly makes Q's curve the pointwise maximum over the grid
 //! ([`Rdp::pointwise_max`]). The search is then [PS22, Thm 2] (truncated negative binomial)
 //! or [PS22, Thm 6] (Poisson) of Q ([`Repetitions::rdp`]), converted to (ε, δ) by [CKS20,
@@ -84,7 +84,7 @@ pub struct CandidatesSection {
     /// `negative-binomial` (truncated: K ≥ 1) or `poisson` (K = 0 publishes no model).
     #[serde(default)]
     pub distribution: Distribution,
-    /// E[K].
+    /// E\[K\].
     #[serde(default = "default_mean")]
     pub mean: f64,
     /// The negative binomial's shape η (1: geometric; 0: logarithmic).
@@ -148,7 +148,7 @@ pub struct SearchGuarantee {
     pub conversion: Conversion,
     /// K's distribution.
     pub repetitions: Repetitions,
-    /// E[K].
+    /// E\[K\].
     pub mean_candidates: f64,
     /// The `privacy.epsilon` every candidate is calibrated for (at δ).
     pub candidate_epsilon: f64,

@@ -4,7 +4,7 @@
 //!
 //! | K | the search is (λ, ε′)-RDP with ε′ = | theorem |
 //! |---|---|---|
-//! | truncated negative binomial (η, γ) | ε(λ) + (1+η)(1 − 1/λ̂)ε(λ̂) + (1+η)·ln(1/γ)/λ̂ + ln E[K]/(λ − 1), any λ̂ ≥ 1 | [PS22, Thm 2] |
+//! | truncated negative binomial (η, γ) | ε(λ) + (1+η)(1 − 1/λ̂)ε(λ̂) + (1+η)·ln(1/γ)/λ̂ + ln E\[K\]/(λ − 1), any λ̂ ≥ 1 | [PS22, Thm 2] |
 //! | Poisson (μ), K = 0 releasing nothing | ε(λ) + μ·δ̂ + ln μ/(λ − 1), where one run is (ε̂, δ̂)-DP with e^ε̂ ≤ 1 + 1/(λ − 1) | [PS22, Thm 6] |
 //!
 //! Here one run Q is (λ, ε(λ))-RDP at every order λ of its curve. Both theorems hold for any
@@ -45,7 +45,7 @@ pub const MAX_DRAW: u64 = 1_000_000;
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "distribution", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Repetitions {
-    /// P[K = k] ∝ (1 − γ)^k · ∏_{ℓ<k} (ℓ + η)/(ℓ + 1) for k ≥ 1 ([PS22, Def. 1]): η = 1 is
+    /// P\[K = k\] ∝ (1 − γ)^k · ∏_{ℓ<k} (ℓ + η)/(ℓ + 1) for k ≥ 1 ([PS22, Def. 1]): η = 1 is
     /// the geometric distribution, η = 0 the logarithmic one.
     ///
     /// [PS22]: https://arxiv.org/abs/2110.03620
@@ -112,7 +112,7 @@ impl Repetitions {
         }
     }
 
-    /// E[K].
+    /// E\[K\].
     #[must_use]
     pub fn mean(&self) -> f64 {
         match *self {
@@ -188,13 +188,13 @@ impl Repetitions {
     }
 }
 
-/// E[K] of the truncated negative binomial: η(1 − γ)/(γ(1 − γ^η)), or (1/γ − 1)/ln(1/γ) for
+/// E\[K\] of the truncated negative binomial: η(1 − γ)/(γ(1 − γ^η)), or (1/γ − 1)/ln(1/γ) for
 /// η = 0 ([PS22, Thm 2]).
 fn negative_binomial_mean(eta: f64, gamma: f64) -> f64 {
     negative_binomial_log_mean(eta, gamma).exp()
 }
 
-/// ln E[K], formed from logarithms (1 − γ^η as −expm1(η ln γ)) so that it keeps its relative
+/// ln E\[K\], formed from logarithms (1 − γ^η as −expm1(η ln γ)) so that it keeps its relative
 /// precision for η near 0 and γ near 0 or 1.
 fn negative_binomial_log_mean(eta: f64, gamma: f64) -> f64 {
     let ln_gamma = gamma.ln();
