@@ -101,6 +101,9 @@ fn a_search_publishes_one_model_within_its_target_recomputed_by_hand() {
     for secret in ["\"draws\"", "\"scores\"", "\"k\"", "\"K\""] {
         assert!(!text.contains(secret), "search.json mentions {secret}: {text}");
     }
+    // The grid and each point's sigma are public: every point, whether it ran or not.
+    assert_eq!(r.grid.len(), 4);
+    assert!(r.grid.iter().all(|p| p.sigma.is_some_and(|s| s > 0.0)));
     let chosen = r.chosen.as_ref().unwrap();
     assert!(chosen.test_accuracy > 0.2 && (0.0..=1.2).contains(&chosen.noisy_validation_accuracy), "{chosen:?}");
     // The chosen one has the best noisy score.
@@ -110,6 +113,23 @@ fn a_search_publishes_one_model_within_its_target_recomputed_by_hand() {
     // A finished search is not rerun: the same result.
     let again = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
     assert_eq!(again, r);
+}
+
+#[test]
+fn calibration_never_exceeds_the_target_and_leaves_little_below_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (search, targets) in [
+        (SEARCH, [0.7, 1.5, 4.0]),
+        ("validation = 100\n[search.candidates]\neta = 0\nmean = 20", [1.0, 2.0, 8.0]),
+        ("validation = 100\n[search.candidates]\ndistribution = \"poisson\"\nmean = 5", [1.0, 3.0, 6.0]),
+    ] {
+        let file = setup(tmp.path(), PRIVACY, GRID, search);
+        for target in targets {
+            let g = prepare(&file, (target, 1e-5)).unwrap().guarantee;
+            assert!(g.epsilon <= target && g.epsilon > 0.99 * target, "{search}: {} for {target}", g.epsilon);
+            assert!(g.candidate_epsilon < target, "{search}: candidates at {}", g.candidate_epsilon);
+        }
+    }
 }
 
 #[test]

@@ -394,8 +394,20 @@ pub struct SearchResult {
     pub neighbours: String,
     /// What the figures rest on.
     pub rests_on: String,
+    /// Every grid point a candidate may be: its values and σ (the grid is public; which
+    /// points ran is not).
+    pub grid: Vec<GridPoint>,
     /// The chosen candidate (`None`: a Poisson search drew no candidate).
     pub chosen: Option<Chosen>,
+}
+
+/// One grid point of a search's candidate mechanism.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridPoint {
+    /// Its grid values.
+    pub point: std::collections::BTreeMap<String, serde_json::Value>,
+    /// The noise multiplier its run is calibrated to at the candidates' ε.
+    pub sigma: Option<f64>,
 }
 
 /// The published candidate.
@@ -548,10 +560,9 @@ fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchRes
                 std::fs::copy(entry.path(), &to).map_err(Error::io(entry.path()))?;
             }
             let result: crate::train::outputs::RunResult = read_json(&folder.result())?;
-            let point = &search.points[state.draws[i]].point;
             let noisy = state.scores[i].unwrap_or(0) as f64 / search.guarantee.validation.examples as f64;
             Some(Chosen {
-                point: point.iter().map(|(k, v)| (k.clone(), super::report::toml_to_json(v))).collect(),
+                point: json_point(&search.points[state.draws[i]]),
                 noisy_validation_accuracy: noisy,
                 test_accuracy: result.test_accuracy,
             })
@@ -606,6 +617,11 @@ fn search_result(search: &Search, chosen: Option<Chosen>) -> SearchResult {
                    Published: the chosen model, its configuration, its noisy validation accuracy and its test \
                    accuracy. Confidential: how many candidates ran, which won, and every other candidate."
             .into(),
+        grid: search.points.iter().map(|p| GridPoint { point: json_point(p), sigma: p.config.sigma() }).collect(),
         chosen,
     }
+}
+
+fn json_point(p: &PlannedRun) -> std::collections::BTreeMap<String, serde_json::Value> {
+    p.point.iter().map(|(k, v)| (k.clone(), super::report::toml_to_json(v))).collect()
 }
