@@ -226,19 +226,8 @@ pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
         let mut valid = Vec::with_capacity(configs.len());
         let mut curves = Vec::with_capacity(configs.len());
         for (c, p) in configs.iter().zip(&planned) {
-            let mut c = c.clone();
-            (c.privacy.epsilon, c.privacy.sigma) = (Some(eps_c), None);
-            let v = c.validate().map_err(|e| Error::config(format!("sweep run {}", p.id), e.to_string()))?;
-            let Some(train) = v.accounting().and_then(|a| a.rdp()) else {
-                return Err(Error::config(
-                    format!("sweep run {}: privacy.method", p.id),
-                    "a private search needs every candidate's Renyi DP curve: use a private method",
-                ));
-            };
-            let score_curve =
-                Rdp::new(train.orders().to_vec(), train.orders().iter().map(|&a| mul_up(a, score_rho)).collect())
-                    .map_err(|e| Error::config("search.score_noise", e.to_string()))?;
-            curves.push(Rdp::pointwise_max(&[train, score_curve]).map_err(|e| Error::config("search", e.to_string()))?);
+            let (v, curve) = candidate_curve(c, &p.id, eps_c, score_rho)?;
+            curves.push(curve);
             valid.push(v);
         }
         let one = Rdp::pointwise_max(&curves).map_err(|e| Error::config("sweep grid", e.to_string()))?;
@@ -268,6 +257,26 @@ pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
     };
     let seed = section.seed.map_or(NoiseSeed::Os, NoiseSeed::Fixed);
     Ok(Search { name: sweep.name, points, guarantee, score, seed, data, validation })
+}
+
+/// Grid point `id`'s run (`config` at candidate ε `eps_c`) and its curve as one candidate:
+/// the pointwise maximum of the run's own Rényi curve and the score's, λρ_v (see the
+/// [module docs](self)).
+fn candidate_curve(config: &TrainConfig, id: &str, eps_c: f64, score_rho: f64) -> Result<(ValidConfig, Rdp)> {
+    let mut c = config.clone();
+    (c.privacy.epsilon, c.privacy.sigma) = (Some(eps_c), None);
+    let v = c.validate().map_err(|e| Error::config(format!("sweep run {id}"), e.to_string()))?;
+    let Some(train) = v.accounting().and_then(|a| a.rdp()) else {
+        return Err(Error::config(
+            format!("sweep run {id}: privacy.method"),
+            "a private search needs every candidate's Renyi DP curve: use a private method",
+        ));
+    };
+    let score = train.orders().iter().map(|&a| mul_up(a, score_rho)).collect();
+    let score =
+        Rdp::new(train.orders().to_vec(), score).map_err(|e| Error::config("search.score_noise", e.to_string()))?;
+    let curve = Rdp::pointwise_max(&[train, score]).map_err(|e| Error::config("search", e.to_string()))?;
+    Ok((v, curve))
 }
 
 /// The score's noise: `sigma` as given, or the σ whose ρ = 1/(2σ²) converts to the

@@ -131,7 +131,8 @@ impl Default for DataConfig {
 impl DataConfig {
     /// Reads the dataset this section names: IDX files or CSV in `dir`, with its class count
     /// and label column, transformed into its features if the section names a transform (from
-    /// the cache when it holds them, [`crate::data::features`]).
+    /// the cache when it holds them, [`crate::data::features`]), without the training examples
+    /// `hold_out` holds out.
     ///
     /// # Errors
     /// As [`Dataset::load_with_label`] and [`Features::transform`].
