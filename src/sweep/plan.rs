@@ -60,6 +60,14 @@ impl PlannedRun {
     pub fn has(&self, field: &str, value: &str) -> bool {
         self.point.get(field).is_some_and(|v| value_text(v) == value.trim().trim_matches('"'))
     }
+    /// The case and grid values as JSON (numbers as numbers, strings as strings).
+    #[must_use]
+    pub fn json_point(&self) -> BTreeMap<String, serde_json::Value> {
+        self.point
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or(serde_json::Value::Null)))
+            .collect()
+    }
 }
 
 /// A value as plain text: strings without their TOML quotes, everything else as TOML.

@@ -85,7 +85,7 @@ pub fn write_results(dir: &Path, runs: &[PlannedRun]) -> Result<Vec<ResultRow>> 
         }
         let result: crate::train::outputs::RunResult = read_json(&folder.result())?;
         let privacy: PrivacyReport = read_json(&folder.privacy())?;
-        let point = r.point.iter().map(|(k, v)| (k.clone(), toml_to_json(v))).collect();
+        let point = r.json_point();
         rows.push(ResultRow {
             id: r.id.clone(),
             point,
@@ -126,10 +126,6 @@ fn csv_line(cells: impl Iterator<Item = String>) -> String {
         .map(|c| if c.contains([',', '"', '\n']) { format!("\"{}\"", c.replace('"', "\"\"")) } else { c })
         .collect();
     cells.join(",") + "\n"
-}
-
-pub(super) fn toml_to_json(v: &toml::Value) -> serde_json::Value {
-    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
 }
 
 /// Mean ± std of `f(row)` over the rows that have it.

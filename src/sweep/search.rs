@@ -571,7 +571,7 @@ fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchRes
             let result: crate::train::outputs::RunResult = read_json(&folder.result())?;
             let noisy = state.scores[i].unwrap_or(0) as f64 / search.guarantee.validation.examples as f64;
             Some(Chosen {
-                point: json_point(&search.points[state.draws[i]]),
+                point: search.points[state.draws[i]].json_point(),
                 noisy_validation_accuracy: noisy,
                 test_accuracy: result.test_accuracy,
             })
@@ -626,11 +626,7 @@ fn search_result(search: &Search, chosen: Option<Chosen>) -> SearchResult {
                    Published: the chosen model, its configuration, its noisy validation accuracy and its test \
                    accuracy. Confidential: how many candidates ran, which won, and every other candidate."
             .into(),
-        grid: search.points.iter().map(|p| GridPoint { point: json_point(p), sigma: p.config.sigma() }).collect(),
+        grid: search.points.iter().map(|p| GridPoint { point: p.json_point(), sigma: p.config.sigma() }).collect(),
         chosen,
     }
-}
-
-fn json_point(p: &PlannedRun) -> std::collections::BTreeMap<String, serde_json::Value> {
-    p.point.iter().map(|(k, v)| (k.clone(), super::report::toml_to_json(v))).collect()
 }
