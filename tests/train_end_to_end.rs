@@ -205,3 +205,82 @@ fn momentum_resumes_exactly_and_is_validated() {
         assert!(e.contains("train.momentum"), "{bad}: {e}");
     }
 }
+
+/// The fast engine, preferring one worker thread more than the machine has cores (as the burn
+/// engine on a GPU prefers `GPU_THREADS`, whatever the cores).
+struct PrefersMore(dpgd::per_example::Network);
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl dpgd::per_example::PerExample for PrefersMore {
+    type Scratch = dpgd::per_example::Workspace;
+    fn num_params(&self) -> usize {
+        self.0.num_params()
+    }
+    fn preferred_threads(&self) -> Option<usize> {
+        Some(cores() + 1)
+    }
+    fn input_shape(&self) -> [usize; 3] {
+        dpgd::per_example::PerExample::input_shape(&self.0)
+    }
+    fn classes(&self) -> usize {
+        self.0.classes()
+    }
+    fn scratch(&self, batch: usize) -> Self::Scratch {
+        self.0.workspace(batch)
+    }
+    fn scratch_bytes(&self, batch: usize) -> Option<u64> {
+        self.0.workspace_bytes(batch)
+    }
+    fn gradients(&self, theta: &[f32], x: &[f32], labels: &[u8], ws: &mut Self::Scratch, g: &mut [f32], l: &mut [f32]) {
+        dpgd::per_example::PerExample::gradients(&self.0, theta, x, labels, ws, g, l);
+    }
+    fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, ws: &'s mut Self::Scratch) -> &'s [f32] {
+        dpgd::per_example::PerExample::logits(&self.0, theta, x, b, ws)
+    }
+    fn largest_part(&self) -> Option<(String, usize)> {
+        dpgd::per_example::PerExample::largest_part(&self.0)
+    }
+}
+
+impl dpgd::train::TrainModel for PrefersMore {
+    fn initial_params(&self, seed: u64) -> dpgd::Result<Vec<f32>> {
+        self.0.initial_params(seed)
+    }
+    fn write_model(
+        &self,
+        theta: &[f32],
+        input: &dpgd::model::export::ModelInput,
+        folder: &RunFolder,
+        cfg: &dpgd::train::ValidConfig,
+    ) -> dpgd::Result<()> {
+        self.0.write_model(theta, input, folder, cfg)
+    }
+    fn identity(&self) -> Option<serde_json::Value> {
+        self.0.identity()
+    }
+}
+
+#[test]
+fn a_run_that_names_no_threads_uses_the_engines_preferred_number() {
+    use dpgd::train::{RunOptions, Silent, run_with};
+    let dir = tempfile::tempdir().unwrap();
+    // Started and resumed without train.threads, then resumed with 2: each resume records the
+    // threads that ran it.
+    for (stop_after, threads) in [(Some(2), ""), (Some(3), ""), (None, "threads = 2")] {
+        let text = config("plain", threads);
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let data = cfg.config().data.load().unwrap();
+        let net = PrefersMore(dpgd::per_example::Network::new(cfg.model().unwrap()).unwrap());
+        let opts = RunOptions { stop_after, ..Default::default() };
+        run_with(&cfg, net, &data, dir.path(), &opts, &mut Silent).unwrap();
+    }
+    let resumes = std::fs::read_to_string(RunFolder::new(dir.path()).resumes()).unwrap();
+    let threads: Vec<u64> = resumes
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["train.threads"].as_u64().unwrap())
+        .collect();
+    assert_eq!(threads, [cores() as u64 + 1, 2], "{resumes}");
+}

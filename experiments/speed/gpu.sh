@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The private step on a GPU machine, in one call (about 8 minutes): the device-clip exactness
-# tests on the GPU; dpgd's burn engine on wgpu over 60,000 MNIST examples (rows clipped and summed
-# on the device at chunks 256 / 1024 / 4096, and at 1024 with every row copied to the host as
-# before); Opacus on CUDA on the same card at the same chunks; the residual GroupNorm model
-# (examples/custom_model.rs) on both; the peak GPU memory of each.
+# The private step on a GPU machine, in one call (about 6 minutes): dpgd's burn engine on wgpu
+# over 60,000 MNIST examples (rows clipped and summed on the device) at several chunks and
+# thread counts, and, where $BEFORE names an earlier build of `dpgd`, that build at the same
+# settings on the same card; Opacus on CUDA on the same card at the same chunks; the residual
+# GroupNorm model (examples/custom_model.rs) on both; the peak GPU memory of each; then the
+# device-clip exactness tests and the burn engine's tests on the GPU.
 #
-# Needs, on the GPU machine: $BIN with `dpgd`, `custom_model` and the test binaries
-# `device_clip`, `engine_contract`, `burn_engine`, built elsewhere and carried over:
+# Needs, on the GPU machine: $BIN with `dpgd` and any of `custom_model` and the test binaries
+# `device_clip`, `engine_contract`, `burn_engine` (those present are run), built elsewhere and
+# carried over:
 #     cargo build --release --features wgpu --bins --example custom_model
 #     cargo test --release --features wgpu --no-run --test device_clip --test engine_contract --test burn_engine
-# (each stripped; the five pack to about 25 MB with `xz -9e --lzma2=preset=9e,dict=1536MiB`);
+# (each stripped; with an earlier `dpgd` the six pack to about 39 MB with
+# `xz -9e --lzma2=preset=9e,dict=512MiB`: the dictionary spans them all);
 # $MNIST_DIR (the four MNIST IDX files); $PEERS_DIR (../shared/peers: bench_torch.py,
-# mnist_data.py); python3 with torch (CUDA) and opacus; a Vulkan loader. Writes
-# $OUT/results.jsonl (one JSON object per measurement), $OUT/gpu.log and $OUT/tests.log.
+# mnist_data.py); python3 with torch (CUDA) and opacus; a Vulkan loader. Optional: $BEFORE (an
+# earlier `dpgd`), $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"),
+# $PROFILE_CHUNK (a kernel profile). Writes $OUT/results.jsonl (one JSON object per
+# measurement), $OUT/gpu.log, $OUT/tests.log and $OUT/profile.txt.
 set -uo pipefail
 : "${BIN:?}" "${MNIST_DIR:?}" "${PEERS_DIR:?}" "${OUT:?}"
 export MNIST_DIR PEERS_DIR
@@ -47,32 +52,36 @@ except ValueError:
 print(json.dumps({"label": label, "rc": int(rc), "peak_gpu_used_mib": int(mem), "wall_s": int(wall), **body}))
 PY
     echo "$label: rc $rc, $((SECONDS - t0)) s" | tee -a "$log"
+    [ "$rc" -ne 124 ]
 }
 
-# Exactness on the GPU's own arithmetic: the adversarial rows, the engine contract (the device
-# sum against the host's) and the burn engine's tests, wgpu among their devices.
-for t in device_clip engine_contract; do
-    echo "== $t" >> "$OUT/tests.log"
-    "$BIN/$t" --test-threads 1 >> "$OUT/tests.log" 2>&1
-    echo "$t: rc $?" | tee -a "$log"
-done
-
-dpgd_step() {
-    "$BIN/dpgd" bench-step --engine "$1" --device wgpu --chunk "$2" --examples 60000 --reps 3 --data "$MNIST_DIR"
-}
-for c in 1024 4096 256; do
-    measure "dpgd-wgpu-device-rows-$c" dpgd_step burn "$c"
-done
-measure "dpgd-wgpu-host-rows-1024" dpgd_step burn-host-rows 1024
-for c in 1024 4096 256; do
+# Opacus first, then at each setting the earlier build (if any) and this one. A build that runs
+# past its limit once is not run again.
+for c in ${CHUNKS:-1024 2048 4096 256}; do
     measure "opacus-cuda-$c" python3 experiments/speed/gpu_opacus.py --chunk "$c" --reps 3
+done
+# dpgd_step BINARY ENGINE CHUNK THREADS
+dpgd_step() {
+    timeout 120 "$1" bench-step --engine "$2" --device wgpu --chunk "$3" --threads "$4" --examples 60000 --reps 3 \
+        --data "$MNIST_DIR"
+}
+stuck=""
+for c in ${CHUNKS:-1024 2048 4096 256}; do
+    for t in ${THREADS:-16 4}; do
+        if [ -n "${BEFORE:-}" ] && [[ $stuck != *before* ]]; then
+            measure "dpgd-before-wgpu-$c-t$t" dpgd_step "$BEFORE" burn "$c" "$t" || stuck+=" before"
+        fi
+        if [[ $stuck != *now* ]]; then
+            measure "dpgd-wgpu-$c-t$t" dpgd_step "$BIN/dpgd" burn "$c" "$t" || stuck+=" now"
+        fi
+    done
 done
 
 # The residual GroupNorm model: three steps of the example's private run, timed by the run.
 residual() {
     local run
     run=$(mktemp -d)
-    "$BIN/custom_model" --device wgpu --chunk 1024 --data "$MNIST_DIR" --worst-case-steps 3 --max-steps 3 \
+    timeout 150 "$BIN/custom_model" --device wgpu --chunk 1024 --data "$MNIST_DIR" --worst-case-steps 3 --max-steps 3 \
         --out "$run/run" >&2 || return 1
     python3 - "$run/run/confidential/steps.jsonl" <<'PY'
 import json, statistics, sys
@@ -81,11 +90,28 @@ print(json.dumps({"model": "residual-groupnorm", "engine": "burn", "device": "wg
                   "examples": 60000, "step_s": {"median": statistics.median(s), "min": min(s), "max": max(s), "n": len(s)}}))
 PY
 }
-measure "dpgd-wgpu-residual-1024" residual
-measure "opacus-cuda-residual-1024" python3 experiments/speed/residual_opacus.py --device cuda --chunk 1024 --reps 3
+if [ -x "$BIN/custom_model" ]; then
+    measure "dpgd-wgpu-residual-1024" residual
+    measure "opacus-cuda-residual-1024" python3 experiments/speed/residual_opacus.py --device cuda --chunk 1024 --reps 3
+fi
 
-# The burn engine's own tests on the GPU last (the longest).
-echo "== burn_engine" >> "$OUT/tests.log"
-"$BIN/burn_engine" --test-threads 1 >> "$OUT/tests.log" 2>&1
-echo "burn_engine: rc $?" | tee -a "$log"
+# Optional: where one thread's steps spend GPU time, from CubeCL's kernel profile (every kernel
+# timed, so serialised; the warm-up's autotuning included), at chunk $PROFILE_CHUNK.
+if [ -n "${PROFILE_CHUNK:-}" ]; then
+    prof=$(mktemp -d)
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/profile.log"\n' "$prof" > "$prof/cubecl.toml"
+    (cd "$prof" && timeout 150 "$BIN/dpgd" bench-step --engine burn --device wgpu --chunk "$PROFILE_CHUNK" --threads 1 \
+        --examples 16384 --reps 4 --data "$MNIST_DIR") >> "$log" 2>&1
+    python3 experiments/speed/cubecl_profile.py "$prof/profile.log" --top 40 > "$OUT/profile.txt"
+fi
+
+# Exactness on the GPU's own arithmetic, after the timings: the adversarial rows, the engine
+# contract (the device sum against the host's) and the burn engine's tests, wgpu among their
+# devices.
+for t in device_clip engine_contract burn_engine; do
+    [ -x "$BIN/$t" ] || continue
+    echo "== $t" >> "$OUT/tests.log"
+    timeout 150 "$BIN/$t" --test-threads 1 >> "$OUT/tests.log" 2>&1
+    echo "$t: rc $?" | tee -a "$log"
+done
 rm -f "$OUT/.mem" "$OUT/.json"

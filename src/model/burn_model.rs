@@ -272,6 +272,9 @@ impl PerExample for ConfigModel {
     fn preferred_chunk(&self) -> usize {
         self.engine.preferred_chunk()
     }
+    fn preferred_threads(&self) -> Option<usize> {
+        self.engine.preferred_threads()
+    }
     fn logits<'s>(&self, theta: &[f32], x: &[f32], b: usize, scratch: &'s mut Self::Scratch) -> &'s [f32] {
         self.engine.logits(theta, x, b, scratch)
     }

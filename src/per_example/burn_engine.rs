@@ -545,10 +545,16 @@ fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
 }
 
 /// The burn engine's micro-batch size on a GPU for a run that sets no `train.chunk`: the Opacus
-/// CNN's full private step over 60,000 MNIST examples on an H200 (wgpu) took 0.24 s at 2,048
-/// (16 threads) and 4,096 (4 threads), 0.26–0.27 s at 1,024, 1.08 s at 256
+/// CNN's full private step over 60,000 MNIST examples on an H200 (wgpu, 4 threads) took
+/// 0.178 s at 2,048, 0.182 s at 4,096, 0.184 s at 1,024 and 0.199 s at 8,192
 /// (`dpgd bench-step --engine burn --device wgpu --chunk C --threads T`).
 pub const GPU_CHUNK: usize = 2048;
+
+/// The burn engine's worker threads on a GPU for a run that sets no `train.threads`: each
+/// thread submits its own micro-batches, so a few overlap the host's dispatch with the GPU's
+/// work, while more contend for the one device. The Opacus CNN's step at chunk 2,048 on an H200:
+/// 0.315 s on 1 thread, 0.219 s on 2, 0.178 s on 4, 0.171 s on 8 (another H200), 0.265 s on 16.
+pub const GPU_THREADS: usize = 4;
 
 /// The micro-batch size [`BurnEngine::new`] checks the rows at (the trainer checks again at
 /// the run's own size).
@@ -600,6 +606,9 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
     fn preferred_chunk(&self) -> usize {
         if crate::device::is_host(&self.device) { super::DEFAULT_CHUNK } else { GPU_CHUNK }
+    }
+    fn preferred_threads(&self) -> Option<usize> {
+        (!crate::device::is_host(&self.device)).then_some(GPU_THREADS)
     }
     fn scratch_bytes(&self, batch: usize) -> Option<u64> {
         // The model copy and θ, then per example: the rows and two temporaries of their size
@@ -664,8 +673,8 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
 
     /// On the device ([`rows_on_device`](Self::rows_on_device)): the rows stay there
-    /// ([`DeviceRows`]), and each row's squared norm is bounded from its parameters' blocked
-    /// sums of squares, read back with the losses in one copy.
+    /// ([`DeviceRows`], one `[b, P]` tensor), and each row's squared norm is bounded from its
+    /// blocked sum of squares, read back with the losses in one copy.
     fn gradients_with_norms<'s>(
         &self,
         theta: &[f32],

@@ -1,54 +1,72 @@
 //! A micro-batch's per-example gradient rows kept on the burn device that computed them, for
 //! the clip to run there ([`crate::clip::kept`] states the argument; this file is its device
-//! side): each row's squared norm summed in blocks on the device and bounded on the host, and
-//! the live rows scaled, rounded and summed in integers on the device. Only `batch` norms go
-//! to the host and only P integers come back per micro-batch.
+//! side): the parameters' rows concatenated into one `[batch, P]` tensor, each row's squared
+//! norm summed in blocks on the device and bounded on the host, and the live rows scaled,
+//! rounded and summed in integers on the device. Only `batch` norms go to the host and only P
+//! integers come back per micro-batch.
 
 use burn::tensor::ops::PadMode;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::clip::KeptRows;
-use crate::clip::kept::{norm_block, norm_roundings, squared_norm_bound, sum_of_bounds};
+use crate::clip::kept::{norm_block, norm_roundings, squared_norm_bound};
 
-/// A micro-batch's rows on the device, in θ's order: each part a trainable parameter's
-/// `[batch, n]` per-example gradients (`None`: the loss does not reach it; its n values are
-/// zeros).
+/// A micro-batch's rows on the device as one `[batch, P]` tensor in θ's layout, so that each
+/// phase of the clip is a handful of kernels over the whole micro-batch whatever the number of
+/// parameters (one per parameter and operation before: about 70 launches per micro-batch for
+/// the Opacus CNN's 8 parameters).
 #[derive(Debug, Default)]
 pub struct DeviceRows {
-    parts: Vec<(Option<Tensor<2>>, usize)>,
+    rows: Option<Tensor<2>>,
     p: usize,
 }
 
 impl DeviceRows {
-    /// Rows made of `parts` side by side (θ's layout): each `(rows, n)` with rows of shape
-    /// `[batch, n]` in f32 or f64, every part's rows on one device and of one batch size.
+    /// Rows made of `parts` side by side (θ's layout), concatenated on the device: each
+    /// `(rows, n)` with rows of shape `[batch, n]` in f32 or f64 (`None`: the loss does not reach
+    /// that parameter; its n values are zeros), every part's rows on one device and of one batch
+    /// size.
     #[must_use]
     pub fn new(parts: Vec<(Option<Tensor<2>>, usize)>) -> Self {
         let p = parts.iter().map(|&(_, n)| n).sum();
-        Self { parts, p }
+        let Some((b, device, dtype)) =
+            parts.iter().find_map(|(r, _)| r.as_ref().map(|r| (r.dims()[0], r.device(), r.dtype())))
+        else {
+            return Self { rows: None, p };
+        };
+        let columns: Vec<Tensor<2>> = parts
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(rows, n)| rows.unwrap_or_else(|| Tensor::zeros([b, n], (&device, dtype))))
+            .collect();
+        let rows = if columns.len() > 1 { Some(Tensor::cat(columns, 1)) } else { columns.into_iter().next() };
+        Self { rows, p }
     }
 
     /// Upper bounds of the `b` rows' exact squared norms ([`crate::clip::kept`] step 1), and the
     /// values of `with` (`[b]`, e.g. the losses) read back in the same copy.
     ///
-    /// The device computes each part's [`blocked_squares`]; the host bounds each part from its
-    /// length and adds the bounds ([`squared_norm_bound`], [`sum_of_bounds`]). A row with a NaN
-    /// or infinite value, or squares past f32's range, gets an infinite bound; values that
-    /// cannot be read read as NaN (non-finite either way: charged, never summed).
+    /// The device computes each row's [`blocked_squares`] over its P values; the host bounds it
+    /// ([`squared_norm_bound`]). A row with a NaN or infinite value, or squares past f32's
+    /// range, gets an infinite bound; values that cannot be read read as NaN (non-finite either
+    /// way: charged, never summed). Rows with no values have the bound 0.
     #[must_use]
     pub fn squared_norm_bounds(&self, b: usize, with: Tensor<1>) -> (Vec<f64>, Vec<f64>) {
-        let present: Vec<(&Tensor<2>, usize)> =
-            self.parts.iter().filter_map(|(r, n)| r.as_ref().map(|r| (r, *n))).collect();
-        let mut columns: Vec<Tensor<2>> = present.iter().map(|(r, _)| blocked_squares((*r).clone())).collect();
-        columns.push(with.reshape([b, 1]));
-        let k = columns.len();
-        let host = match Tensor::cat(columns, 1).into_data().convert::<f64>().try_into_vec::<f64>() {
-            Ok(v) if v.len() == b * k => v,
-            _ => vec![f64::NAN; b * k],
+        let with = with.reshape([b, 1]);
+        let Some(rows) = &self.rows else {
+            return (vec![0.0; b], read_f64(with, b));
         };
-        let bound =
-            |(&(_, n), &sq): (&(&Tensor<2>, usize), &f64)| squared_norm_bound(sq, n, norm_roundings(n, norm_block(n)));
-        host.chunks_exact(k).map(|row| (sum_of_bounds(present.iter().zip(row).map(bound)), row[k - 1])).unzip()
+        let host = read_f64(Tensor::cat(vec![blocked_squares(rows.clone()), with], 1), 2 * b);
+        let roundings = norm_roundings(self.p, norm_block(self.p));
+        host.chunks_exact(2).map(|v| (squared_norm_bound(v[0], self.p, roundings), v[1])).unzip()
+    }
+}
+
+/// A tensor's `n` values on the host as f64; NaN if they cannot be read.
+fn read_f64<const D: usize>(t: Tensor<D>, n: usize) -> Vec<f64> {
+    match t.into_data().convert::<f64>().try_into_vec::<f64>() {
+        Ok(v) if v.len() == n => v,
+        _ => vec![f64::NAN; n],
     }
 }
 
@@ -57,35 +75,26 @@ impl KeptRows for DeviceRows {
         self.p
     }
 
-    /// Per part on the device: the live rows (`select`), times their factors, rounded (half to
-    /// even) and converted to integers, summed over the micro-batch; the parts' sums
-    /// concatenated in θ's order and read back once.
+    /// On the device, over the whole `[batch, P]` tensor: the live rows (`select`, skipped when
+    /// every row is live in order), times their factors, rounded (half to even) and converted to
+    /// integers, summed over the micro-batch, and read back once.
     fn sum_rounded(&mut self, live: &[(usize, f32)], sum: &mut [i64]) {
         sum.fill(0);
-        let Some(device) = self.parts.iter().find_map(|(r, _)| r.as_ref().map(Tensor::device)) else { return };
+        let Some(rows) = &self.rows else { return };
         if live.is_empty() {
             return;
         }
-        let l = live.len();
-        let positions: Vec<i64> = live.iter().map(|&(r, _)| r as i64).collect();
-        let idx = Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device);
+        let (l, device) = (live.len(), rows.device());
         let factors = Tensor::<2>::from_data(TensorData::new(live.iter().map(|&(_, f)| f).collect(), [l, 1]), &device);
-        let sums: Vec<Tensor<1, Int>> = self
-            .parts
-            .iter()
-            .filter(|&&(_, n)| n > 0)
-            .map(|(rows, n)| match rows {
-                Some(rows) => {
-                    let scaled = rows.clone().select(0, idx.clone()) * factors.clone();
-                    scaled.round().int().sum_dim(0).reshape([*n])
-                }
-                None => Tensor::<1, Int>::zeros([*n], &device),
-            })
-            .collect();
-        if sums.is_empty() {
-            return;
-        }
-        if let Ok(values) = Tensor::cat(sums, 0).into_data().convert::<i64>().try_into_vec::<i64>()
+        let all_in_order = l == rows.dims()[0] && live.iter().enumerate().all(|(i, &(r, _))| r == i);
+        let rows = if all_in_order {
+            rows.clone()
+        } else {
+            let positions: Vec<i64> = live.iter().map(|&(r, _)| r as i64).collect();
+            rows.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device))
+        };
+        let sums = (rows * factors).round().int().sum_dim(0);
+        if let Ok(values) = sums.into_data().convert::<i64>().try_into_vec::<i64>()
             && values.len() == sum.len()
         {
             sum.copy_from_slice(&values);

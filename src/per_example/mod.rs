@@ -89,6 +89,11 @@ pub trait PerExample: Send + Sync {
     fn preferred_chunk(&self) -> usize {
         DEFAULT_CHUNK
     }
+    /// The worker threads this engine runs fastest with, for a run that sets no
+    /// `train.threads`; `None`: one per core.
+    fn preferred_threads(&self) -> Option<usize> {
+        None
+    }
     /// The shape of one input example, `[channels, height, width]`.
     fn input_shape(&self) -> [usize; 3];
     /// Values per input example (`c·h·w`, channel-major).

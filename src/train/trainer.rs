@@ -1090,7 +1090,10 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         };
         check_data(n, &test, &data.dir)?;
         check_delta(cfg, n)?;
-        let threads = opts.threads.unwrap_or(c.train.threads);
+        let threads = match opts.threads.unwrap_or(c.train.threads) {
+            0 => net.preferred_threads().unwrap_or(0),
+            n => n,
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()

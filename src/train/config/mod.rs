@@ -316,7 +316,9 @@ pub struct TrainSettings {
     /// No longer used: the training state is written every step. Still read from old configs.
     #[serde(default, skip_serializing)]
     pub checkpoint_every: Option<usize>,
-    /// Worker threads (0 = all cores).
+    /// Worker threads. 0 (the default): the engine's own
+    /// ([`crate::per_example::PerExample::preferred_threads`]: 4 for the burn engine on a GPU),
+    /// else one per core.
     #[serde(default)]
     pub threads: usize,
 }
