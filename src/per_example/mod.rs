@@ -20,7 +20,7 @@ mod matrix;
 mod network;
 mod predict;
 
-pub use burn_engine::{Backprop, BurnEngine, BurnScratch, GPU_CHUNK, TrainableParam};
+pub use burn_engine::{Backprop, BurnEngine, BurnScratch, GPU_CHUNK, GPU_THREADS, TrainableParam};
 pub use device_rows::{DeviceRows, blocked_squares};
 pub use engine::{LayerTimes, Workspace};
 pub use independence::{Finding, Mixed, check_rows_are_own};
