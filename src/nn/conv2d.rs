@@ -1,9 +1,10 @@
 //! [`Conv2d`]: burn's 2-D convolution (stride, padding, dilation, groups) with a per-example
 //! rule.
 //!
-//! Example i's weight gradient is `δᵢ · colsᵢᵀ` per group, where `colsᵢ` is the im2col matrix
-//! of its (explicitly padded) input (`[c_in·kh·kw, L]`, burn's `unfold4d`) and δᵢ its output
-//! gradient (`[c_out, L]`); its bias gradient is δᵢ summed over positions. Materialising costs
+//! Example i's weight gradient is `δᵢ · Pᵢ` per group, where `Pᵢ` is the patch (im2col) matrix
+//! of its (explicitly padded) input (`[L, c_in·kh·kw]`: one row per output position, columns
+//! ordered as burn's `unfold4d` orders its rows) and δᵢ its output gradient (`[c_out, L]`); its
+//! bias gradient is δᵢ summed over positions. Materialising costs
 //! B·c_out·(c_in·kh·kw)·L multiply-adds, the same as the batch weight gradient; the Gram
 //! ("ghost norm") form would cost B·L²·(c_in·kh·kw + c_out) and is cheaper only when
 //! L < c_in·kh·kw·c_out/(c_in·kh·kw + c_out) — deep layers on small maps, not MNIST-sized
@@ -121,8 +122,8 @@ impl Conv2d {
         let frozen = !input.is_tracked() && !self.weight.val().is_tracked();
         let unfolded =
             if tape_is_open() && frozen && self.groups <= 1 { self.forward_unfolded(input.clone(), pad) } else { None };
-        let (out, cols) = match unfolded {
-            Some((out, cols)) => (out, Some(cols)),
+        let (out, patches) = match unfolded {
+            Some((out, patches)) => (out, Some(patches)),
             None => {
                 let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
                 (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)
@@ -132,7 +133,7 @@ impl Conv2d {
             weight: self.weight.id,
             bias: self.bias.as_ref().map(|b| b.id),
             input: input.without_autodiff(),
-            cols,
+            patches,
             pad,
             kernel: self.kernel_size,
             stride: self.stride,
@@ -144,13 +145,13 @@ impl Conv2d {
 }
 
 impl Conv2d {
-    /// The convolution as one product of the weights with the im2col columns of the padded
-    /// input (`[c_out, c_in·kh·kw] · [c_in·kh·kw, L]` per example), for the first layer of a
-    /// recorded private step: its input is data (no gradient flows into it) and the parameters
-    /// are frozen, so nothing is differentiated through it, and on few input channels one GEMM
-    /// beats flex's direct kernel (the Opacus CNN's full step on 2 cores: 17.2 s to 14.2 s).
-    /// Returns the output and the columns, which the per-example rule reuses; `None` where the
-    /// dilated kernel does not fit the padded input (burn's convolution then says why).
+    /// The convolution as one matrix product of the padded input's patches with the weights
+    /// (`[b·L, c_in·kh·kw] · [c_in·kh·kw, c_out]`: one tall product for the whole micro-batch), for
+    /// the first layer of a recorded private step: its input is data (no gradient flows into it)
+    /// and the parameters are frozen, so nothing is differentiated through it, and on few input
+    /// channels one GEMM beats flex's direct kernel (the Opacus CNN's full step on 2 cores: 17.2 s
+    /// to 14.2 s). Returns the output and the patches, which the per-example rule reuses; `None`
+    /// where the dilated kernel does not fit the padded input (burn's convolution then says why).
     fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>)> {
         let [b, c_in, h, w] = input.dims();
         let [c_out, ..] = self.weight.dims();
@@ -160,15 +161,15 @@ impl Conv2d {
         // On the inner backend: nothing here is tracked, and burn's autodiff has no unfold of
         // its own (its generic one permutes through strided copies).
         let autodiff = input.is_autodiff();
-        let cols = im2col(input.without_autodiff(), pad, self.kernel_size, self.stride, self.dilation);
-        let k = c_in * kh * kw;
-        let weight = self.weight.val().without_autodiff().reshape([1, c_out, k]).expand([b, c_out, k]);
-        let mut out = weight.matmul(cols.clone());
+        let patches = patches(input.without_autodiff(), pad, self.kernel_size, self.stride, self.dilation);
+        let (k, l) = (c_in * kh * kw, ho * wo);
+        let weight = self.weight.val().without_autodiff().reshape([c_out, k]).transpose();
+        let mut out = patches.clone().reshape([b * l, k]).matmul(weight);
         if let Some(bias) = &self.bias {
-            out = out + bias.val().without_autodiff().reshape([1, c_out, 1]);
+            out = out + bias.val().without_autodiff().reshape([1, c_out]);
         }
-        let out = out.reshape([b, c_out, ho, wo]);
-        Some((if autodiff { out.autodiff() } else { out }, cols))
+        let out = out.reshape([b, l, c_out]).swap_dims(1, 2).reshape([b, c_out, ho, wo]);
+        Some((if autodiff { out.autodiff() } else { out }, patches))
     }
 }
 
@@ -180,17 +181,16 @@ fn out_len(n: usize, pad: usize, k: usize, s: usize, d: usize) -> Option<usize> 
     Some(n.checked_add(pad)?.checked_sub(span)?.checked_div(s)? + 1)
 }
 
-/// The im2col columns `[b, c·kh·kw, ho·wo]` of `x` (`[b, c, h, w]`, not tracked) under zero
-/// padding `pad` (`((top, bottom), (left, right))`), rows ordered (channel, kernel row, kernel
-/// column) as burn's `unfold4d` orders them.
+/// The patch (im2col) matrices `[b, ho·wo, c·kh·kw]` of `x` (`[b, c, h, w]`, not tracked) under
+/// zero padding `pad` (`((top, bottom), (left, right))`): one row per output position, its
+/// columns ordered (channel, kernel row, kernel column) as burn's `unfold4d` orders its rows.
 ///
-/// On a CPU backend (flex, ndarray) the columns are gathered on the host, one output row at a
-/// time: burn's generic `unfold4d` reshapes a permuted 6-D view, which flex copies value by value
-/// through its generic strided iterator whenever the stride is above 1 — 24 % of the Opacus
-/// CNN's private step on the burn engine (profiled with `perf`, 2 cores). Elsewhere, or if the
-/// values cannot be read as f32, burn's `unfold4d` on the explicitly padded input (padding first,
-/// so asymmetric "same" padding is exact).
-fn im2col(
+/// On a CPU backend (flex, ndarray) the patches are gathered on the host: burn's generic
+/// `unfold4d` reshapes a permuted 6-D view, which flex copies value by value through its generic
+/// strided iterator whenever the stride is above 1 — 24 % of the Opacus CNN's private step on the
+/// burn engine (profiled with `perf`, 2 cores). Elsewhere, or if the values cannot be read as
+/// f32, [`patches_of_tensor`].
+fn patches(
     x: Tensor<4>,
     pad: [(usize, usize); 2],
     kernel: [usize; 2],
@@ -201,18 +201,38 @@ fn im2col(
     let nonempty = dims.iter().chain(&kernel).chain(&stride).chain(&dilation).all(|&n| n > 0);
     if nonempty && crate::device::is_host(&device) {
         let host = x.clone().into_data().convert::<f32>().try_into_vec::<f32>().ok();
-        if let Some((cols, shape)) = host.and_then(|v| im2col_host(&v, dims, pad, kernel, stride, dilation)) {
-            return Tensor::from_data(TensorData::new(cols, shape).convert_dtype(dtype), &device);
+        if let Some((values, shape)) = host.and_then(|v| patches_host(&v, dims, pad, kernel, stride, dilation)) {
+            return Tensor::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device);
         }
     }
-    let x = x.pad(pad, PadMode::Constant(0.0));
-    unfold4d(x, kernel, UnfoldOptions::new(stride, [0, 0], dilation))
+    patches_of_tensor(x, pad, kernel, stride, dilation)
 }
 
-/// [`im2col`] on host values `x` of shape `[b, c, h, w]` (every size, kernel, stride and
-/// dilation at least 1): the columns and their shape; `None` where the padded input is smaller
+/// [`patches`] by tensor operations, on any device: the explicitly padded input (padding first,
+/// so asymmetric "same" padding is exact) unfolded into windows along both spatial axes (views)
+/// and copied once into patch order; a dilated kernel through burn's `unfold4d`.
+fn patches_of_tensor(
+    x: Tensor<4>,
+    pad: [(usize, usize); 2],
+    [kh, kw]: [usize; 2],
+    [sh, sw]: [usize; 2],
+    dilation: [usize; 2],
+) -> Tensor<3> {
+    let x = x.pad(pad, PadMode::Constant(0.0));
+    let [b, c, ..] = x.dims();
+    if dilation != [1, 1] {
+        return unfold4d(x, [kh, kw], UnfoldOptions::new([sh, sw], [0, 0], dilation)).swap_dims(1, 2);
+    }
+    // [b, c, ho, wo, kh, kw]: window (oy, ox) of channel ch holds x[ch, oy·sh + i, ox·sw + j].
+    let windows: Tensor<6> = x.unfold::<5, _>(2, kh, sh).unfold(3, kw, sw);
+    let [_, _, ho, wo, _, _] = windows.dims();
+    windows.permute([0, 2, 3, 1, 4, 5]).reshape([b, ho * wo, c * kh * kw])
+}
+
+/// [`patches`] on host values `x` of shape `[b, c, h, w]` (every size, kernel, stride and
+/// dilation at least 1): the patches and their shape; `None` where the padded input is smaller
 /// than the dilated kernel (burn's path then says why).
-fn im2col_host(
+fn patches_host(
     x: &[f32],
     [b, c, h, w]: [usize; 4],
     [(top, bottom), (left, right)]: [(usize, usize); 2],
@@ -222,32 +242,33 @@ fn im2col_host(
 ) -> Option<(Vec<f32>, [usize; 3])> {
     let (ho, wo) = (out_len(h, top + bottom, kh, sh, dh)?, out_len(w, left + right, kw, sw, dw)?);
     let (k, l) = (c * kh * kw, ho * wo);
-    let mut cols = vec![0.0f32; b * k * l];
-    for (cols, x) in cols.chunks_exact_mut(k * l).zip(x.chunks_exact(c * h * w)) {
-        for (row, out) in cols.chunks_exact_mut(l).enumerate() {
-            let (ch, i, j) = (row / (kh * kw), row / kw % kh, row % kw);
-            let plane = &x[ch * h * w..(ch + 1) * h * w];
-            for (oy, out) in out.chunks_exact_mut(wo).enumerate() {
-                // The input row this output row reads, if it is not padding.
-                let Some(y) = (oy * sh + i * dh).checked_sub(top).filter(|&y| y < h) else { continue };
-                let line = &plane[y * w..(y + 1) * w];
-                for (ox, v) in out.iter_mut().enumerate() {
-                    if let Some(&value) = (ox * sw + j * dw).checked_sub(left).and_then(|x| line.get(x)) {
-                        *v = value;
+    let mut out = vec![0.0f32; b * l * k];
+    for (patches, x) in out.chunks_exact_mut(l * k).zip(x.chunks_exact(c * h * w)) {
+        for (position, patch) in patches.chunks_exact_mut(k).enumerate() {
+            let (oy, ox) = (position / wo, position % wo);
+            for (plane, patch) in x.chunks_exact(h * w).zip(patch.chunks_exact_mut(kh * kw)) {
+                for (i, row) in patch.chunks_exact_mut(kw).enumerate() {
+                    // The input row this kernel row reads, if it is not padding.
+                    let Some(y) = (oy * sh + i * dh).checked_sub(top).filter(|&y| y < h) else { continue };
+                    let line = &plane[y * w..(y + 1) * w];
+                    for (j, v) in row.iter_mut().enumerate() {
+                        if let Some(&value) = (ox * sw + j * dw).checked_sub(left).and_then(|x| line.get(x)) {
+                            *v = value;
+                        }
                     }
                 }
             }
         }
     }
-    Some((cols, [b, k, l]))
+    Some((out, [b, l, k]))
 }
 
 struct ConvCall {
     weight: ParamId,
     bias: Option<ParamId>,
     input: Tensor<4>,
-    /// The input's im2col columns, where the forward already formed them.
-    cols: Option<Tensor<3>>,
+    /// The input's patches (`[b, L, c_in·kh·kw]`), where the forward already formed them.
+    patches: Option<Tensor<3>>,
     pad: [(usize, usize); 2],
     kernel: [usize; 2],
     stride: [usize; 2],
@@ -262,7 +283,7 @@ impl Recorded for ConvCall {
     }
 
     fn values_per_example(&self) -> usize {
-        // the input, its im2col columns (c_in·kh·kw per output position), the probe and δ
+        // the input, its patches (c_in·kh·kw per output position), the probe and δ
         let [_, c_out, ho, wo] = self.probe.dims();
         let cols = self.input.dims()[1] * self.kernel[0] * self.kernel[1] * ho * wo;
         per_example(&self.input.dims()) + cols + 2 * c_out * ho * wo
@@ -272,23 +293,26 @@ impl Recorded for ConvCall {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let [b, c_out, ho, wo] = delta.dims();
         let c_in = self.input.dims()[1];
-        let cols = match &self.cols {
-            Some(cols) => cols.clone(),
-            None => im2col(self.input.clone(), self.pad, self.kernel, self.stride, self.dilation),
+        let patches = match &self.patches {
+            Some(patches) => patches.clone(),
+            None => patches(self.input.clone(), self.pad, self.kernel, self.stride, self.dilation),
         };
         let l = ho * wo;
         let delta = delta.reshape([b, c_out, l]);
         let kk = self.kernel[0] * self.kernel[1];
         let (g, co, ci) = (self.groups, c_out / self.groups, c_in / self.groups);
-        let cols_t = cols.swap_dims(1, 2); // [b, L, c_in·kh·kw]
-        let per_group: Vec<Tensor<3>> = (0..g)
-            .map(|j| {
-                let d = delta.clone().slice([0..b, j * co..(j + 1) * co, 0..l]);
-                let c = cols_t.clone().slice([0..b, 0..l, j * ci * kk..(j + 1) * ci * kk]);
-                d.matmul(c)
-            })
-            .collect();
-        let weight = Tensor::cat(per_group, 1);
+        let weight = if g == 1 {
+            delta.clone().matmul(patches)
+        } else {
+            let per_group: Vec<Tensor<3>> = (0..g)
+                .map(|j| {
+                    let d = delta.clone().slice([0..b, j * co..(j + 1) * co, 0..l]);
+                    let c = patches.clone().slice([0..b, 0..l, j * ci * kk..(j + 1) * ci * kk]);
+                    d.matmul(c)
+                })
+                .collect();
+            Tensor::cat(per_group, 1)
+        };
         let mut out = vec![(self.weight, weight.reshape([b, c_out * ci * kk]))];
         if let Some(bias) = self.bias {
             out.push((bias, delta.sum_dim(2).reshape([b, c_out])));
@@ -303,38 +327,60 @@ mod tests {
 
     use super::*;
 
-    /// An input smaller than the dilated kernel has no columns: the host path declines (burn's
-    /// path reports it) instead of wrapping around.
-    #[test]
-    fn host_im2col_declines_inputs_smaller_than_the_kernel() {
-        assert!(im2col_host(&[0.0; 2], [1, 1, 2, 1], [(0, 0), (0, 0)], [3, 1], [1, 1], [1, 1]).is_none());
-        assert!(im2col_host(&[0.0; 9], [1, 1, 3, 3], [(0, 0), (0, 0)], [2, 2], [1, 1], [3, 1]).is_none());
+    type Case = ([usize; 4], [(usize, usize); 2], [usize; 2], [usize; 2], [usize; 2]);
+
+    /// Odd and rectangular kernels, strides, dilations and asymmetric padding.
+    const CASES: [Case; 6] = [
+        ([2, 1, 28, 28], [(3, 3), (3, 3)], [8, 8], [2, 2], [1, 1]),
+        ([3, 16, 13, 13], [(0, 0), (0, 0)], [4, 4], [2, 2], [1, 1]),
+        ([1, 3, 7, 9], [(1, 2), (0, 1)], [3, 2], [1, 2], [1, 1]),
+        ([2, 2, 9, 8], [(2, 2), (1, 1)], [3, 3], [2, 1], [2, 3]),
+        ([1, 4, 5, 5], [(0, 1), (1, 0)], [1, 1], [3, 3], [1, 1]),
+        ([2, 1, 6, 6], [(2, 2), (2, 2)], [5, 5], [1, 1], [1, 1]),
+    ];
+
+    fn values(dims: [usize; 4]) -> Vec<f32> {
+        let n: usize = dims.iter().product();
+        (0..n).map(|i| ((i * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
     }
 
-    /// The host gather equals burn's `unfold4d` of the padded input, value for value, over
-    /// odd and rectangular kernels, strides, dilations and asymmetric padding.
+    /// An input smaller than the dilated kernel has no patches: the host path declines (burn's
+    /// path reports it) instead of wrapping around.
     #[test]
-    fn host_im2col_equals_burns_unfold() {
+    fn host_patches_decline_inputs_smaller_than_the_kernel() {
+        assert!(patches_host(&[0.0; 2], [1, 1, 2, 1], [(0, 0), (0, 0)], [3, 1], [1, 1], [1, 1]).is_none());
+        assert!(patches_host(&[0.0; 9], [1, 1, 3, 3], [(0, 0), (0, 0)], [2, 2], [1, 1], [3, 1]).is_none());
+    }
+
+    /// The host gather equals burn's `unfold4d` of the padded input, transposed to one row per
+    /// output position, value for value.
+    #[test]
+    fn host_patches_equal_burns_unfold() {
         #[allow(deprecated)]
         let device = burn::tensor::Device::ndarray();
-        type Case = ([usize; 4], [(usize, usize); 2], [usize; 2], [usize; 2], [usize; 2]);
-        let cases: [Case; 6] = [
-            ([2, 1, 28, 28], [(3, 3), (3, 3)], [8, 8], [2, 2], [1, 1]),
-            ([3, 16, 13, 13], [(0, 0), (0, 0)], [4, 4], [2, 2], [1, 1]),
-            ([1, 3, 7, 9], [(1, 2), (0, 1)], [3, 2], [1, 2], [1, 1]),
-            ([2, 2, 9, 8], [(2, 2), (1, 1)], [3, 3], [2, 1], [2, 3]),
-            ([1, 4, 5, 5], [(0, 1), (1, 0)], [1, 1], [3, 3], [1, 1]),
-            ([2, 1, 6, 6], [(2, 2), (2, 2)], [5, 5], [1, 1], [1, 1]),
-        ];
-        for (dims, pad, kernel, stride, dilation) in cases {
-            let n: usize = dims.iter().product();
-            let values: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1009) as f32 / 1009.0 - 0.5).collect();
-            let x = Tensor::<4>::from_data(TensorData::new(values.clone(), dims), &device);
+        for (dims, pad, kernel, stride, dilation) in CASES {
+            let x = Tensor::<4>::from_data(TensorData::new(values(dims), dims), &device);
             let padded = x.pad(pad, PadMode::Constant(0.0));
-            let want = unfold4d(padded, kernel, UnfoldOptions::new(stride, [0, 0], dilation));
-            let (got, shape) = im2col_host(&values, dims, pad, kernel, stride, dilation).unwrap_or_default();
+            let want = unfold4d(padded, kernel, UnfoldOptions::new(stride, [0, 0], dilation)).swap_dims(1, 2);
+            let (got, shape) = patches_host(&values(dims), dims, pad, kernel, stride, dilation).unwrap_or_default();
             assert_eq!(want.dims(), shape, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
             let want = want.into_data().try_into_vec::<f32>().unwrap_or_default();
+            assert_eq!(want, got, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
+        }
+    }
+
+    /// The tensor path (a GPU's) equals the host gather, value for value, on both of its
+    /// branches (windows of views; `unfold4d` for a dilated kernel).
+    #[test]
+    fn tensor_patches_equal_the_host_gather() {
+        #[allow(deprecated)]
+        let device = burn::tensor::Device::ndarray();
+        for (dims, pad, kernel, stride, dilation) in CASES {
+            let x = Tensor::<4>::from_data(TensorData::new(values(dims), dims), &device);
+            let got = patches_of_tensor(x, pad, kernel, stride, dilation);
+            let (want, shape) = patches_host(&values(dims), dims, pad, kernel, stride, dilation).unwrap_or_default();
+            assert_eq!(got.dims(), shape, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
+            let got = got.into_data().try_into_vec::<f32>().unwrap_or_default();
             assert_eq!(want, got, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! For input rows aᵢ,ₜ (`t` over any middle axes) and output gradients δᵢ,ₜ, example i's
 //! gradients are `g_W,i = Σₜ aᵢ,ₜ δᵢ,ₜᵀ` (`[d_in, d_out]`, burn's weight layout) and
-//! `g_b,i = Σₜ δᵢ,ₜ`: one batched matrix product over the micro-batch.
+//! `g_b,i = Σₜ δᵢ,ₜ`: one batched matrix product over the micro-batch, or for one position (a
+//! plain `[batch, d_in]` input) the outer product aᵢδᵢᵀ as one broadcast multiplication.
 
 use burn::config::Config;
 use burn::module::{Module, Param, ParamId};
@@ -96,7 +97,15 @@ impl<const D: usize> Recorded for LinearCall<D> {
         let t = dims[1..D - 1].iter().product::<usize>();
         let a = self.input.clone().reshape([b, t, d_in]);
         let delta = delta.reshape([b, t, d_out]);
-        let mut out = vec![(self.weight, a.swap_dims(1, 2).matmul(delta.clone()).reshape([b, d_in * d_out]))];
+        let weight = if t == 1 {
+            // One position: the outer product aᵢδᵢᵀ, one element-wise product (each entry one
+            // multiplication, as the product's single term is), where a product of inner
+            // dimension 1 would run a matrix-product kernel for it.
+            a.reshape([b, d_in, 1]) * delta.clone().reshape([b, 1, d_out])
+        } else {
+            a.swap_dims(1, 2).matmul(delta.clone())
+        };
+        let mut out = vec![(self.weight, weight.reshape([b, d_in * d_out]))];
         if let Some(bias) = self.bias {
             out.push((bias, delta.sum_dim(1).reshape([b, d_out])));
         }

@@ -1,9 +1,9 @@
 //! A micro-batch's per-example gradient rows kept on the burn device that computed them, for
 //! the clip to run there ([`crate::clip::kept`] states the argument; this file is its device
-//! side): the parameters' rows concatenated into one `[batch, P]` tensor, each row's squared
-//! norm summed in blocks on the device and bounded on the host, and the live rows scaled,
-//! rounded and summed in integers on the device. Only `batch` norms go to the host and only P
-//! integers come back per micro-batch.
+//! side): the parameters' rows concatenated into one `[batch, P']` tensor (P values and a few
+//! zeros), each row's squared norm summed in blocks on the device and bounded on the host, and
+//! the live rows scaled, rounded and summed in integers on the device. Only `batch` norms go to
+//! the host and only P' < P + 2⌈√P⌉ integers come back per micro-batch.
 
 use burn::tensor::ops::PadMode;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -11,7 +11,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use crate::clip::KeptRows;
 use crate::clip::kept::{norm_block, norm_roundings, squared_norm_bound};
 
-/// A micro-batch's rows on the device as one `[batch, P]` tensor in θ's layout, so that each
+/// A micro-batch's rows on the device as one `[batch, P']` tensor in θ's layout (P values, then
+/// zeros up to whole blocks of the norm's sum, P' − P < [`norm_block`]`(P)`), so that each
 /// phase of the clip is a handful of kernels over the whole micro-batch whatever the number of
 /// parameters (one per parameter and operation before: about 70 launches per micro-batch for
 /// the Opacus CNN's 8 parameters).
@@ -34,11 +35,17 @@ impl DeviceRows {
         else {
             return Self { rows: None, p };
         };
-        let columns: Vec<Tensor<2>> = parts
+        let mut columns: Vec<Tensor<2>> = parts
             .into_iter()
             .filter(|&(_, n)| n > 0)
             .map(|(rows, n)| rows.unwrap_or_else(|| Tensor::zeros([b, n], (&device, dtype))))
             .collect();
+        // Zeros up to whole blocks of the norm's sum, written by the concatenation itself (a
+        // separate padding of the squares would copy all of them once more).
+        let tail = padded_width(p) - p;
+        if tail > 0 && !columns.is_empty() {
+            columns.push(Tensor::zeros([b, tail], (&device, dtype)));
+        }
         let rows = if columns.len() > 1 { Some(Tensor::cat(columns, 1)) } else { columns.into_iter().next() };
         Self { rows, p }
     }
@@ -56,7 +63,7 @@ impl DeviceRows {
         let Some(rows) = &self.rows else {
             return (vec![0.0; b], read_f64(with, b));
         };
-        let host = read_f64(Tensor::cat(vec![blocked_squares(rows.clone()), with], 1), 2 * b);
+        let host = read_f64(Tensor::cat(vec![blocked_squares_of(rows.clone(), self.p), with], 1), 2 * b);
         let roundings = norm_roundings(self.p, norm_block(self.p));
         host.chunks_exact(2).map(|v| (squared_norm_bound(v[0], self.p, roundings), v[1])).unzip()
     }
@@ -94,10 +101,11 @@ impl KeptRows for DeviceRows {
             rows.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device))
         };
         let sums = (rows * factors).round().int().sum_dim(0);
+        // The padding's columns (zeros, so their sums are 0) are read back and left out.
         if let Ok(values) = sums.into_data().convert::<i64>().try_into_vec::<i64>()
-            && values.len() == sum.len()
+            && values.len() == padded_width(sum.len())
         {
-            sum.copy_from_slice(&values);
+            sum.copy_from_slice(&values[..sum.len()]);
         }
     }
 }
@@ -108,10 +116,23 @@ impl KeptRows for DeviceRows {
 /// exact), added within each block, then the blocks added: `[batch, 1]`.
 #[must_use]
 pub fn blocked_squares(rows: Tensor<2>) -> Tensor<2> {
+    let n = rows.dims()[1];
+    blocked_squares_of(rows, n)
+}
+
+/// The width of a row of `len` values padded with zeros to whole blocks of [`norm_block`]`(len)`.
+fn padded_width(len: usize) -> usize {
+    let k = norm_block(len);
+    len.div_ceil(k).max(1) * k
+}
+
+/// [`blocked_squares`] of rows whose first `len` values are the row and whose other values (up
+/// to at most [`padded_width`]`(len)`) are zeros: blocks of [`norm_block`]`(len)`, so the
+/// padding changes no sum and no block.
+fn blocked_squares_of(rows: Tensor<2>, len: usize) -> Tensor<2> {
     let [b, n] = rows.dims();
-    let k = norm_block(n);
-    let m = n.div_ceil(k).max(1);
+    let (k, width) = (norm_block(len), padded_width(len));
     let squares = rows.clone() * rows;
-    let squares = if m * k > n { squares.pad([(0, m * k - n)], PadMode::Constant(0.0)) } else { squares };
-    squares.reshape([b, m, k]).sum_dim(2).sum_dim(1).reshape([b, 1])
+    let squares = if width > n { squares.pad([(0, width - n)], PadMode::Constant(0.0)) } else { squares };
+    squares.reshape([b, width / k, k]).sum_dim(2).sum_dim(1).reshape([b, 1])
 }
