@@ -3,14 +3,16 @@
 Run a `dpgd` built with `--features wgpu` from a folder holding a `cubecl.toml` of
 
     [profiling.logger]
-    level = "basic"
+    level = "basic"          # or "full": each launch also gives its kernel's settings and cube count
     file = "/tmp/profile.log"
 
 and CubeCL times every kernel it launches (serialising them: the total is an upper bound of the
-unprofiled step's GPU time). This script sums the log's lines (`| 12.3µs | name | variant`) by
-kernel name and prints a table, largest first:
+unprofiled step's GPU time). This script sums the log's launches by kernel name and prints a
+table, largest first; with `--last N` it lists the last N launches in order instead (one
+micro-batch's kernels, say), each with its time and, at level "full", its cube count:
 
     python3 experiments/speed/cubecl_profile.py /tmp/profile.log --top 25
+    python3 experiments/speed/cubecl_profile.py /tmp/profile.log --last 70
 """
 import argparse, collections, re
 
@@ -18,19 +20,43 @@ UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 LINE = re.compile(r"^\|\s*([0-9.]+)\s*(ns|µs|us|ms|s)\s*\|\s*([^|]+?)\s*(?:\||$)")
 
 
+def short(name):
+    """A kernel's name without its module path and generic arguments ("full" level's names are
+    paths such as `cubek_matmul::…::MatmulEntry<…>: MatmulEntryInfo {`), with the operation of
+    burn's generic element-wise kernels (`KernelBinop(MulOp)`)."""
+    base = name.split("<")[0].split(": ")[0].split("::")[-1]
+    op = re.findall(r"::(\w+Op|\w+Unary|Copy)>", name)
+    return f"{base}({op[-1]})" if op else base
+
+
+def launches(path):
+    """(seconds, name, cube count or "") of every launch in the log, in order."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if m:
+                out.append([float(m.group(1)) * UNITS[m.group(2)], short(m.group(3)), ""])
+            elif out and "CubeCount" in line:
+                out[-1][2] = line.split("CubeCount")[-1].strip()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--last", type=int, default=0, help="list the last N launches in order")
     a = ap.parse_args()
+    all_launches = launches(a.log)
+    if a.last:
+        for seconds, name, cubes in all_launches[-a.last:]:
+            print(f"{1e3 * seconds:10.3f} ms  {name:45s} {cubes}")
+        return
     total, count = collections.Counter(), collections.Counter()
-    with open(a.log, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = LINE.match(line)
-            if m:
-                seconds = float(m.group(1)) * UNITS[m.group(2)]
-                total[m.group(3)] += seconds
-                count[m.group(3)] += 1
+    for seconds, name, _ in all_launches:
+        total[name] += seconds
+        count[name] += 1
     all_s = sum(total.values())
     print(f"{sum(count.values())} kernel launches, {all_s:.3f} s of GPU time")
     print(f"{'seconds':>9} {'share':>6} {'launches':>9}  kernel")

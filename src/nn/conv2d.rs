@@ -218,7 +218,8 @@ fn patches_of_tensor(
     [sh, sw]: [usize; 2],
     dilation: [usize; 2],
 ) -> Tensor<3> {
-    let x = x.pad(pad, PadMode::Constant(0.0));
+    // No padding, no copy (burn's `pad` writes a new tensor even when every side is 0).
+    let x = if pad == [(0, 0); 2] { x } else { x.pad(pad, PadMode::Constant(0.0)) };
     let [b, c, ..] = x.dims();
     if dilation != [1, 1] {
         return unfold4d(x, [kh, kw], UnfoldOptions::new([sh, sw], [0, 0], dilation)).swap_dims(1, 2);
