@@ -232,7 +232,7 @@ impl<M: Classifier> BurnEngine<M> {
     /// This engine with its clipped sums computed on its device even where the device is the
     /// CPU (flex, ndarray), by burn's tensor operations there: the GPU's path, run where CI can
     /// test it. Slower on the CPU than the host kernel (the Opacus CNN's full step on flex, 2
-    /// cores: 20.2 s against 13.9 s), so not the default there. No change for the one-backward-
+    /// cores: 18.7–21.3 s against 14.0–14.1 s), so not the default there. No change for the one-backward-
     /// per-example fallback or rows of another float type, which stay on the host.
     #[must_use]
     pub fn with_rows_on_device(mut self) -> Self {

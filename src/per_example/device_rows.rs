@@ -82,7 +82,7 @@ impl KeptRows for DeviceRows {
         self.p
     }
 
-    /// On the device, over the whole `[batch, P]` tensor: the live rows (`select`, skipped when
+    /// On the device, over the whole `[batch, P']` tensor: the live rows (`select`, skipped when
     /// every row is live in order), times their factors, rounded (half to even) and converted to
     /// integers, summed over the micro-batch, and read back once.
     fn sum_rounded(&mut self, live: &[(usize, f32)], sum: &mut [i64]) {
