@@ -354,35 +354,24 @@ mod tests {
     }
 
     /// The host gather equals burn's `unfold4d` of the padded input, transposed to one row per
-    /// output position, value for value.
+    /// output position, and the tensor path (a GPU's) equals the host gather, value for value, on
+    /// both of its branches (windows of views; `unfold4d` for a dilated kernel).
     #[test]
-    fn host_patches_equal_burns_unfold() {
+    fn host_and_tensor_patches_equal_burns_unfold() {
         #[allow(deprecated)]
         let device = burn::tensor::Device::ndarray();
+        let host = |t: Tensor<3>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
         for (dims, pad, kernel, stride, dilation) in CASES {
+            let case = format!("{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
             let x = Tensor::<4>::from_data(TensorData::new(values(dims), dims), &device);
-            let padded = x.pad(pad, PadMode::Constant(0.0));
-            let want = unfold4d(padded, kernel, UnfoldOptions::new(stride, [0, 0], dilation)).swap_dims(1, 2);
-            let (got, shape) = patches_host(&values(dims), dims, pad, kernel, stride, dilation).unwrap_or_default();
-            assert_eq!(want.dims(), shape, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
-            let want = want.into_data().try_into_vec::<f32>().unwrap_or_default();
-            assert_eq!(want, got, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
-        }
-    }
-
-    /// The tensor path (a GPU's) equals the host gather, value for value, on both of its
-    /// branches (windows of views; `unfold4d` for a dilated kernel).
-    #[test]
-    fn tensor_patches_equal_the_host_gather() {
-        #[allow(deprecated)]
-        let device = burn::tensor::Device::ndarray();
-        for (dims, pad, kernel, stride, dilation) in CASES {
-            let x = Tensor::<4>::from_data(TensorData::new(values(dims), dims), &device);
-            let got = patches_of_tensor(x, pad, kernel, stride, dilation);
-            let (want, shape) = patches_host(&values(dims), dims, pad, kernel, stride, dilation).unwrap_or_default();
-            assert_eq!(got.dims(), shape, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
-            let got = got.into_data().try_into_vec::<f32>().unwrap_or_default();
-            assert_eq!(want, got, "{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");
+            let padded = x.clone().pad(pad, PadMode::Constant(0.0));
+            let unfolded = unfold4d(padded, kernel, UnfoldOptions::new(stride, [0, 0], dilation)).swap_dims(1, 2);
+            let tensor = patches_of_tensor(x, pad, kernel, stride, dilation);
+            let (gathered, shape) =
+                patches_host(&values(dims), dims, pad, kernel, stride, dilation).unwrap_or_default();
+            assert_eq!((unfolded.dims(), tensor.dims()), (shape, shape), "{case}");
+            assert_eq!(host(unfolded), gathered, "host gather, {case}");
+            assert_eq!(host(tensor), gathered, "tensor path, {case}");
         }
     }
 }
