@@ -232,8 +232,8 @@ impl<M: Classifier> BurnEngine<M> {
     /// This engine with its clipped sums computed on its device even where the device is the
     /// CPU (flex, ndarray), by burn's tensor operations there: the GPU's path, run where CI can
     /// test it. Slower on the CPU than the host kernel (the Opacus CNN's full step on flex, 2
-    /// cores: 18.7–21.3 s against 14.0–14.1 s), so not the default there. No change for the one-backward-
-    /// per-example fallback or rows of another float type, which stay on the host.
+    /// cores: 18.7–21.3 s against 14.0–14.1 s), so not the default there. No change for the
+    /// one-backward-per-example fallback or rows of another float type, which stay on the host.
     #[must_use]
     pub fn with_rows_on_device(mut self) -> Self {
         self.keep_rows = self.can_keep_rows;
@@ -673,7 +673,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
 
     /// On the device ([`rows_on_device`](Self::rows_on_device)): the rows stay there
-    /// ([`DeviceRows`], one `[b, P]` tensor), and each row's squared norm is bounded from its
+    /// ([`DeviceRows`], one `[b, P']` tensor, P padded to whole norm blocks), and each row's squared norm is bounded from its
     /// blocked sum of squares, read back with the losses in one copy.
     fn gradients_with_norms<'s>(
         &self,
