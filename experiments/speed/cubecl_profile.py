@@ -9,10 +9,13 @@ Run a `dpgd` built with `--features wgpu` from a folder holding a `cubecl.toml` 
 and CubeCL times every kernel it launches (serialising them: the total is an upper bound of the
 unprofiled step's GPU time). This script sums the log's launches by kernel name and prints a
 table, largest first; with `--last N` it lists the last N launches in order instead (one
-micro-batch's kernels, say), each with its time and, at level "full", its cube count:
+micro-batch's kernels, say), each with its time and, at level "full", its cube count, and their
+total; with `--last N --sum` it sums only those N by kernel (the last step's, after the
+warm-up's autotuning):
 
     python3 experiments/speed/cubecl_profile.py /tmp/profile.log --top 25
     python3 experiments/speed/cubecl_profile.py /tmp/profile.log --last 70
+    python3 experiments/speed/cubecl_profile.py /tmp/profile.log --last 560 --sum
 """
 import argparse, collections, re
 
@@ -47,12 +50,17 @@ def main():
     ap.add_argument("log")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--last", type=int, default=0, help="list the last N launches in order")
+    ap.add_argument("--sum", action="store_true", help="with --last N: sum those N by kernel")
     a = ap.parse_args()
     all_launches = launches(a.log)
-    if a.last:
-        for seconds, name, cubes in all_launches[-a.last:]:
+    if a.last and not a.sum:
+        tail = all_launches[-a.last:]
+        for seconds, name, cubes in tail:
             print(f"{1e3 * seconds:10.3f} ms  {name:45s} {cubes}")
+        print(f"{1e3 * sum(s for s, _, _ in tail):10.3f} ms  in all, {len(tail)} launches")
         return
+    if a.last:
+        all_launches = all_launches[-a.last:]
     total, count = collections.Counter(), collections.Counter()
     for seconds, name, _ in all_launches:
         total[name] += seconds

@@ -15,9 +15,13 @@
 # `xz -9e --lzma2=preset=9e,dict=512MiB`: the dictionary spans them all);
 # $MNIST_DIR (the four MNIST IDX files); $PEERS_DIR (../shared/peers: bench_torch.py,
 # mnist_data.py); python3 with torch (CUDA) and opacus; a Vulkan loader. Optional: $BEFORE (an
-# earlier `dpgd`), $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"),
-# $PROFILE_CHUNK (a kernel profile). Writes $OUT/results.jsonl (one JSON object per
-# measurement), $OUT/gpu.log, $OUT/tests.log and $OUT/profile.txt.
+# earlier `dpgd`), $VARIANTS (names: each `$BIN/dpgd-NAME`, another build timed at every
+# setting beside this one; on a fresh machine each build's first process spends about 100 s
+# tuning its kernels, so a call has room for few), $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"),
+# $PROFILE_CHUNK (a kernel profile), $PHASES_CHUNKS (one micro-batch's time phase by phase,
+# `dpgd bench-step --phases`, at each of these chunks).
+# Writes $OUT/results.jsonl (one JSON object per measurement), $OUT/gpu.log, $OUT/tests.log,
+# $OUT/profile.txt and $OUT/profile-last.txt.
 set -uo pipefail
 : "${BIN:?}" "${MNIST_DIR:?}" "${PEERS_DIR:?}" "${OUT:?}"
 export MNIST_DIR PEERS_DIR
@@ -55,6 +59,14 @@ PY
     [ "$rc" -ne 124 ]
 }
 
+# One micro-batch phase by phase, one thread.
+for c in ${PHASES_CHUNKS:-}; do
+    for v in "" ${VARIANTS:-}; do
+        measure "phases${v:+-$v}-wgpu-$c" timeout 120 "$BIN/dpgd${v:+-$v}" bench-step --engine burn --device wgpu \
+            --chunk "$c" --reps 20 --phases --data "$MNIST_DIR"
+    done
+done
+
 # Opacus first, then at each setting the earlier build (if any) and this one. A build that runs
 # past its limit once is not run again.
 for c in ${CHUNKS:-1024 2048 4096 256}; do
@@ -74,6 +86,11 @@ for c in ${CHUNKS:-1024 2048 4096 256}; do
         if [[ $stuck != *now* ]]; then
             measure "dpgd-wgpu-$c-t$t" dpgd_step "$BIN/dpgd" burn "$c" "$t" || stuck+=" now"
         fi
+        for v in ${VARIANTS:-}; do
+            if [[ $stuck != *" $v "* ]]; then
+                measure "dpgd-$v-wgpu-$c-t$t" dpgd_step "$BIN/dpgd-$v" burn "$c" "$t" || stuck+=" $v "
+            fi
+        done
     done
 done
 
@@ -103,6 +120,11 @@ if [ -n "${PROFILE_CHUNK:-}" ]; then
     (cd "$prof" && timeout 150 "$BIN/dpgd" bench-step --engine burn --device wgpu --chunk "$PROFILE_CHUNK" --threads 1 \
         --examples 16384 --reps 4 --data "$MNIST_DIR") >> "$log" 2>&1
     python3 experiments/speed/cubecl_profile.py "$prof/profile.log" --top 40 > "$OUT/profile.txt"
+    # About the last step alone (70 launches a micro-batch, after the warm-up's autotuning), and
+    # the last launches in order.
+    n=$(( (16384 + PROFILE_CHUNK - 1) / PROFILE_CHUNK * 70 ))
+    python3 experiments/speed/cubecl_profile.py "$prof/profile.log" --last "$n" --sum --top 40 >> "$OUT/profile-last.txt"
+    python3 experiments/speed/cubecl_profile.py "$prof/profile.log" --last 90 >> "$OUT/profile-last.txt"
 fi
 
 # Exactness on the GPU's own arithmetic, after the timings: the adversarial rows, the engine

@@ -462,3 +462,27 @@ fn a_burn_engine_run_names_its_device() {
         serde_json::from_str(&std::fs::read_to_string(run.join("confidential/diagnostics.json")).unwrap()).unwrap();
     assert_eq!(diagnostics["device"], "flex (CPU)");
 }
+
+#[test]
+fn bench_step_phases_times_one_micro_batch_of_the_device_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: 64, test: 10, side: 28, seed: 3 }.write(&data).unwrap();
+    let data = data.display().to_string();
+    let args = ["bench-step", "--data", &data, "--device", "flex", "--chunk", "16", "--reps", "2", "--phases"];
+    let o = dpgd(&[&args[..], &["--engine", "burn-device-rows"]].concat());
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let last = String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or_default().to_string();
+    let json: serde_json::Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {t}"));
+    assert_eq!(json["chunk"], 16, "{t}");
+    for phase in ["prepare", "forward", "rows_and_norms", "clip_sum"] {
+        let ms = json["ms"][phase].as_f64().unwrap_or_else(|| panic!("no {phase}: {t}"));
+        assert!(ms > 0.0 && ms.is_finite(), "{phase}: {ms} ms");
+    }
+    // The fast engine and the host rows have no device phases: refused, with what to use.
+    for engine in ["fast", "burn-host-rows"] {
+        let o = dpgd(&[&args[..], &["--engine", engine]].concat());
+        assert!(!o.status.success() && text(&o).contains("--engine burn or burn-device-rows"), "{}", text(&o));
+    }
+}

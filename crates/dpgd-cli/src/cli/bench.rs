@@ -56,6 +56,11 @@ pub(crate) struct BenchArgs {
     /// JSON).
     #[arg(long)]
     layers: bool,
+    /// With a burn engine that keeps its rows on its device: time one micro-batch of `--chunk`
+    /// examples phase by phase on one thread (`--reps` micro-batches after 3 warm-ups), instead
+    /// of full steps.
+    #[arg(long)]
+    phases: bool,
 }
 
 /// Which engine `bench-step` times.
@@ -80,6 +85,11 @@ pub(crate) enum Engine {
 const PROFILE_EXAMPLES: usize = 2000;
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
+    if a.phases && matches!(a.engine, Engine::Fast | Engine::BurnFallback | Engine::BurnHostRows) {
+        anyhow::bail!(
+            "--phases times a burn engine that keeps its rows on its device: use --engine burn or burn-device-rows"
+        );
+    }
     if a.layers && a.engine != Engine::Fast {
         anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
     }
@@ -120,6 +130,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
                 Engine::BurnDeviceRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_device(),
                 _ => BurnEngine::new(model, &device, input, classes)?,
             };
+            if a.phases {
+                return super::phases::run(&engine, train, chunk, a.reps as usize);
+            }
             let theta = engine.current_params()?;
             time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, None))
         }

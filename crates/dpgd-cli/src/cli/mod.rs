@@ -6,6 +6,7 @@ mod bench;
 mod data;
 mod eval;
 mod inspect;
+mod phases;
 mod progress;
 mod sweep;
 mod train;
