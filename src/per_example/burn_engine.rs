@@ -546,7 +546,8 @@ fn caught<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
 
 /// The burn engine's micro-batch size on a GPU for a run that sets no `train.chunk`: the Opacus
 /// CNN's full private step over 60,000 MNIST examples on an H200 (wgpu, 4 threads) took
-/// 0.178 s at 2,048, 0.182 s at 4,096, 0.184 s at 1,024 and 0.199 s at 8,192
+/// 0.122 s at 2,048 and 0.155 s at 8,192; an earlier build, 0.178 s at 2,048, 0.182 s at 4,096,
+/// 0.184 s at 1,024 and 0.199 s at 8,192
 /// (`dpgd bench-step --engine burn --device wgpu --chunk C --threads T`).
 pub const GPU_CHUNK: usize = 2048;
 
