@@ -674,8 +674,9 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     }
 
     /// On the device ([`rows_on_device`](Self::rows_on_device)): the rows stay there
-    /// ([`DeviceRows`], one `[b, P']` tensor, P padded to whole norm blocks), and each row's squared norm is bounded from its
-    /// blocked sum of squares, read back with the losses in one copy.
+    /// ([`DeviceRows`], one `[b, P']` tensor, P padded to whole norm blocks), and each row's
+    /// squared norm is bounded from its blocked sum of squares, read back with the losses in one
+    /// copy.
     fn gradients_with_norms<'s>(
         &self,
         theta: &[f32],
