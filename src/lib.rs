@@ -69,6 +69,7 @@ pub mod arch;
 pub mod audit;
 pub mod clip;
 pub mod collective;
+pub mod cube;
 pub mod data;
 pub mod device;
 pub mod error;

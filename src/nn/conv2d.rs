@@ -18,6 +18,7 @@ use burn::tensor::ops::{ConvOptions, PadMode, UnfoldOptions};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use super::tape::{Recorded, attach, is_open as tape_is_open, per_example};
+use crate::cube::ConvGeometry;
 
 /// The configuration of a [`Conv2d`] layer: burn's `Conv2dConfig`, same fields and defaults.
 #[derive(Config, Debug)]
@@ -123,7 +124,9 @@ impl Conv2d {
         let unfolded =
             if tape_is_open() && frozen && self.groups <= 1 { self.forward_unfolded(input.clone(), pad) } else { None };
         let (out, patches) = match unfolded {
-            Some((out, patches)) => (out, Some(patches)),
+            // Kept for the per-example rule, except where dpgd's kernel forms those gradients
+            // from the input itself (a CubeCL device: `crate::cube::conv_weight_rows`).
+            Some((out, patches)) => (out, (!crate::cube::runs_on(&input.device())).then_some(patches)),
             None => {
                 let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
                 (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)
@@ -294,6 +297,33 @@ impl Recorded for ConvCall {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let [b, c_out, ho, wo] = delta.dims();
         let c_in = self.input.dims()[1];
+        let (g, ci) = (self.groups, c_in / self.groups);
+        let kk = self.kernel[0] * self.kernel[1];
+        let geometry = ConvGeometry {
+            kernel: self.kernel,
+            stride: self.stride,
+            dilation: self.dilation,
+            pad_before: [self.pad[0].0, self.pad[1].0],
+            groups: g,
+        };
+        let weight = match crate::cube::conv_weight_rows(&self.input, &delta, geometry) {
+            Some(weight) => weight,
+            None => self.weight_by_patches(delta.clone()),
+        };
+        let mut out = vec![(self.weight, weight.reshape([b, c_out * ci * kk]))];
+        if let Some(bias) = self.bias {
+            out.push((bias, delta.reshape([b, c_out, ho * wo]).sum_dim(2).reshape([b, c_out])));
+        }
+        out
+    }
+}
+
+impl ConvCall {
+    /// The per-example weight gradients `[b, c_out, (c_in/groups)·kh·kw]` as one batched product
+    /// of δ (`[b, c_out, L]` per group) with the input's patches (`[b, L, (c_in/groups)·kh·kw]`).
+    fn weight_by_patches(&self, delta: Tensor<4>) -> Tensor<3> {
+        let [b, c_out, ho, wo] = delta.dims();
+        let c_in = self.input.dims()[1];
         let patches = match &self.patches {
             Some(patches) => patches.clone(),
             None => patches(self.input.clone(), self.pad, self.kernel, self.stride, self.dilation),
@@ -302,8 +332,8 @@ impl Recorded for ConvCall {
         let delta = delta.reshape([b, c_out, l]);
         let kk = self.kernel[0] * self.kernel[1];
         let (g, co, ci) = (self.groups, c_out / self.groups, c_in / self.groups);
-        let weight = if g == 1 {
-            delta.clone().matmul(patches)
+        if g == 1 {
+            delta.matmul(patches)
         } else {
             let per_group: Vec<Tensor<3>> = (0..g)
                 .map(|j| {
@@ -313,12 +343,7 @@ impl Recorded for ConvCall {
                 })
                 .collect();
             Tensor::cat(per_group, 1)
-        };
-        let mut out = vec![(self.weight, weight.reshape([b, c_out * ci * kk]))];
-        if let Some(bias) = self.bias {
-            out.push((bias, delta.sum_dim(2).reshape([b, c_out])));
         }
-        out
     }
 }
 

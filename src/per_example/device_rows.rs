@@ -82,13 +82,19 @@ impl KeptRows for DeviceRows {
         self.p
     }
 
-    /// On the device, over the whole `[batch, P']` tensor: the live rows (`select`, skipped when
-    /// every row is live in order), times their factors, rounded (half to even) and converted to
-    /// integers, summed over the micro-batch, and read back once.
+    /// On the device, over the whole `[batch, P']` tensor, and read back once: on a CubeCL device
+    /// (wgpu) dpgd's own kernel ([`crate::cube::clip_sum`]) in one read of the rows; elsewhere
+    /// burn's operations: the live rows (`select`, skipped when every row is live in order),
+    /// times their factors, rounded (half to even) and converted to integers, summed over the
+    /// micro-batch.
     fn sum_rounded(&mut self, live: &[(usize, f32)], sum: &mut [i64]) {
         sum.fill(0);
         let Some(rows) = &self.rows else { return };
         if live.is_empty() {
+            return;
+        }
+        if let Some(sums) = crate::cube::clip_sum(rows, live) {
+            read_sums(sums, sum);
             return;
         }
         let (l, device) = (live.len(), rows.device());
@@ -100,13 +106,18 @@ impl KeptRows for DeviceRows {
             let positions: Vec<i64> = live.iter().map(|&(r, _)| r as i64).collect();
             rows.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device))
         };
-        let sums = (rows * factors).round().int().sum_dim(0);
-        // The padding's columns (zeros, so their sums are 0) are read back and left out.
-        if let Ok(values) = sums.into_data().convert::<i64>().try_into_vec::<i64>()
-            && values.len() == padded_width(sum.len())
-        {
-            sum.copy_from_slice(&values[..sum.len()]);
-        }
+        read_sums((rows * factors).round().int().sum_dim(0), sum);
+    }
+}
+
+/// The device's integer sums (`[P']` or `[1, P']`) into `sum` (P values): the padding's columns
+/// (zeros, so their sums are 0) are read back and left out; a sum that cannot be read leaves
+/// `sum` at 0.
+fn read_sums<const D: usize>(sums: Tensor<D, Int>, sum: &mut [i64]) {
+    if let Ok(values) = sums.into_data().convert::<i64>().try_into_vec::<i64>()
+        && values.len() == padded_width(sum.len())
+    {
+        sum.copy_from_slice(&values[..sum.len()]);
     }
 }
 

@@ -1,0 +1,90 @@
+//! dpgd's own kernels on burn's CubeCL backends (wgpu in dpgd's build), for the two parts of
+//! the private step that burn's operations leave slow on a GPU (measured on an H200:
+//! `experiments/speed/results/2026-11-27-h200-kernels`):
+//!
+//! - [`clip_sum`]: the clip's integer sum of the live rows in one read of them (burn's
+//!   operations take four passes: scale, round, convert, sum);
+//! - [`conv_weight_rows`]: a convolution's per-example weight gradients straight from the
+//!   layer's input and output gradient, without forming its patch matrices (burn's batched
+//!   product of `[b, c_out, L]` by `[b, L, c_in·kh·kw]` ran at 0.7–1.8 TFLOPS there).
+//!
+//! Each returns `None` on a device these kernels do not run on (flex, ndarray, or a build
+//! without wgpu): the caller then uses burn's tensor operations, which compute the same values
+//! ([`clip_sum`] bit for bit; [`conv_weight_rows`] up to f32's rounding of a sum in another
+//! order). The kernels are written once in CubeCL and reach burn through its backend-extension
+//! API (`#[backend_extension]`), which registers them as operations of burn's kernel fusion on
+//! the calling thread's stream, so several threads on one device stay ordered.
+
+use burn::tensor::{Device, Int, Tensor};
+
+/// The geometry of a 2-D convolution for [`conv_weight_rows`]: kernel `[kh, kw]`, stride,
+/// dilation, the padding before each axis (`[top, left]`; the padding after needs no value:
+/// the output's size says where the windows stop) and the number of groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvGeometry {
+    /// `[kh, kw]`.
+    pub kernel: [usize; 2],
+    /// `[sh, sw]`.
+    pub stride: [usize; 2],
+    /// `[dh, dw]`.
+    pub dilation: [usize; 2],
+    /// Zeros before the first row and the first column.
+    pub pad_before: [usize; 2],
+    /// Groups (both channel counts divisible by it).
+    pub groups: usize,
+}
+
+/// Σᵢ round(factorᵢ·rows\[positionᵢ\]) over the `live` rows (`(position, factor)`), as 32-bit
+/// integers on the device: `[width]` for rows of `[batch, width]`. Each product is one f32
+/// multiplication, rounded half to even and converted to i32 (the operations burn's
+/// `(rows * factors).round().int()` performs, in one kernel), and the integers are added
+/// exactly: per column, partial sums of up to 64 rows each (enough threads for a GPU at
+/// micro-batches of a few hundred and more), then those partial
+/// sums (integer addition is exact in any order below overflow, which the caller's grid rules
+/// out: `crate::clip::kept`). `None` where the kernel does not run on the rows' device, or
+/// when there are no live rows.
+#[must_use]
+pub fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int>> {
+    if live.is_empty() || !runs_on(&rows.device()) {
+        return None;
+    }
+    imp::clip_sum(rows, live)
+}
+
+/// Each example's weight gradient of a 2-D convolution, `[b, c_out, (c_in/groups)·kh·kw]` in
+/// the weight's layout, from the layer's input `x` (`[b, c_in, h, w]`, unpadded) and its output
+/// gradient `delta` (`[b, c_out, ho, wo]`): entry (n, o, c, i, j) is
+/// Σ over output positions (y, x) of delta\[n, o, y, x\]·x\[n, g·c_in/groups + c, y·sh + i·dh − top,
+/// x·sw + j·dw − left\] (zero outside the input), g the group of o, summed in f32 in row-major
+/// order of the positions. `None` where the kernel does not run on the tensors' device.
+#[must_use]
+pub fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
+    if !runs_on(&x.device()) {
+        return None;
+    }
+    imp::conv_weight_rows(x, delta, geometry)
+}
+
+/// Whether these kernels run on `device`: a CubeCL device (wgpu), autodiff or not.
+#[must_use]
+pub fn runs_on(device: &Device) -> bool {
+    cfg!(feature = "wgpu") && !crate::device::is_host(device)
+}
+
+#[cfg(not(feature = "wgpu"))]
+mod imp {
+    use super::{ConvGeometry, Int, Tensor};
+
+    pub(super) fn clip_sum(_: &Tensor<2>, _: &[(usize, f32)]) -> Option<Tensor<1, Int>> {
+        None
+    }
+
+    pub(super) fn conv_weight_rows(_: &Tensor<4>, _: &Tensor<4>, _: ConvGeometry) -> Option<Tensor<3>> {
+        None
+    }
+}
+
+#[cfg(feature = "wgpu")]
+mod kernels;
+#[cfg(feature = "wgpu")]
+use kernels as imp;

@@ -1,0 +1,249 @@
+//! The kernels of [`super`] in CubeCL, their launches on burn's `CubeBackend`, and their
+//! registration with burn's dispatch and kernel fusion (`#[backend_extension]`).
+
+use burn::backend::fusion::custom::TensorSpec;
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData};
+use burn_cubecl::CubeBackend;
+
+use super::ConvGeometry;
+
+/// Rows one unit of the clip's kernel adds up ([`super::clip_sum`]).
+const ROWS_PER_UNIT: usize = 64;
+
+/// dpgd's operations beyond burn's, on the backends that have them.
+#[backend_extension(Cube: cfg(feature = "wgpu"), Fusion: cfg(feature = "wgpu"))]
+pub trait DpgdKernels: Backend {
+    /// Partial integer sums of the live rows (`[units, width]`, i32): unit u of column j holds
+    /// Σ round(factorsᵢ·rows\[positionsᵢ, j\]) over i in u·[`ROWS_PER_UNIT`] .. (u + 1)·[`ROWS_PER_UNIT`].
+    #[fusion(meta = partial_sums_spec)]
+    fn clip_partial_sums(
+        rows: FloatTensor<Self>,
+        factors: FloatTensor<Self>,
+        positions: IntTensor<Self>,
+    ) -> IntTensor<Self>;
+
+    /// [`super::conv_weight_rows`].
+    #[fusion(meta = conv_weight_spec)]
+    fn conv_weight_rows(x: FloatTensor<Self>, delta: FloatTensor<Self>, geometry: ConvGeometry) -> FloatTensor<Self>;
+}
+
+fn units(live: usize) -> usize {
+    live.div_ceil(ROWS_PER_UNIT).max(1)
+}
+
+fn partial_sums_spec(rows: &TensorSpec, factors: &TensorSpec, _positions: &TensorSpec) -> TensorSpec {
+    TensorSpec::new(Shape::new([units(factors.shape[0]), rows.shape[1]]), DType::I32)
+}
+
+fn conv_weight_spec(x: &TensorSpec, delta: &TensorSpec, geometry: &ConvGeometry) -> TensorSpec {
+    TensorSpec::new(conv_weight_shape(&x.shape, &delta.shape, geometry), x.dtype)
+}
+
+fn conv_weight_shape(x: &Shape, delta: &Shape, g: &ConvGeometry) -> Shape {
+    Shape::new([delta[0], delta[1], x[1] / g.groups.max(1) * g.kernel[0] * g.kernel[1]])
+}
+
+pub(super) fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int>> {
+    let device = rows.device();
+    let l = live.len();
+    let [b, width] = rows.dims();
+    if live.iter().any(|&(r, _)| r >= b) || i32::try_from(b).is_err() {
+        return None;
+    }
+    let factors = Tensor::<1>::from_data(TensorData::new(live.iter().map(|&(_, f)| f).collect(), [l]), &device);
+    let positions: Vec<i32> = live.iter().map(|&(r, _)| r as i32).collect();
+    let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device);
+    let rows = rows.clone().without_autodiff().cast(DType::F32);
+    let partial = <Dispatch as DpgdKernels>::clip_partial_sums(
+        rows.into_dispatch(),
+        factors.cast(DType::F32).into_dispatch(),
+        positions.into_dispatch(),
+    );
+    let partial = Tensor::<2, Int>::from_dispatch(partial);
+    Some(partial.sum_dim(0).reshape([width]))
+}
+
+pub(super) fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
+    let ([b, c_in, ..], [db, c_out, ..]) = (x.dims(), delta.dims());
+    let groups = geometry.groups.max(1);
+    if b != db || c_in % groups != 0 || c_out % groups != 0 || x.dtype() != delta.dtype() {
+        return None;
+    }
+    let out = <Dispatch as DpgdKernels>::conv_weight_rows(
+        x.clone().without_autodiff().into_dispatch(),
+        delta.clone().without_autodiff().into_dispatch(),
+        geometry,
+    );
+    Some(Tensor::<3>::from_dispatch(out))
+}
+
+impl DpgdKernels for CubeBackend {
+    fn clip_partial_sums(
+        rows: FloatTensor<Self>,
+        factors: FloatTensor<Self>,
+        positions: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        device::clip_partial_sums(rows, factors, positions)
+    }
+
+    fn conv_weight_rows(x: FloatTensor<Self>, delta: FloatTensor<Self>, geometry: ConvGeometry) -> FloatTensor<Self> {
+        device::conv_weight_rows(x, delta, geometry)
+    }
+}
+
+/// The kernels and their launches.
+mod device {
+    use burn::backend::TensorMetadata;
+    use burn::backend::cubecl::dtype_to_storage_type;
+    use burn::tensor::DType;
+    use burn_cubecl::kernel::into_contiguous;
+    use burn_cubecl::ops::numeric::empty_device_dtype;
+    use burn_cubecl::tensor::CubeTensor;
+    use cubecl::calculate_cube_count_elemwise;
+    use cubecl::prelude::*;
+
+    use super::{ConvGeometry, ROWS_PER_UNIT, conv_weight_shape, units};
+
+    /// One unit per (row group u, column j): Σ over rows i of group u of
+    /// i32(round(rows\[positions\[i\], j\]·factors\[i\])), each product one f32 multiplication,
+    /// rounded half to even, converted exactly (|value| < 2³⁰ by the caller's grid).
+    #[cube(launch)]
+    fn clip_partial_sums_kernel<F: Float, I: Numeric>(
+        rows: &Tensor<F>,
+        factors: &Tensor<F>,
+        positions: &Tensor<I>,
+        partial: &mut Tensor<i32>,
+        rows_per_unit: usize,
+        #[define(F, I)] _dtypes: [ElemType; 2],
+    ) {
+        if ABSOLUTE_POS >= partial.len() {
+            terminate!();
+        }
+        let width = rows.shape(1);
+        let unit = ABSOLUTE_POS / width;
+        let column = ABSOLUTE_POS % width;
+        let start = unit * rows_per_unit;
+        let mut end = start + rows_per_unit;
+        if end > factors.len() {
+            end = factors.len();
+        }
+        let mut sum = 0i32;
+        for i in start..end {
+            let row = usize::cast_from(positions[i]);
+            let product = rows[row * width + column] * factors[i];
+            sum += i32::cast_from(product.round());
+        }
+        partial[ABSOLUTE_POS] = sum;
+    }
+
+    pub(super) fn clip_partial_sums(rows: CubeTensor, factors: CubeTensor, positions: CubeTensor) -> CubeTensor {
+        let (rows, factors, positions) = (into_contiguous(rows), into_contiguous(factors), into_contiguous(positions));
+        let [_, width] = rows.shape().dims::<2>();
+        let live = factors.shape().dims::<1>()[0];
+        let (client, device) = (rows.client.clone(), rows.device.clone());
+        let shape = burn::tensor::Shape::new([units(live), width]);
+        let partial = empty_device_dtype(client.clone(), device, shape, DType::I32);
+        let n = partial.shape().num_elements();
+        let cube_dim = CubeDim::new(&client, n);
+        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        let dtypes = [dtype_to_storage_type(rows.dtype), dtype_to_storage_type(positions.dtype)];
+        clip_partial_sums_kernel::launch(
+            &client,
+            cube_count,
+            cube_dim,
+            rows.into_tensor_arg(),
+            factors.into_tensor_arg(),
+            positions.into_tensor_arg(),
+            partial.clone().into_tensor_arg(),
+            ROWS_PER_UNIT,
+            dtypes,
+        );
+        partial
+    }
+
+    /// One unit per weight-gradient entry (n, o, c, i, j): Σ over output positions (y, x), in
+    /// row-major order, of delta\[n, o, y, x\]·x\[n, channel, y·sh + i·dh − top, x·sw + j·dw − left\]
+    /// where that lies inside the input.
+    #[cube(launch)]
+    fn conv_weight_rows_kernel<F: Float>(
+        x: &Tensor<F>,
+        delta: &Tensor<F>,
+        out: &mut Tensor<F>,
+        kernel_h: usize,
+        kernel_w: usize,
+        stride_h: usize,
+        stride_w: usize,
+        dilation_h: usize,
+        dilation_w: usize,
+        top: usize,
+        left: usize,
+        groups: usize,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        if ABSOLUTE_POS >= out.len() {
+            terminate!();
+        }
+        let c_in = x.shape(1);
+        let h = x.shape(2);
+        let w = x.shape(3);
+        let c_out = delta.shape(1);
+        let ho = delta.shape(2);
+        let wo = delta.shape(3);
+        let k = out.shape(2);
+        let n = ABSOLUTE_POS / (c_out * k);
+        let o = (ABSOLUTE_POS / k) % c_out;
+        let entry = ABSOLUTE_POS % k;
+        let c = entry / (kernel_h * kernel_w);
+        let i = (entry / kernel_w) % kernel_h;
+        let j = entry % kernel_w;
+        let channel = (o / (c_out / groups)) * (c_in / groups) + c;
+        let x_base = (n * c_in + channel) * h * w;
+        let d_base = (n * c_out + o) * ho * wo;
+        let mut sum = F::new(0.0);
+        for y in 0..ho {
+            // The input row, offset by `top` so that it stays unsigned: inside when in [top, top + h).
+            let row = y * stride_h + i * dilation_h;
+            if row >= top && row < top + h {
+                let x_row = x_base + (row - top) * w;
+                for xo in 0..wo {
+                    let col = xo * stride_w + j * dilation_w;
+                    if col >= left && col < left + w {
+                        sum += delta[d_base + y * wo + xo] * x[x_row + col - left];
+                    }
+                }
+            }
+        }
+        out[ABSOLUTE_POS] = sum;
+    }
+
+    pub(super) fn conv_weight_rows(x: CubeTensor, delta: CubeTensor, g: ConvGeometry) -> CubeTensor {
+        let (x, delta) = (into_contiguous(x), into_contiguous(delta));
+        let shape = conv_weight_shape(&x.shape(), &delta.shape(), &g);
+        let (client, device, dtype) = (x.client.clone(), x.device.clone(), x.dtype);
+        let out = empty_device_dtype(client.clone(), device, shape, dtype);
+        let n = out.shape().num_elements();
+        let cube_dim = CubeDim::new(&client, n);
+        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        conv_weight_rows_kernel::launch(
+            &client,
+            cube_count,
+            cube_dim,
+            x.into_tensor_arg(),
+            delta.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            g.kernel[0],
+            g.kernel[1],
+            g.stride[0],
+            g.stride[1],
+            g.dilation[0],
+            g.dilation[1],
+            g.pad_before[0],
+            g.pad_before[1],
+            g.groups.max(1),
+            dtype_to_storage_type(dtype),
+        );
+        out
+    }
+}
