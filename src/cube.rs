@@ -4,6 +4,7 @@
 //!
 //! - [`clip_sum`]: the clip's integer sum of the live rows in one read of them (burn's
 //!   operations take four passes: scale, round, convert, sum);
+//! - [`block_square_sums`]: the rows' squared norms in blocks in one read of them;
 //! - [`conv_weight_rows`]: a convolution's per-example weight gradients straight from the
 //!   layer's input and output gradient, without forming its patch matrices (burn's batched
 //!   product of `[b, c_out, L]` by `[b, L, c_in·kh·kw]` ran at 0.7–1.8 TFLOPS there).
@@ -15,7 +16,56 @@
 //! API (`#[backend_extension]`), which registers them as operations of burn's kernel fusion on
 //! the calling thread's stream, so several threads on one device stay ordered.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use burn::tensor::{Device, Int, Tensor};
+
+/// One of dpgd's kernels, by the function that launches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// [`clip_sum`].
+    ClipSum,
+    /// [`block_square_sums`].
+    BlockSquareSums,
+    /// [`conv_weight_rows`].
+    ConvWeightRows,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: [Kernel; 3] = [Kernel::ClipSum, Kernel::BlockSquareSums, Kernel::ConvWeightRows];
+
+    /// Its name on the command line (`dpgd bench-step --without-kernels`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::ClipSum => "clip-sum",
+            Kernel::BlockSquareSums => "block-square-sums",
+            Kernel::ConvWeightRows => "conv-weight-rows",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The kernels [`disable`] turned off in this process.
+static DISABLED: AtomicU8 = AtomicU8::new(0);
+
+/// Leaves the work of `kernels` to burn's operations in this process from now on (every kernel
+/// runs by default): for benchmarks that compare the two in one build.
+pub fn disable(kernels: &[Kernel]) {
+    for k in kernels {
+        DISABLED.fetch_or(k.bit(), Ordering::Relaxed);
+    }
+}
+
+/// Whether `kernel` runs on `device`: [`runs_on`] it, and not [`disable`]d.
+#[must_use]
+pub fn runs(kernel: Kernel, device: &Device) -> bool {
+    DISABLED.load(Ordering::Relaxed) & kernel.bit() == 0 && runs_on(device)
+}
 
 /// The geometry of a 2-D convolution for [`conv_weight_rows`]: kernel `[kh, kw]`, stride,
 /// dilation, the padding before each axis (`[top, left]`; the padding after needs no value:
@@ -45,10 +95,29 @@ pub struct ConvGeometry {
 /// when there are no live rows.
 #[must_use]
 pub fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int>> {
-    if live.is_empty() || !runs_on(&rows.device()) {
+    if live.is_empty() || !runs(Kernel::ClipSum, &rows.device()) {
         return None;
     }
     imp::clip_sum(rows, live)
+}
+
+/// Each row's squares added in `width / block` blocks of `block` values (`[b, width / block]`,
+/// f32): block t of a row holds its values t, t + m, t + 2m, … (m blocks, so that the threads
+/// of neighbouring blocks read neighbouring values), squared and added in that order; values
+/// past the rows' own width count as zeros. What [`crate::clip::kept`]'s step 1 bounds: every
+/// square passes through at most `block` roundings in its block (one more where the square is
+/// not fused into the addition), then the blocks' sum. `None` where the kernel does not run on
+/// the rows' device, or where `width` is not a whole number of blocks at least the rows' width.
+#[must_use]
+pub fn block_square_sums(rows: &Tensor<2>, block: usize, width: usize) -> Option<Tensor<2>> {
+    if !runs(Kernel::BlockSquareSums, &rows.device())
+        || block == 0
+        || !width.is_multiple_of(block)
+        || width < rows.dims()[1]
+    {
+        return None;
+    }
+    imp::block_square_sums(rows, block, width)
 }
 
 /// Each example's weight gradient of a 2-D convolution, `[b, c_out, (c_in/groups)·kh·kw]` in
@@ -59,13 +128,14 @@ pub fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int
 /// order of the positions. `None` where the kernel does not run on the tensors' device.
 #[must_use]
 pub fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
-    if !runs_on(&x.device()) {
+    if !runs(Kernel::ConvWeightRows, &x.device()) {
         return None;
     }
     imp::conv_weight_rows(x, delta, geometry)
 }
 
-/// Whether these kernels run on `device`: a CubeCL device (wgpu), autodiff or not.
+/// Whether these kernels run on `device`: a CubeCL device (wgpu), autodiff or not (whether one
+/// of them is turned off or not: [`runs`]).
 #[must_use]
 pub fn runs_on(device: &Device) -> bool {
     cfg!(feature = "wgpu") && !crate::device::is_host(device)
@@ -80,6 +150,10 @@ mod imp {
     }
 
     pub(super) fn conv_weight_rows(_: &Tensor<4>, _: &Tensor<4>, _: ConvGeometry) -> Option<Tensor<3>> {
+        None
+    }
+
+    pub(super) fn block_square_sums(_: &Tensor<2>, _: usize, _: usize) -> Option<Tensor<2>> {
         None
     }
 }

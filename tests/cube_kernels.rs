@@ -165,3 +165,32 @@ fn check_conv(d: &Device, case: &Case, seed: u64) {
         assert!((f64::from(got) - want).abs() <= tolerance, "{case:?} entry {i}: {got} against {want}");
     }
 }
+
+#[test]
+fn the_block_square_sums_bound_the_exact_squared_norm() {
+    use dpgd::clip::kept::{norm_block, norm_roundings, squared_norm_bound};
+    for d in devices().into_iter().filter(cube::runs_on) {
+        // Widths that are and are not whole numbers of blocks (the kernel then reads zeros).
+        for (b, n, seed) in [(3, 10, 1), (4, 1000, 2), (2, 26_010, 3)] {
+            let mut rng = rng(seed);
+            let mut rows: Vec<f32> =
+                (0..b * n).map(|_| rng.random_range(-1.0f32..1.0) * 10f32.powi(rng.random_range(-4..4))).collect();
+            rows[0] = 1e4; // one large value ahead of small ones
+            let k = norm_block(n);
+            let width = n.div_ceil(k) * k;
+            let tensor = Tensor::<2>::from_data(TensorData::new(rows.clone(), [b, n]), &d);
+            let sums = cube::block_square_sums(&tensor, k, width).expect("the kernel runs on this device");
+            assert_eq!(sums.dims(), [b, width / k]);
+            let sums: Vec<f32> = sums.into_data().convert::<f32>().try_to_vec().unwrap();
+            for (r, row) in rows.chunks_exact(n).enumerate() {
+                let exact: f64 = row.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+                let device: f64 = sums[r * width / k..(r + 1) * width / k].iter().map(|&s| f64::from(s)).sum();
+                // The blocks' sums added in f64 (exactly enough): the bound from the device's
+                // blocks alone, with one rounding fewer than the trainer allows for.
+                let bound = squared_norm_bound(device, n, norm_roundings(n, k) - 1);
+                assert!(bound >= exact, "{d:?} n {n} row {r}: bound {bound} below the exact {exact}");
+                assert!(bound <= exact * (1.0 + 1e-3), "{d:?} n {n} row {r}: bound {bound} far above {exact}");
+            }
+        }
+    }
+}

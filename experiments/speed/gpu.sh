@@ -7,17 +7,20 @@
 # device-clip exactness tests and the burn engine's tests on the GPU.
 #
 # Needs, on the GPU machine: $BIN with `dpgd` and any of `custom_model` and the test binaries
-# `device_clip`, `engine_contract`, `burn_engine` (those present are run), built elsewhere and
-# carried over:
+# `cube_kernels`, `device_clip`, `engine_contract`, `burn_engine` (those present are run), built
+# elsewhere and carried over:
 #     cargo build --release --features wgpu --bins --example custom_model
-#     cargo test --release --features wgpu --no-run --test device_clip --test engine_contract --test burn_engine
+#     cargo test --release --features wgpu --no-run --test cube_kernels --test device_clip \
+#         --test engine_contract --test burn_engine
 # (each stripped; with an earlier `dpgd` the six pack to about 39 MB with
 # `xz -9e --lzma2=preset=9e,dict=512MiB`: the dictionary spans them all);
 # $MNIST_DIR (the four MNIST IDX files); $PEERS_DIR (../shared/peers: bench_torch.py,
 # mnist_data.py); python3 with torch (CUDA) and opacus; a Vulkan loader. Optional: $BEFORE (an
 # earlier `dpgd`), $VARIANTS (names: each `$BIN/dpgd-NAME`, another build timed at every
 # setting beside this one; on a fresh machine each build's first process spends about 100 s
-# tuning its kernels, so a call has room for few), $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"),
+# tuning its kernels, so a call has room for few), $WITHOUT (lists of dpgd's own kernels, e.g.
+# "conv-weight-rows clip-sum,block-square-sums": each a variant of this build that leaves those
+# to burn's operations, `dpgd bench-step --without-kernels LIST`; one build, one tuning), $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"),
 # $PROFILE_CHUNK (a kernel profile), $PHASES_CHUNKS (one micro-batch's time phase by phase,
 # `dpgd bench-step --phases`, at each of these chunks).
 # Writes $OUT/results.jsonl (one JSON object per measurement), $OUT/gpu.log, $OUT/tests.log,
@@ -58,6 +61,13 @@ PY
     echo "$label: rc $rc, $((SECONDS - t0)) s" | tee -a "$log"
     [ "$rc" -ne 124 ]
 }
+
+# Each $WITHOUT list as a variant: a wrapper around this build, `$BIN/dpgd-without-LIST`.
+for w in ${WITHOUT:-}; do
+    printf '#!/bin/sh\nexec "%s/dpgd" "$@" --without-kernels %s\n' "$BIN" "$w" > "$BIN/dpgd-without-$w"
+    chmod +x "$BIN/dpgd-without-$w"
+    VARIANTS="${VARIANTS:-} without-$w"
+done
 
 # One micro-batch phase by phase, one thread.
 for c in ${PHASES_CHUNKS:-}; do
@@ -127,10 +137,10 @@ if [ -n "${PROFILE_CHUNK:-}" ]; then
     python3 experiments/speed/cubecl_profile.py "$prof/profile.log" --last 90 >> "$OUT/profile-last.txt"
 fi
 
-# Exactness on the GPU's own arithmetic, after the timings: the adversarial rows, the engine
-# contract (the device sum against the host's) and the burn engine's tests, wgpu among their
-# devices.
-for t in device_clip engine_contract burn_engine; do
+# Exactness on the GPU's own arithmetic, after the timings: dpgd's kernels against their
+# definitions, the adversarial rows, the engine contract (the device sum against the host's) and
+# the burn engine's tests, wgpu among their devices.
+for t in cube_kernels device_clip engine_contract burn_engine; do
     [ -x "$BIN/$t" ] || continue
     echo "== $t" >> "$OUT/tests.log"
     timeout 150 "$BIN/$t" --test-threads 1 >> "$OUT/tests.log" 2>&1

@@ -19,7 +19,9 @@
 //!    square into the block's sum (one fused multiply-add) rounds once fewer, within the bound;
 //!    burn's kernel fusion (in dpgd's wgpu build) joins element-wise operations to a
 //!    reduction's read or write but keeps each reduction over its own axis, so the blocks stay
-//!    blocks.
+//!    blocks. Which values form a block does not matter: dpgd's own kernel on wgpu
+//!    (`crate::cube::block_square_sums`) adds every m-th value of a row into one block, so that
+//!    neighbouring threads read neighbouring values, in m blocks of k values as before.
 //!    A non-finite ŝ (a NaN or infinite value, or squares past f32's range) is non-finite: the
 //!    example is charged the worst case and adds nothing.
 //! 2. **The ledger charges the bound.** The clip (`clip_factor_of`) charges

@@ -24,6 +24,10 @@ pub trait DpgdKernels: Backend {
         positions: IntTensor<Self>,
     ) -> IntTensor<Self>;
 
+    /// [`super::block_square_sums`] with `block` values per block.
+    #[fusion(meta = block_sums_spec)]
+    fn block_square_sums(rows: FloatTensor<Self>, block: usize) -> FloatTensor<Self>;
+
     /// [`super::conv_weight_rows`].
     #[fusion(meta = conv_weight_spec)]
     fn conv_weight_rows(x: FloatTensor<Self>, delta: FloatTensor<Self>, geometry: ConvGeometry) -> FloatTensor<Self>;
@@ -35,6 +39,10 @@ fn units(live: usize) -> usize {
 
 fn partial_sums_spec(rows: &TensorSpec, factors: &TensorSpec, _positions: &TensorSpec) -> TensorSpec {
     TensorSpec::new(Shape::new([units(factors.shape[0]), rows.shape[1]]), DType::I32)
+}
+
+fn block_sums_spec(rows: &TensorSpec, block: &usize) -> TensorSpec {
+    TensorSpec::new(Shape::new([rows.shape[0], rows.shape[1] / block]), rows.dtype)
 }
 
 fn conv_weight_spec(x: &TensorSpec, delta: &TensorSpec, geometry: &ConvGeometry) -> TensorSpec {
@@ -65,6 +73,18 @@ pub(super) fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor
     Some(partial.sum_dim(0).reshape([width]))
 }
 
+pub(super) fn block_square_sums(rows: &Tensor<2>, block: usize, width: usize) -> Option<Tensor<2>> {
+    let [b, n] = rows.dims();
+    let rows = rows.clone().without_autodiff();
+    // Zeros up to `width` (none where the rows are already that wide, as the trainer's are).
+    let rows = if width > n {
+        Tensor::cat(vec![rows.clone(), Tensor::zeros([b, width - n], (&rows.device(), rows.dtype()))], 1)
+    } else {
+        rows
+    };
+    Some(Tensor::<2>::from_dispatch(<Dispatch as DpgdKernels>::block_square_sums(rows.into_dispatch(), block)))
+}
+
 pub(super) fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
     let ([b, c_in, ..], [db, c_out, ..]) = (x.dims(), delta.dims());
     let groups = geometry.groups.max(1);
@@ -90,6 +110,10 @@ impl DpgdKernels for CubeBackend {
 
     fn conv_weight_rows(x: FloatTensor<Self>, delta: FloatTensor<Self>, geometry: ConvGeometry) -> FloatTensor<Self> {
         device::conv_weight_rows(x, delta, geometry)
+    }
+
+    fn block_square_sums(rows: FloatTensor<Self>, block: usize) -> FloatTensor<Self> {
+        device::block_square_sums(rows, block)
     }
 }
 
@@ -163,6 +187,50 @@ mod device {
         partial
     }
 
+    /// One unit per (row n, block t) of m blocks: Σᵢ rows\[n, t + i·m\]² over i < `block`, in
+    /// that order.
+    #[cube(launch)]
+    fn block_square_sums_kernel<F: Float>(
+        rows: &Tensor<F>,
+        sums: &mut Tensor<F>,
+        block: usize,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        if ABSOLUTE_POS >= sums.len() {
+            terminate!();
+        }
+        let blocks = sums.shape(1);
+        let row = ABSOLUTE_POS / blocks;
+        let mut at = row * rows.shape(1) + ABSOLUTE_POS % blocks;
+        let mut sum = F::new(0.0);
+        for _ in 0..block {
+            let x = rows[at];
+            sum += x * x;
+            at += blocks;
+        }
+        sums[ABSOLUTE_POS] = sum;
+    }
+
+    pub(super) fn block_square_sums(rows: CubeTensor, block: usize) -> CubeTensor {
+        let rows = into_contiguous(rows);
+        let [b, width] = rows.shape().dims::<2>();
+        let (client, device, dtype) = (rows.client.clone(), rows.device.clone(), rows.dtype);
+        let sums = empty_device_dtype(client.clone(), device, burn::tensor::Shape::new([b, width / block]), dtype);
+        let n = sums.shape().num_elements();
+        let cube_dim = CubeDim::new(&client, n);
+        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        block_square_sums_kernel::launch(
+            &client,
+            cube_count,
+            cube_dim,
+            rows.into_tensor_arg(),
+            sums.clone().into_tensor_arg(),
+            block,
+            dtype_to_storage_type(dtype),
+        );
+        sums
+    }
+
     /// One unit per weight-gradient entry (n, o, c, i, j): Σ over output positions (y, x), in
     /// row-major order, of delta\[n, o, y, x\]·x\[n, channel, y·sh + i·dh − top, x·sw + j·dw − left\]
     /// where that lies inside the input.
@@ -201,21 +269,53 @@ mod device {
         let channel = (o / (c_out / groups)) * (c_in / groups) + c;
         let x_base = (n * c_in + channel) * h * w;
         let d_base = (n * c_out + o) * ho * wo;
+        // The output positions whose input position lies inside the input: no test in the loop.
+        let (y_offset, x_offset) = (i * dilation_h, j * dilation_w);
+        let y_start = first_inside(y_offset, top, stride_h);
+        let y_end = end_inside(y_offset, top, h, stride_h, ho, y_start);
+        let x_start = first_inside(x_offset, left, stride_w);
+        let x_end = end_inside(x_offset, left, w, stride_w, wo, x_start);
         let mut sum = F::new(0.0);
-        for y in 0..ho {
-            // The input row, offset by `top` so that it stays unsigned: inside when in [top, top + h).
-            let row = y * stride_h + i * dilation_h;
-            if row >= top && row < top + h {
-                let x_row = x_base + (row - top) * w;
-                for xo in 0..wo {
-                    let col = xo * stride_w + j * dilation_w;
-                    if col >= left && col < left + w {
-                        sum += delta[d_base + y * wo + xo] * x[x_row + col - left];
-                    }
+        if x_start < x_end {
+            // The first column read, x_start·sw + j·dw − left, is inside (so not below 0).
+            let first_column = x_start * stride_w + x_offset - left;
+            for y in y_start..y_end {
+                let mut at = x_base + (y * stride_h + y_offset - top) * w + first_column;
+                let d_row = d_base + y * wo;
+                for xo in x_start..x_end {
+                    sum += delta[d_row + xo] * x[at];
+                    at += stride_w;
                 }
             }
         }
         out[ABSOLUTE_POS] = sum;
+    }
+
+    /// The first output position p with p·stride + offset ≥ pad (its input position inside).
+    #[cube]
+    fn first_inside(offset: usize, pad: usize, stride: usize) -> usize {
+        let mut first = 0;
+        if offset < pad {
+            first = (pad - offset).div_ceil(stride);
+        }
+        first
+    }
+
+    /// One past the last output position p < `out` with p·stride + offset < pad + size, and at
+    /// least `start`.
+    #[cube]
+    fn end_inside(offset: usize, pad: usize, size: usize, stride: usize, out: usize, start: usize) -> usize {
+        let mut end = 0;
+        if offset < pad + size {
+            end = (pad + size - offset).div_ceil(stride);
+        }
+        if end > out {
+            end = out;
+        }
+        if end < start {
+            end = start;
+        }
+        end
     }
 
     pub(super) fn conv_weight_rows(x: CubeTensor, delta: CubeTensor, g: ConvGeometry) -> CubeTensor {

@@ -18,7 +18,7 @@ use burn::tensor::ops::{ConvOptions, PadMode, UnfoldOptions};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use super::tape::{Recorded, attach, is_open as tape_is_open, per_example};
-use crate::cube::ConvGeometry;
+use crate::cube::{ConvGeometry, Kernel};
 
 /// The configuration of a [`Conv2d`] layer: burn's `Conv2dConfig`, same fields and defaults.
 #[derive(Config, Debug)]
@@ -126,7 +126,9 @@ impl Conv2d {
         let (out, patches) = match unfolded {
             // Kept for the per-example rule, except where dpgd's kernel forms those gradients
             // from the input itself (a CubeCL device: `crate::cube::conv_weight_rows`).
-            Some((out, patches)) => (out, (!crate::cube::runs_on(&input.device())).then_some(patches)),
+            Some((out, patches)) => {
+                (out, (!crate::cube::runs(Kernel::ConvWeightRows, &input.device())).then_some(patches))
+            }
             None => {
                 let options = ConvOptions::new_with_padding(self.stride, pad, self.dilation, self.groups);
                 (conv2d(input.clone(), self.weight.val(), self.bias.as_ref().map(Param::val), options), None)

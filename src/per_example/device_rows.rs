@@ -139,10 +139,15 @@ fn padded_width(len: usize) -> usize {
 
 /// [`blocked_squares`] of rows whose first `len` values are the row and whose other values (up
 /// to at most [`padded_width`]`(len)`) are zeros: blocks of [`norm_block`]`(len)`, so the
-/// padding changes no sum and no block.
+/// padding changes no sum and no block. On a CubeCL device (wgpu) dpgd's kernel forms the
+/// blocks' sums in one read of the rows, each block from every m-th value
+/// ([`crate::cube::block_square_sums`]: as many blocks of as many values, so the same bound).
 fn blocked_squares_of(rows: Tensor<2>, len: usize) -> Tensor<2> {
     let [b, n] = rows.dims();
     let (k, width) = (norm_block(len), padded_width(len));
+    if let Some(blocks) = crate::cube::block_square_sums(&rows, k, width) {
+        return blocks.sum_dim(1);
+    }
     let squares = rows.clone() * rows;
     let squares = if width > n { squares.pad([(0, width - n)], PadMode::Constant(0.0)) } else { squares };
     squares.reshape([b, width / k, k]).sum_dim(2).sum_dim(1).reshape([b, 1])

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use dpgd::arch::Preset;
 use dpgd::clip::{NonFinitePolicy, SumGrid};
+use dpgd::cube::Kernel;
 use dpgd::data::{Dataset, Normalize};
 use dpgd::device::DeviceKind;
 use dpgd::model::BurnModel;
@@ -61,6 +62,19 @@ pub(crate) struct BenchArgs {
     /// of full steps.
     #[arg(long)]
     phases: bool,
+    /// dpgd's own GPU kernels to leave to burn's operations, comma-separated (`clip-sum`,
+    /// `block-square-sums`, `conv-weight-rows`; each computes what burn's operations do), to
+    /// compare the two in one build.
+    #[arg(long, value_delimiter = ',', value_parser = kernel)]
+    without_kernels: Vec<Kernel>,
+}
+
+/// A kernel of [`dpgd::cube`] by its name.
+fn kernel(name: &str) -> Result<Kernel, String> {
+    Kernel::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = Kernel::ALL.iter().map(|k| k.name()).collect();
+        format!("no kernel {name:?}: use one of {}", names.join(", "))
+    })
 }
 
 /// Which engine `bench-step` times.
@@ -85,6 +99,7 @@ pub(crate) enum Engine {
 const PROFILE_EXAMPLES: usize = 2000;
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
+    dpgd::cube::disable(&a.without_kernels);
     if a.phases && matches!(a.engine, Engine::Fast | Engine::BurnFallback | Engine::BurnHostRows) {
         anyhow::bail!(
             "--phases times a burn engine that keeps its rows on its device: use --engine burn or burn-device-rows"
