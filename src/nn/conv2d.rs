@@ -4,7 +4,9 @@
 //! Example i's weight gradient is `δᵢ · Pᵢ` per group, where `Pᵢ` is the patch (im2col) matrix
 //! of its (explicitly padded) input (`[L, c_in·kh·kw]`: one row per output position, columns
 //! ordered as burn's `unfold4d` orders its rows) and δᵢ its output gradient (`[c_out, L]`); its
-//! bias gradient is δᵢ summed over positions. Materialising costs
+//! bias gradient is δᵢ summed over positions. On a GPU (wgpu) dpgd's own kernel forms the
+//! weight gradients from the input and δᵢ without the patch matrices
+//! ([`crate::cube::conv_weight_rows`]). Materialising costs
 //! B·c_out·(c_in·kh·kw)·L multiply-adds, the same as the batch weight gradient; the Gram
 //! ("ghost norm") form would cost B·L²·(c_in·kh·kw + c_out) and is cheaper only when
 //! L < c_in·kh·kw·c_out/(c_in·kh·kw + c_out) — deep layers on small maps, not MNIST-sized
