@@ -95,8 +95,8 @@ pub struct ConvGeometry {
 /// exactly: per column, partial sums of up to 64 rows each (enough threads for a GPU at
 /// micro-batches of a few hundred and more), then those partial
 /// sums (integer addition is exact in any order below overflow, which the caller's grid rules
-/// out: `crate::clip::kept`). `None` where the kernel does not run on the rows' device, or
-/// when there are no live rows.
+/// out: `crate::clip::kept`). `None` where the kernel does not run on the rows' device, when
+/// there are no live rows, or when the rows are not f32.
 #[must_use]
 pub fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int>> {
     if live.is_empty() || !runs(Kernel::ClipSum, &rows.device()) {
@@ -129,7 +129,8 @@ pub fn block_square_sums(rows: &Tensor<2>, block: usize, width: usize) -> Option
 /// gradient `delta` (`[b, c_out, ho, wo]`): entry (n, o, c, i, j) is
 /// Σ over output positions (y, x) of delta\[n, o, y, x\]·x\[n, g·c_in/groups + c, y·sh + i·dh − top,
 /// x·sw + j·dw − left\] (zero outside the input), g the group of o, summed in f32 in row-major
-/// order of the positions. `None` where the kernel does not run on the tensors' device.
+/// order of the positions. `None` where the kernel does not run on the tensors' device, or where
+/// the shapes disagree (batch, channels not divisible by the groups, a size of 0).
 #[must_use]
 pub fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
     if !runs(Kernel::ConvWeightRows, &x.device()) {

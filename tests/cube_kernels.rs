@@ -194,3 +194,16 @@ fn the_block_square_sums_bound_the_exact_squared_norm() {
         }
     }
 }
+
+/// The clip's kernel sums f32 rows only: rows of another type are left to burn's operations
+/// (converting them to f32 would round values up past what their norm bound covers).
+#[test]
+fn the_clip_sum_declines_rows_that_are_not_f32() {
+    for d in devices().into_iter().filter(cube::runs_on) {
+        // Some adapters have no f64: nothing to check there.
+        let Ok(rows) = std::panic::catch_unwind(|| Tensor::<2>::ones([2, 3], (&d, burn::tensor::DType::F64))) else {
+            continue;
+        };
+        assert!(cube::clip_sum(&rows, &[(0, 1.0)]).is_none(), "{d:?}");
+    }
+}

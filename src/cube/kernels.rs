@@ -57,16 +57,18 @@ pub(super) fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor
     let device = rows.device();
     let l = live.len();
     let [b, width] = rows.dims();
-    if live.iter().any(|&(r, _)| r >= b) || i32::try_from(b).is_err() {
+    // f32 rows only: a conversion would round values up past what their norm bound covers.
+    if rows.dtype() != DType::F32 || live.iter().any(|&(r, _)| r >= b) || i32::try_from(b).is_err() {
         return None;
     }
-    let factors = Tensor::<1>::from_data(TensorData::new(live.iter().map(|&(_, f)| f).collect(), [l]), &device);
+    // The factors as given, in f32 whatever the device's default float type.
+    let factors = TensorData::new(live.iter().map(|&(_, f)| f).collect(), [l]);
+    let factors = Tensor::<1>::from_data(factors, (&device, DType::F32));
     let positions: Vec<i32> = live.iter().map(|&(r, _)| r as i32).collect();
     let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [l]), &device);
-    let rows = rows.clone().without_autodiff().cast(DType::F32);
     let partial = <Dispatch as DpgdKernels>::clip_partial_sums(
-        rows.into_dispatch(),
-        factors.cast(DType::F32).into_dispatch(),
+        rows.clone().without_autodiff().into_dispatch(),
+        factors.into_dispatch(),
         positions.into_dispatch(),
     );
     let partial = Tensor::<2, Int>::from_dispatch(partial);
@@ -88,7 +90,8 @@ pub(super) fn block_square_sums(rows: &Tensor<2>, block: usize, width: usize) ->
 pub(super) fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry) -> Option<Tensor<3>> {
     let ([b, c_in, ..], [db, c_out, ..]) = (x.dims(), delta.dims());
     let groups = geometry.groups.max(1);
-    if b != db || c_in % groups != 0 || c_out % groups != 0 || x.dtype() != delta.dtype() {
+    let mut sizes = geometry.kernel.into_iter().chain(geometry.stride).chain(geometry.dilation);
+    if b != db || c_in % groups != 0 || c_out % groups != 0 || x.dtype() != delta.dtype() || sizes.any(|n| n == 0) {
         return None;
     }
     let out = <Dispatch as DpgdKernels>::conv_weight_rows(

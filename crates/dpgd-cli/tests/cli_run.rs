@@ -486,3 +486,19 @@ fn bench_step_phases_times_one_micro_batch_of_the_device_path() {
         assert!(!o.status.success() && text(&o).contains("--engine burn or burn-device-rows"), "{}", text(&o));
     }
 }
+
+/// `--without-kernels` takes dpgd's kernels by name (on the CPU they do not run: accepted, no
+/// change) and refuses an unknown name with the names it knows.
+#[test]
+fn bench_step_without_kernels_takes_the_kernels_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    dpgd::data::synthetic::Synthetic { train: 32, test: 10, side: 28, seed: 3 }.write(&data).unwrap();
+    let data = data.display().to_string();
+    let args = ["bench-step", "--data", &data, "--engine", "burn", "--chunk", "16", "--reps", "1", "--examples", "32"];
+    let o = dpgd(&[&args[..], &["--without-kernels", "clip-sum,conv-weight-rows"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let o = dpgd(&[&args[..], &["--without-kernels", "clip"]].concat());
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("clip-sum, block-square-sums, conv-weight-rows"), "{t}");
+}
