@@ -93,9 +93,8 @@ pub struct ConvGeometry {
 /// multiplication, rounded half to even and converted to i32 (the operations burn's
 /// `(rows * factors).round().int()` performs, in one kernel), and the integers are added
 /// exactly: per column, partial sums of up to 64 rows each (enough threads for a GPU at
-/// micro-batches of a few hundred and more), then those partial
-/// sums (integer addition is exact in any order below overflow, which the caller's grid rules
-/// out: `crate::clip::kept`). `None` where the kernel does not run on the rows' device, when
+/// micro-batches of a few hundred and more), then those partial sums (integer addition is
+/// exact in any order below overflow, which the caller's grid rules out: `crate::clip::kept`). `None` where the kernel does not run on the rows' device, when
 /// there are no live rows, or when the rows are not f32.
 #[must_use]
 pub fn clip_sum(rows: &Tensor<2>, live: &[(usize, f32)]) -> Option<Tensor<1, Int>> {

@@ -11,6 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["accounting", "simd"],
     &["error"],
     &["files", "memory", "device", "noise", "plot", "collective"],
+    &["cube"],
     &["clip", "data", "nn"],
     &["arch"],
     &["per_example"],
