@@ -21,8 +21,9 @@
 # tuning its kernels, so a call has room for few), $WITHOUT (lists of dpgd's own kernels, e.g.
 # "conv-weight-rows clip-sum,block-square-sums": each a variant of this build that leaves those
 # to burn's operations, `dpgd bench-step --without-kernels LIST`; one build, one tuning),
-# $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"), $PROFILE_CHUNK (a kernel profile), $PHASES_CHUNKS (one micro-batch's time phase by phase,
-# `dpgd bench-step --phases`, at each of these chunks).
+# $CHUNKS (default "1024 2048 4096 256"), $THREADS (default "16 4"), $PROFILE_CHUNK (a kernel
+# profile), $PHASES_CHUNKS (one micro-batch's time phase by phase, `dpgd bench-step --phases`,
+# at each of these chunks).
 # Writes $OUT/results.jsonl (one JSON object per measurement), $OUT/gpu.log, $OUT/tests.log,
 # $OUT/profile.txt and $OUT/profile-last.txt.
 set -uo pipefail
