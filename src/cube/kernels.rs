@@ -133,6 +133,13 @@ mod device {
 
     use super::{ConvGeometry, ROWS_PER_UNIT, conv_weight_shape, units};
 
+    /// Launch dimensions with one unit per value of `output`.
+    fn one_unit_per_value(client: &cubecl::client::Client, output: &CubeTensor) -> (CubeDim, CubeCount) {
+        let n = output.shape().num_elements();
+        let cube_dim = CubeDim::new(client, n);
+        (cube_dim, calculate_cube_count_elemwise(client, n, cube_dim))
+    }
+
     /// One unit per (row group u, column j): Σ over rows i of group u of
     /// i32(round(rows\[positions\[i\], j\]·factors\[i\])), each product one f32 multiplication,
     /// rounded half to even, converted exactly (|value| < 2³⁰ by the caller's grid).
@@ -172,9 +179,7 @@ mod device {
         let (client, device) = (rows.client.clone(), rows.device.clone());
         let shape = burn::tensor::Shape::new([units(live), width]);
         let partial = empty_device_dtype(client.clone(), device, shape, DType::I32);
-        let n = partial.shape().num_elements();
-        let cube_dim = CubeDim::new(&client, n);
-        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        let (cube_dim, cube_count) = one_unit_per_value(&client, &partial);
         let dtypes = [dtype_to_storage_type(rows.dtype), dtype_to_storage_type(positions.dtype)];
         clip_partial_sums_kernel::launch(
             &client,
@@ -219,9 +224,7 @@ mod device {
         let [b, width] = rows.shape().dims::<2>();
         let (client, device, dtype) = (rows.client.clone(), rows.device.clone(), rows.dtype);
         let sums = empty_device_dtype(client.clone(), device, burn::tensor::Shape::new([b, width / block]), dtype);
-        let n = sums.shape().num_elements();
-        let cube_dim = CubeDim::new(&client, n);
-        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        let (cube_dim, cube_count) = one_unit_per_value(&client, &sums);
         block_square_sums_kernel::launch(
             &client,
             cube_count,
@@ -326,9 +329,7 @@ mod device {
         let shape = conv_weight_shape(&x.shape(), &delta.shape(), &g);
         let (client, device, dtype) = (x.client.clone(), x.device.clone(), x.dtype);
         let out = empty_device_dtype(client.clone(), device, shape, dtype);
-        let n = out.shape().num_elements();
-        let cube_dim = CubeDim::new(&client, n);
-        let cube_count = calculate_cube_count_elemwise(&client, n, cube_dim);
+        let (cube_dim, cube_count) = one_unit_per_value(&client, &out);
         conv_weight_rows_kernel::launch(
             &client,
             cube_count,
