@@ -11,6 +11,10 @@
 //!   product of `[b, c_out, L]` by `[b, L, c_in·kh·kw]` ran at 0.7–1.8 TFLOPS there: 1.7 ms for
 //!   the Opacus CNN's two convolutions).
 //!
+//! [`Kernel`] also names the CPU backends' host clip ([`Kernel::HostClip`]: the kept rows'
+//! norms and clipped sum in host memory, where flex and ndarray hold them), so that one switch
+//! ([`disable`]) compares any of dpgd's kernels with burn's operations.
+//!
 //! Each returns `None` on a device these kernels do not run on (flex, ndarray, or a build
 //! without wgpu), or where [`disable`] turned it off: the caller then uses burn's tensor
 //! operations, which compute the same values ([`clip_sum`] bit for bit; the others up to f32's
@@ -33,11 +37,16 @@ pub enum Kernel {
     BlockSquareSums,
     /// [`conv_weight_rows`].
     ConvWeightRows,
+    /// On the CPU backends (flex, ndarray): the kept rows' squared norms and clipped sum
+    /// computed in host memory, where those backends hold the rows, by dpgd's host kernels
+    /// (`crate::clip::kept::blocked_square_sum`, the host clip's integer sum) instead of burn's
+    /// tensor operations (`crate::per_example::DeviceRows`).
+    HostClip,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 3] = [Kernel::ClipSum, Kernel::BlockSquareSums, Kernel::ConvWeightRows];
+    pub const ALL: [Kernel; 4] = [Kernel::ClipSum, Kernel::BlockSquareSums, Kernel::ConvWeightRows, Kernel::HostClip];
 
     /// Its name on the command line (`dpgd bench-step --without-kernels`).
     #[must_use]
@@ -46,6 +55,17 @@ impl Kernel {
             Kernel::ClipSum => "clip-sum",
             Kernel::BlockSquareSums => "block-square-sums",
             Kernel::ConvWeightRows => "conv-weight-rows",
+            Kernel::HostClip => "host-clip",
+        }
+    }
+
+    /// Whether it runs on `device` when not [`disable`]d: [`Kernel::HostClip`] on the CPU
+    /// backends, the others on a CubeCL device ([`runs_on`]).
+    #[must_use]
+    pub fn runs_on(self, device: &Device) -> bool {
+        match self {
+            Kernel::HostClip => crate::device::is_host(device),
+            _ => runs_on(device),
         }
     }
 
@@ -65,10 +85,10 @@ pub fn disable(kernels: &[Kernel]) {
     }
 }
 
-/// Whether `kernel` runs on `device`: [`runs_on`] it, and not [`disable`]d.
+/// Whether `kernel` runs on `device`: [`Kernel::runs_on`] it, and not [`disable`]d.
 #[must_use]
 pub fn runs(kernel: Kernel, device: &Device) -> bool {
-    DISABLED.load(Ordering::Relaxed) & kernel.bit() == 0 && runs_on(device)
+    DISABLED.load(Ordering::Relaxed) & kernel.bit() == 0 && kernel.runs_on(device)
 }
 
 /// The geometry of a 2-D convolution for [`conv_weight_rows`]: kernel `[kh, kw]`, stride,
@@ -138,8 +158,8 @@ pub fn conv_weight_rows(x: &Tensor<4>, delta: &Tensor<4>, geometry: ConvGeometry
     imp::conv_weight_rows(x, delta, geometry)
 }
 
-/// Whether these kernels run on `device`: a CubeCL device (wgpu), autodiff or not (whether one
-/// of them is turned off or not: [`runs`]).
+/// Whether the CubeCL kernels run on `device`: a CubeCL device (wgpu), autodiff or not (whether
+/// one of them is turned off or not: [`runs`]).
 #[must_use]
 pub fn runs_on(device: &Device) -> bool {
     cfg!(feature = "wgpu") && !crate::device::is_host(device)

@@ -1,5 +1,8 @@
-//! The clip when an engine keeps its rows where it computed them (a GPU): only each row's
-//! squared norm comes to the host, and only the micro-batch's integer sum comes back.
+//! The clip when an engine keeps its rows where it computed them (the burn engine's default on
+//! every device): only each row's squared norm comes to the host, and only the micro-batch's
+//! integer sum comes back. On the CPU backends (flex, ndarray) the device is the host, and
+//! dpgd's host kernels run the same steps over the rows in host memory
+//! ([`blocked_square_sum`] for step 1, the host clip's exact integer sum for steps 3–5).
 //!
 //! The device's arithmetic is f32 with an order of reduction nobody promises, and the exact sum
 //! must still move by at most what each example was charged. The argument, step by step (u =
@@ -30,7 +33,9 @@
 //!    norm ‖x‖ ≤ √bound. A charge exceeds the host path's by the bound's margin only.
 //! 3. **The device's products stay below f·x.** The factor is sent as an f32 rounded toward
 //!    zero after a shrink of 2⁻²² ([`device_factor`]): f₃₂ ≤ f·(1 − 2⁻²²). The device's product
-//!    x·f₃₂, rounded once, is at most |x|·f₃₂·(1 + u) < |x|·f (or flushed to 0).
+//!    x·f₃₂, rounded once, is at most |x|·f₃₂·(1 + u) < |x|·f (or flushed to 0). On the CPU
+//!    backends the host kernel forms the exact product in f64 (two 24-bit significands), at
+//!    most |x|·f₃₂ < |x|·f.
 //! 4. **Rounding to the grid adds at most √p/2.** Each product is rounded to an integer, by at
 //!    most ½ (round half to even; a conversion that truncates moves it less), and that integer
 //!    converts exactly. So the row's integers q satisfy ‖q‖ ≤ f·‖x‖ + √p/2 ≤ √c²/γ: the row
@@ -55,8 +60,8 @@ pub trait KeptRows {
     fn p(&self) -> usize;
     /// Writes Σᵣ round(fᵣ·rowᵣ) into `sum` (P values) over the `live` rows (position in the
     /// micro-batch, f32 factor from [`device_factor`]), computed where the rows are: each
-    /// product in f32 rounded once, rounded to an integer by at most ½ and converted exactly,
-    /// the integers added exactly (the factors keep the sum below 2³⁰:
+    /// product exact or in f32 rounded once, rounded to an integer by at most ½ and converted
+    /// exactly, the integers added exactly (the factors keep the sum below 2³⁰:
     /// [`DeviceGrid`]). Rows not in `live` add nothing, whatever they hold (NaN included).
     /// A sum that cannot be read back adds nothing (its examples stay charged).
     fn sum_rounded(&mut self, live: &[(usize, f32)], sum: &mut [i64]);
@@ -81,6 +86,37 @@ pub fn norm_block(len: usize) -> usize {
 pub fn norm_roundings(len: usize, block: usize) -> usize {
     let block = block.max(1);
     1 + (block - 1) + (len.div_ceil(block).max(1) - 1)
+}
+
+crate::simd::kernel! {
+/// A row's sum of squares as step 1 bounds it, computed on the host (the CPU backends' kept
+/// rows, `crate::per_example::DeviceRows`): each square in f32 (one rounding), added in f32
+/// within blocks of `block` consecutive values, then the blocks' sums added in order. Inside a
+/// block the squares run in 16 lanes, then the lanes are added pairwise: a binary tree over the
+/// block's values (lanes start at 0, and adding a zero is exact), so each square passes
+/// through at most `block − 1` additions there, and through at most `⌈len/block⌉ − 1` among
+/// the blocks: [`norm_roundings`]`(row.len(), block)` in all, which [`squared_norm_bound`]
+/// covers. Non-finite for a row with a non-finite value or squares past f32's range.
+#[must_use]
+pub fn blocked_square_sum(row: &[f32], block: usize) -> f32 {
+    const LANES: usize = 16;
+    let mut total = 0.0f32;
+    for values in row.chunks(block.max(1)) {
+        let mut lanes = [0.0f32; LANES];
+        let chunks = values.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += v * v;
+            }
+        }
+        for (l, &v) in lanes.iter_mut().zip(tail) {
+            *l += v * v;
+        }
+        total += crate::simd::pairwise_sum(lanes);
+    }
+    total
+}
 }
 
 /// An upper bound of the exact Σxⱼ² of `len` f32 values from the device's f32 sum `device_sum`

@@ -6,14 +6,15 @@
 //! forward with a tape open, back-propagate the summed per-example cross-entropies with the
 //! parameters frozen (only activation gradients are computed: about half of a normal
 //! backward), let each recorded layer turn its probe's gradient into per-example parameter
-//! gradients. On a GPU they stay on the device: only each row's squared norm (bounded above for
-//! the device's f32 arithmetic) goes to the host, where the ledger turns it into a clip factor;
-//! the device scales each row by its factor, rounds it onto the sum's grid and adds the
-//! micro-batch in integers, and only that P-integer sum comes back ([`crate::clip::kept`] states
-//! why the sensitivity holds in the device's arithmetic). On the CPU backends the rows are
-//! already in host memory and go to the host kernel in θ's layout, as the fast engine's do
-//! ([`BurnEngine::with_rows_on_device`] runs the GPU's path there). The ledger, the exact 64-bit
-//! sum, the noise and the releases are the trainer's, shared with the fast engine.
+//! gradients. They stay on the device: only each row's squared norm (bounded above for the
+//! device's f32 arithmetic) goes to the host, where the ledger turns it into a clip factor; the
+//! device scales each row by its factor, rounds it onto the sum's grid and adds the micro-batch
+//! in integers, and only that P-integer sum comes back ([`crate::clip::kept`] states why the
+//! sensitivity holds in the device's arithmetic). On the CPU backends (flex, ndarray) the
+//! device's memory is the host's, and dpgd's host kernels run those steps over the rows there
+//! ([`DeviceRows`]). [`BurnEngine::with_rows_on_host`] instead writes every row in θ's layout
+//! for the host clip, as the fast engine's are. The ledger, the exact 64-bit sum, the noise and
+//! the releases are the trainer's, shared with the fast engine.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -22,6 +23,7 @@ use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
+use super::device_rows::write_parts;
 use super::{DeviceRows, Held, PerExample};
 use crate::error::{Error, Result};
 use crate::nn::{Classifier, record};
@@ -220,19 +222,18 @@ impl<M: Classifier> BurnEngine<M> {
         self.backprop
     }
 
-    /// This engine with its clipped sums computed on the host: every row is copied to the host
-    /// for the norms, the clip and the exact sum (what the engine did on a GPU before it kept
-    /// the rows there; for comparisons, with the same privacy guarantee).
+    /// This engine with its clipped sums computed by the host clip ([`crate::clip::clip_block`]):
+    /// every row is copied to the host in θ's layout for the exact norms, the clip and the exact
+    /// sum (what the engine did before it kept its rows; for comparisons, with the same privacy
+    /// guarantee).
     #[must_use]
     pub fn with_rows_on_host(mut self) -> Self {
         self.keep_rows = false;
         self
     }
 
-    /// This engine with its clipped sums computed on its device even where the device is the
-    /// CPU (flex, ndarray), by burn's tensor operations there: the GPU's path, run where CI can
-    /// test it. Slower on the CPU than the host kernel (the Opacus CNN's full step on flex, 2
-    /// cores: 18.7–21.3 s against 14.0–14.1 s), so not the default there. No change for the
+    /// This engine with its clipped sums computed where its rows are (the default; undoes
+    /// [`with_rows_on_host`](Self::with_rows_on_host)). No change for the
     /// one-backward-per-example fallback or rows of another float type, which stay on the host.
     #[must_use]
     pub fn with_rows_on_device(mut self) -> Self {
@@ -241,8 +242,8 @@ impl<M: Classifier> BurnEngine<M> {
     }
 
     /// Whether a clipped sum keeps the rows on the device ([`PerExample::keeps_rows`]): by
-    /// default on a GPU (any device but flex and ndarray), for the batched rule with f32 or f64
-    /// rows; see [`with_rows_on_host`](Self::with_rows_on_host) and
+    /// default on every device, for the batched rule with f32 or f64 rows; see
+    /// [`with_rows_on_host`](Self::with_rows_on_host) and
     /// [`with_rows_on_device`](Self::with_rows_on_device).
     #[must_use]
     pub fn rows_on_device(&self) -> bool {
@@ -339,7 +340,6 @@ impl<M: Classifier> BurnEngine<M> {
         if offset == 0 {
             return Err(refuse("the model has no trainable parameters (are they all frozen?)".into()));
         }
-        let on_gpu = !crate::device::is_host(&device);
         let engine = Self {
             template: Mutex::new(model.no_grad()),
             device,
@@ -351,7 +351,7 @@ impl<M: Classifier> BurnEngine<M> {
             index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
             params,
             backprop,
-            keep_rows: batched && float_rows && on_gpu,
+            keep_rows: batched && float_rows,
             can_keep_rows: batched && float_rows,
         };
         let theta = engine.current_params()?;
@@ -439,6 +439,12 @@ impl<M: Classifier> BurnEngine<M> {
 
     /// The batched rule on the micro-batch `x` (`labels.len()` examples) at θ: one recorded
     /// forward and backward ([`rows_of`]), on the thread's model.
+    /// Each trainable parameter's rows taken out of `sums`, in θ's order, with its number of
+    /// values (`None`: the loss does not reach it; its values are zeros).
+    fn parts(&self, sums: &mut HashMap<ParamId, Tensor<2>>) -> Vec<(Option<Tensor<2>>, usize)> {
+        self.params.iter().map(|p| (sums.remove(&p.id).filter(|_| p.len() > 0), p.len())).collect()
+    }
+
     fn batched_rows(&self, theta: &[f32], x: &[f32], labels: &[u8], s: &mut BurnScratch<M>) -> Dry {
         let b = labels.len();
         let x = self.batch(x, b);
@@ -658,19 +664,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
         };
         // Each parameter's rows straight into their columns of θ's layout (no concatenation on
         // the device: one copy of the [b, P] rows fewer).
-        let grads = &mut grads[..b * self.num_params];
-        for p in &self.params {
-            let (offset, n) = (p.offset, p.len());
-            let rows = sums.remove(&p.id).filter(|_| n > 0);
-            let Some(rows) = rows else {
-                grads.chunks_exact_mut(self.num_params).for_each(|row| row[offset..offset + n].fill(0.0));
-                continue;
-            };
-            let rows = to_host(rows, b * n);
-            for (row, values) in grads.chunks_exact_mut(self.num_params).zip(rows.chunks_exact(n)) {
-                row[offset..offset + n].copy_from_slice(values);
-            }
-        }
+        write_parts(self.parts(&mut sums), b, self.num_params, &mut grads[..b * self.num_params]);
     }
 
     /// On the device ([`rows_on_device`](Self::rows_on_device)): the rows stay there
@@ -704,9 +698,7 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
             norms[..b].fill(f64::NAN);
             return Held::Device(&mut s.kept);
         };
-        s.kept = DeviceRows::new(
-            self.params.iter().map(|p| (sums.remove(&p.id).filter(|_| p.len() > 0), p.len())).collect(),
-        );
+        s.kept.set(self.parts(&mut sums));
         let (bounds, loss) = s.kept.squared_norm_bounds(b, loss);
         norms[..b].copy_from_slice(&bounds);
         losses[..b].iter_mut().zip(loss).for_each(|(l, v)| *l = v as f32);

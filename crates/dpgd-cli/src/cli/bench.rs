@@ -42,9 +42,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
     /// The per-example engine: `fast` (dpgd's CPU engine), `burn` (the same model as burn
-    /// modules of dpgd::nn layers, on `--device`; on a GPU its rows clipped and summed there),
-    /// `burn-host-rows` / `burn-device-rows` (the same with the clip on the host / on the
-    /// device, whatever the device) or
+    /// modules of dpgd::nn layers, on `--device`, its rows clipped and summed there),
+    /// `burn-host-rows` (the same with every row written to the host for the host clip) or
     /// `burn-fallback` (the burn engine's one backward per example, for models of any burn
     /// layers: slow, time it on few examples).
     #[arg(long, default_value = "fast")]
@@ -62,9 +61,9 @@ pub(crate) struct BenchArgs {
     /// of full steps.
     #[arg(long)]
     phases: bool,
-    /// dpgd's own GPU kernels to leave to burn's operations, comma-separated (`clip-sum`,
-    /// `block-square-sums`, `conv-weight-rows`; each computes what burn's operations do), to
-    /// compare the two in one build.
+    /// dpgd's own kernels to leave to burn's operations, comma-separated: on a GPU `clip-sum`,
+    /// `block-square-sums`, `conv-weight-rows`; on the CPU `host-clip` (each computes what
+    /// burn's operations do), to compare the two in one build.
     #[arg(long, value_delimiter = ',', value_parser = kernel)]
     without_kernels: Vec<Kernel>,
 }
@@ -86,13 +85,10 @@ pub(crate) enum Engine {
     Burn,
     /// The burn engine's generic fallback (`BurnEngine::with_fallback`).
     BurnFallback,
-    /// The burn engine with every gradient row copied to the host for the clip and the exact
-    /// sum (`BurnEngine::with_rows_on_host`: its default on the CPU; on a GPU, what it did before
-    /// it kept the rows there), for comparisons.
+    /// The burn engine with every gradient row copied to the host for the host clip and the
+    /// exact sum (`BurnEngine::with_rows_on_host`: what it did before it kept its rows), for
+    /// comparisons.
     BurnHostRows,
-    /// The burn engine with the clip and the exact sum on its device (`with_rows_on_device`:
-    /// its default on a GPU), for comparisons on the CPU.
-    BurnDeviceRows,
 }
 
 /// How many examples `--layers` times.
@@ -101,9 +97,7 @@ const PROFILE_EXAMPLES: usize = 2000;
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
     dpgd::cube::disable(&a.without_kernels);
     if a.phases && matches!(a.engine, Engine::Fast | Engine::BurnFallback | Engine::BurnHostRows) {
-        anyhow::bail!(
-            "--phases times a burn engine that keeps its rows on its device: use --engine burn or burn-device-rows"
-        );
+        anyhow::bail!("--phases times a burn engine that keeps its rows on its device: use --engine burn");
     }
     if a.layers && a.engine != Engine::Fast {
         anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
@@ -135,14 +129,13 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, layers))
         }
-        Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows | Engine::BurnDeviceRows => {
+        Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows => {
             let device = a.device.device()?;
             let model = BurnModel::from_params(&net, &theta, &device)?;
             let (input, classes) = (net.spec().input, net.classes());
             let engine = match a.engine {
                 Engine::BurnFallback => BurnEngine::with_fallback(model, &device, input, classes)?,
                 Engine::BurnHostRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_host(),
-                Engine::BurnDeviceRows => BurnEngine::new(model, &device, input, classes)?.with_rows_on_device(),
                 _ => BurnEngine::new(model, &device, input, classes)?,
             };
             if a.phases {

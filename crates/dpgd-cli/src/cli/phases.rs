@@ -25,9 +25,7 @@ const WARMUP: usize = 3;
 pub(crate) fn run(engine: &BurnEngine<BurnModel>, train: Examples<'_>, chunk: usize, reps: usize) -> Result<()> {
     let b = chunk.min(train.len());
     if b == 0 || !engine.rows_on_device() {
-        bail!(
-            "--phases needs at least one example and an engine that keeps its rows on its device (--engine burn on a GPU, or burn-device-rows)"
-        );
+        bail!("--phases needs at least one example and an engine that keeps its rows on its device (--engine burn)");
     }
     let theta = engine.current_params()?;
     let px = engine.input_len();
