@@ -26,8 +26,10 @@ pub struct DeviceRows {
     p: usize,
 }
 
-/// Where [`DeviceRows`] holds its rows.
+/// Where [`DeviceRows`] holds its rows (one value per worker thread, so a tensor's size inline
+/// costs nothing worth a box).
 #[derive(Debug, Default)]
+#[allow(clippy::large_enum_variant)]
 enum Stored {
     /// No parameter's rows: every value is 0.
     #[default]

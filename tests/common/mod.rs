@@ -26,9 +26,12 @@ pub fn fixture_dir() -> PathBuf {
 /// A run config on the first `subsets.0` training and `subsets.1` test examples of the fixture with
 /// model `preset`; `privacy` and `train` are the bodies of those sections (`train` may go on
 /// with later sections such as `[stopping]`). With `DPGD_TEST_ENGINE` set (`burn`, `fast`),
-/// `train.engine` is that engine: CI runs the trainer's tests once per engine.
+/// `train.engine` is that engine, and with `DPGD_TEST_DEVICE` set (`flex`, `ndarray`),
+/// `train.device` that device: CI runs the trainer's tests once per engine, and the burn
+/// engine's on both CPU backends.
 pub fn fixture_config(name: &str, preset: &str, subsets: (usize, usize), privacy: &str, train: &str) -> String {
-    let engine = std::env::var("DPGD_TEST_ENGINE").map(|e| format!("engine = \"{e}\"\n")).unwrap_or_default();
+    let setting = |var: &str, key: &str| std::env::var(var).map(|v| format!("{key} = \"{v}\"\n")).unwrap_or_default();
+    let engine = setting("DPGD_TEST_ENGINE", "engine") + &setting("DPGD_TEST_DEVICE", "device");
     format!(
         "name = \"{name}\"\n[data]\ndir = \"{dir}\"\ntrain_subset = {}\ntest_subset = {}\n[model]\npreset = \
          \"{preset}\"\n[privacy]\n{privacy}\n[train]\n{engine}{train}\n",
