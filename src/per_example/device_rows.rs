@@ -61,7 +61,7 @@ impl DeviceRows {
     #[must_use]
     pub fn in_tensors(parts: Vec<(Option<Tensor<2>>, usize)>) -> Self {
         let p = parts.iter().map(|&(_, n)| n).sum();
-        Self { rows: concatenated(parts, p).map_or(Stored::Empty, Stored::Tensor), p }
+        Self { rows: concatenated(parts, p), p }
     }
 
     /// Replaces the rows with those of `parts`, as [`new`](Self::new) would make them, reusing
@@ -74,7 +74,7 @@ impl DeviceRows {
             return;
         };
         if !crate::cube::runs(Kernel::HostClip, &device) {
-            *self = Self { rows: concatenated(parts, p).map_or(Stored::Empty, Stored::Tensor), p };
+            *self = Self { rows: concatenated(parts, p), p };
             return;
         }
         let mut values = match std::mem::take(&mut self.rows) {
@@ -118,10 +118,13 @@ impl DeviceRows {
 /// `parts` (as [`DeviceRows::new`] takes them, P values in all) concatenated on their device
 /// into `[batch, P']`, with zeros up to whole blocks of the norm's sum written by the
 /// concatenation itself (a separate padding of the squares would copy all of them once more);
-/// `None` where no part has rows.
-fn concatenated(parts: Vec<(Option<Tensor<2>>, usize)>, p: usize) -> Option<Tensor<2>> {
-    let (b, device, dtype) =
-        parts.iter().find_map(|(r, _)| r.as_ref().map(|r| (r.dims()[0], r.device(), r.dtype())))?;
+/// empty where no part has rows.
+fn concatenated(parts: Vec<(Option<Tensor<2>>, usize)>, p: usize) -> Stored {
+    let Some((b, device, dtype)) =
+        parts.iter().find_map(|(r, _)| r.as_ref().map(|r| (r.dims()[0], r.device(), r.dtype())))
+    else {
+        return Stored::Empty;
+    };
     let mut columns: Vec<Tensor<2>> = parts
         .into_iter()
         .filter(|&(_, n)| n > 0)
@@ -131,7 +134,8 @@ fn concatenated(parts: Vec<(Option<Tensor<2>>, usize)>, p: usize) -> Option<Tens
     if tail > 0 && !columns.is_empty() {
         columns.push(Tensor::zeros([b, tail], (&device, dtype)));
     }
-    if columns.len() > 1 { Some(Tensor::cat(columns, 1)) } else { columns.into_iter().next() }
+    let rows = if columns.len() > 1 { Some(Tensor::cat(columns, 1)) } else { columns.into_iter().next() };
+    rows.map_or(Stored::Empty, Stored::Tensor)
 }
 
 /// Writes each part's `[b, n]` rows (f32, or converted to f32) into its columns of `out`
