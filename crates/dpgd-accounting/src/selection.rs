@@ -129,6 +129,12 @@ impl Repetitions {
     /// heavier tails, η < 0, are cut at [`MAX_DRAW`]).
     #[must_use]
     pub fn sample(&self, u: f64) -> u64 {
+        self.walk(u).0
+    }
+
+    /// The walk of [`sample`](Self::sample): the k it stops at for `u`, and its cumulative
+    /// probability there (for `u` ≥ 1, where the walk ends whatever the draw).
+    fn walk(&self, u: f64) -> (u64, f64) {
         let (mut k, mut p) = match *self {
             Self::TruncatedNegativeBinomial { eta, gamma } => {
                 // P[K = 1] = (1 − γ)·η / (γ^−η − 1), or (1 − γ)/ln(1/γ) for η = 0.
@@ -151,7 +157,38 @@ impl Repetitions {
             k += 1;
             cdf += p;
         }
-        k
+        (k, cdf)
+    }
+
+    /// An upper bound on the total variation distance between the distribution of
+    /// [`sample`](Self::sample)`(u)`, for `u` uniform over the multiples of 2⁻⁵³ in [0, 1) (what
+    /// a uniform `f64` draw gives), and K's distribution in the theorems: the mass the walk's
+    /// cut leaves out (it lumps every K past its last step there: 4.2·10⁻⁷ for η = −0.9 and a
+    /// mean of 10, cut at [`MAX_DRAW`]) plus the rounding of its probabilities, its cumulative
+    /// sum and `u`. A search whose K is drawn this way is (ε, δ + (1 + e^ε)·gap)-DP where the
+    /// theorem gives (ε, δ) (for any event S, P̂(S) ≤ P(S) + gap ≤ e^ε·P′(S) + δ + gap ≤
+    /// e^ε·(P̂′(S) + gap) + δ + gap).
+    ///
+    /// **The bound.** The walk stops at k* (the last k it can reach); with ĉ its cumulative
+    /// sum there, the true tail P\[K > k*\] = 1 − c\_{k*} ≤ (1 − ĉ) + E, where E bounds
+    /// |ĉ − c|: each of k* additions rounds by at most 2⁻⁵³, each probability p̂ₖ carries the
+    /// relative error of its k ratios (4 roundings each) and of the first probability
+    /// (2|x| + 8 units for the exponential of x = −η ln γ, or μ + 2 for e^(−μ)), so
+    /// Σₖ |p̂ₖ − pₖ| ≤ (4·E\[K\] + first)·2⁻⁵³. Half the sum of |P̂(k) − P(k)| over k is then
+    /// at most the tail plus E plus the grid of `u` (2⁻⁵³ at each of the k* + 1 bounds).
+    /// Rounded up by a factor 1 + 10⁻⁶.
+    #[must_use]
+    pub fn sampling_gap(&self) -> f64 {
+        let unit = f64::EPSILON / 2.0;
+        let (k_stop, cdf) = self.walk(1.0);
+        let first = match *self {
+            Self::TruncatedNegativeBinomial { eta, gamma } => 2.0 * (eta * gamma.ln()).abs() + 8.0,
+            Self::Poisson { mu } => mu + 2.0,
+        };
+        let e = (k_stop as f64 + 1.0) * unit + (4.0 * self.mean() + first) * unit;
+        let tail = (1.0 - cdf).max(0.0) + e;
+        let grid = (k_stop as f64 + 1.0) * unit;
+        (tail + e + grid) * (1.0 + 1e-6)
     }
 
     /// The Rényi DP of the search at each order λ of `one_run` (one run's curve), rounded up:

@@ -175,3 +175,37 @@ fn the_maximum_of_curves_is_taken_at_their_common_orders() {
     let max = Rdp::pointwise_max(&[zcdp(0.1), zcdp(0.3)]).unwrap();
     assert_eq!(max.epsilons(), zcdp(0.3).epsilons());
 }
+
+/// P[K > 10⁶] of the truncated negative binomial, independently: 1 minus the first 10⁶
+/// probabilities (the ratio form of [PS22, Def. 1]), added with Neumaier's compensated sum.
+fn tail_past_a_million(eta: f64, gamma: f64) -> f64 {
+    let mut p = (1.0 - gamma) * eta / (gamma.powf(-eta) - 1.0);
+    let (mut sum, mut carry) = (0.0f64, 0.0f64);
+    for k in 1..=1_000_000u64 {
+        let t = sum + p;
+        carry += if sum.abs() >= p.abs() { (sum - t) + p } else { (p - t) + sum };
+        sum = t;
+        p *= (1.0 - gamma) * (k as f64 + eta) / (k as f64 + 1.0);
+    }
+    1.0 - (sum + carry)
+}
+
+/// The sampler's gap to the theorem's distribution covers the mass it cuts: a heavy tail
+/// (η < 0) past the walk's last step is not negligible beside a δ of 10⁻⁵ and must be
+/// accounted; a light one (η ≥ 0) is.
+#[test]
+fn the_sampling_gap_covers_the_tail_the_walk_cuts() {
+    for (eta, mean) in [(-0.9, 10.0), (-0.9, 100.0), (-0.5, 10.0)] {
+        let r = Repetitions::negative_binomial_with_mean(eta, mean).unwrap();
+        let Repetitions::TruncatedNegativeBinomial { gamma, .. } = r else { unreachable!() };
+        let tail = tail_past_a_million(eta, gamma);
+        let gap = r.sampling_gap();
+        assert!(gap >= tail && gap <= tail * 1.01 + 1e-9, "eta {eta}, mean {mean}: gap {gap}, tail {tail}");
+        if eta == -0.9 {
+            assert!(tail > 4e-7, "eta {eta}, mean {mean}: the tail {tail} is a share of delta = 1e-5");
+        }
+    }
+    for r in [Repetitions::negative_binomial_with_mean(1.0, 10.0).unwrap(), Repetitions::poisson(5.0).unwrap()] {
+        assert!(r.sampling_gap() < 1e-12, "{r:?}: {}", r.sampling_gap());
+    }
+}
