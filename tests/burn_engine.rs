@@ -328,14 +328,10 @@ fn the_trainer_checks_the_rows_at_the_runs_own_micro_batch_size() {
 fn mixing_only_in_the_backward_in_training_below_tolerance_off_pattern_or_by_reordering_is_refused() {
     for d in devices() {
         for (how, what) in SNEAKY.iter().enumerate() {
-            // A GPU's rows may move by 2⁻¹⁶ of their largest value between calls (a kernel may
-            // reorder a sum), so a leak far below that is allowed there by design (the guarantee
-            // says so); only rows that must be bit-identical see it. That is the mean scaled by
-            // 10⁻⁶, and the mean of hot pixels, which adds one constant to all of an example's
-            // logits: the loss ignores it but for rounding.
-            if (how == 2 || how == 3) && !dpgd::device::is_host(&d) {
-                continue;
-            }
+            // Rows must be bit-identical on every device (a GPU was once allowed 2⁻¹⁶ of a row's
+            // largest value, which let the mean scaled by 10⁻⁶ through, and the mean of hot
+            // pixels, which adds one constant to all of an example's logits: the loss ignores it
+            // but for rounding).
             let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 3).init(&d), how };
             let e = match BurnEngine::new(net, &d, [1, 28, 28], 3) {
                 Ok(_) => panic!("{d:?}: {what}: accepted"),

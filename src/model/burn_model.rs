@@ -281,9 +281,6 @@ impl PerExample for ConfigModel {
     fn largest_part(&self) -> Option<(String, usize)> {
         self.engine.largest_part()
     }
-    fn row_tolerance(&self) -> f64 {
-        self.engine.row_tolerance()
-    }
     fn reseed(&self, seed: u64) {
         self.engine.reseed(seed);
     }

@@ -722,21 +722,8 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     fn largest_part(&self) -> Option<(String, usize)> {
         self.params.iter().map(|p| (p.path.clone(), p.len())).max_by_key(|&(_, n)| n)
     }
-    /// 0 on the CPU backends (flex, ndarray), whose kernels fix their order of operations by
-    /// shape; 2⁻¹⁶ of a row's largest value elsewhere (a GPU kernel may reorder a reduction
-    /// between two calls).
-    fn row_tolerance(&self) -> f64 {
-        if crate::device::is_host(&self.device) { 0.0 } else { GPU_ROW_TOLERANCE }
-    }
     /// Seeds the device's random generator (a user model's dropout).
     fn reseed(&self, seed: u64) {
         self.device.seed(seed);
     }
 }
-
-/// How far one example's row may move between two batches on a GPU backend, relative to the
-/// row's largest value: the reordering of a reduction of K terms in f32 moves it by at most
-/// (K − 1)·2⁻²⁴ of the sum of the terms' magnitudes, and a backward's reductions run over a
-/// layer's width or an image's positions; 2⁻¹⁶ allows 256-term reductions whose terms do not
-/// cancel, while a row carrying even 1/65536 of another example's is still refused.
-const GPU_ROW_TOLERANCE: f64 = 1.0 / 65536.0;

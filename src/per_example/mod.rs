@@ -156,14 +156,6 @@ pub trait PerExample: Send + Sync {
     /// The part of the model holding the most parameters and how many, for advice when a model
     /// does not fit in memory.
     fn largest_part(&self) -> Option<(String, usize)>;
-    /// How far one example's row (each value, and its squared norm) may differ between two calls
-    /// of one batch size that give it different companions, relative to the row's largest value
-    /// (of the norm, for the norm), though no row depends on another example: 0 where the
-    /// engine's kernels fix their order of operations by shape alone, so that the same example
-    /// gets the same bits. [`check_rows_are_own`] allows this much.
-    fn row_tolerance(&self) -> f64 {
-        0.0
-    }
     /// Resets the engine's own randomness (a user model's dropout) to `seed`, so that two calls
     /// of one batch size after the same seed draw the same randomness at each position (for
     /// [`check_rows_are_own`]). Engines without randomness ignore it.
