@@ -208,6 +208,14 @@ fn every_method_gives_the_one_process_run_bit_for_bit_on_2_3_and_4_ranks() {
             // The ledger is sharded beside the data: the state holds none of it.
             let s = state::peek_meta(&RunFolder::new(dir.path()).state()).unwrap();
             assert_eq!(s.ledger_ranks, Some(ranks), "{method}");
+            // The owner's budget report (`dpgd inspect`) reads the shards: every example, and
+            // the one-process run's spending. It read the state's empty ledger: 0 examples.
+            let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+            let sharded = dpgd::train::budget::spent(&RunFolder::new(dir.path()), 7850, cfg.max_steps()).unwrap();
+            let whole = dpgd::train::budget::spent(&RunFolder::new(one.path()), 7850, cfg.max_steps()).unwrap();
+            assert_eq!(sharded, whole, "{method} on {ranks} ranks");
+            let report = dpgd::train::budget::report(&RunFolder::new(dir.path()), &cfg, 7850).unwrap();
+            assert_eq!(report.examples, EXAMPLES, "{method} on {ranks} ranks");
         }
     }
 }

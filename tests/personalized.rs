@@ -105,7 +105,7 @@ fn a_tier_stricter_than_the_calibration_stops_sooner() {
     let s = train(&text, dir.path(), None);
     assert_eq!(s.result.unwrap().test_accuracy_at_k, None, "examples could be dropped before k");
     let state = snapshot(&text, dir.path());
-    let of = cfg.config().privacy.budgets.as_ref().unwrap().assignment(&cfg.config().data, 300).unwrap();
+    let of = cfg.config().privacy.budgets.as_ref().unwrap().assignment_by_row(&cfg.config().data, 300).unwrap();
     for (i, &s) in state.spent.iter().enumerate() {
         assert!(s <= cfg.tiers()[usize::from(of[i])].budget, "example {i}");
     }
@@ -282,4 +282,74 @@ fn snapshot_of(text: &str, dir: &Path, params: usize) -> dpgd::train::state::Sna
     let n = cfg.config().data.load().unwrap().train.len();
     let expect = dpgd::train::state::Expect { params, examples: n, max_steps: cfg.max_steps() };
     dpgd::train::state::read(&RunFolder::new(dir).state(), expect).unwrap().unwrap()
+}
+
+/// A training CSV of `rows` rows whose feature `row` is the row's own index (plus ½: not a
+/// byte, so it is read as a number) and whose column `eps` gives rows `strict..` the tier 0.5
+/// and the others 8; and a budget file saying the same, line by line.
+fn rows_dataset(dir: &Path, rows: usize, strict: usize) -> String {
+    let eps = |i: usize| if i >= strict { "0.5" } else { "8" };
+    let mut train = "row,eps,label\n".to_string();
+    let mut file = "epsilon\n".to_string();
+    for i in 0..rows {
+        train += &format!("{}.5,{},{}\n", i, eps(i), i % 2);
+        file += &format!("{}\n", eps(i));
+    }
+    std::fs::write(dir.join("train.csv"), train).unwrap();
+    std::fs::write(dir.join("test.csv"), "row,label\n0.5,0\n1.5,1\n2.5,0\n3.5,1\n").unwrap();
+    std::fs::write(dir.join("budgets.csv"), file).unwrap();
+    format!(
+        "name = \"rows\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n[data.hold_out]\nexamples = 40\nseed = \
+         3\n[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"filtered\"\nepsilon = 0.5\ndelta = 1e-5\nclip = \
+         1.0\nworst_case_steps = 4\n[privacy.budgets]\nepsilons = [0.5, 8.0]\n",
+        dir.display()
+    )
+}
+
+/// An example's tier is its own row's through a hold-out (a private search's validation split
+/// is one): the examples after the first held-out row used to take the next row's tier, so an
+/// example that asked for ε = 0.5 could spend the ε = 8 tier's budget. Checked for a budget
+/// file, a column and a random assignment, against each training example's own row, read back
+/// from its features; and through a run's confidential budget report.
+#[test]
+fn an_examples_tier_follows_its_row_through_a_hold_out() {
+    let data = tempfile::tempdir().unwrap();
+    let base = rows_dataset(data.path(), 400, 300);
+    let file = format!("file = \"{}\"\n", data.path().join("budgets.csv").display());
+    for assignment in [file.as_str(), "column = \"eps\"\n"] {
+        let text = format!("{base}{assignment}[train]\nlr = 1.0\nseed = 2\nmax_steps = 6\n");
+        let cfg = valid(&text);
+        let loaded = cfg.config().data.load().unwrap();
+        let n = loaded.train.len();
+        assert_eq!(n, 360, "40 of 400 held out");
+        let (budgets, _) = dpgd::train::tiers::ledger_budgets(&cfg, n).unwrap();
+        let tiers = cfg.tiers();
+        let mut strict = 0;
+        for i in 0..n {
+            let row = loaded.train.features[i] as usize;
+            let want = if row >= 300 { tiers[0].budget } else { tiers[1].budget };
+            assert_eq!(budgets.get(i), want, "{assignment}: example {i} (row {row})");
+            strict += usize::from(row >= 300);
+        }
+        assert!(strict > 0 && strict < 100, "some of rows 300.. are held out: {strict}");
+        // The owner's report counts each tier's own examples.
+        let dir = tempfile::tempdir().unwrap();
+        train(&text, dir.path(), None);
+        let report = dpgd::train::budget::report(&RunFolder::new(dir.path()), &cfg, 2 + 2).unwrap();
+        let counts: Vec<usize> = report.tiers.iter().map(|t| t.examples).collect();
+        assert_eq!(counts, [strict, n - strict], "{assignment}");
+    }
+    // A random assignment is drawn over the rows, so a hold-out leaves each row's tier as it was.
+    let shares = |hold_out: bool| {
+        let text = format!("{base}shares = [0.3, 0.7]\nseed = 9\n[train]\nlr = 1.0\n");
+        let text = if hold_out { text } else { text.replace("[data.hold_out]\nexamples = 40\nseed = 3\n", "") };
+        let cfg = valid(&text);
+        let loaded = cfg.config().data.load().unwrap();
+        let (budgets, _) = dpgd::train::tiers::ledger_budgets(&cfg, loaded.train.len()).unwrap();
+        (0..loaded.train.len()).map(|i| (loaded.train.features[i] as usize, budgets.get(i))).collect::<Vec<_>>()
+    };
+    let whole: std::collections::BTreeMap<usize, f64> = shares(false).into_iter().collect();
+    for (row, budget) in shares(true) {
+        assert_eq!(whole[&row], budget, "row {row}");
+    }
 }

@@ -27,6 +27,11 @@ fn setup(dir: &Path, privacy: &str, grid: &str, search: &str) -> PathBuf {
     let base = dir.join("base.toml");
     std::fs::write(&base, common::fixture_config("base", "logistic", (600, 300), privacy, "lr = 1.0\neval_every = 0"))
         .unwrap();
+    setup_with_base(dir, &base, grid, search)
+}
+
+/// A sweep file over `grid` with `search` as its `[search]` section and the config `base`.
+fn setup_with_base(dir: &Path, base: &Path, grid: &str, search: &str) -> PathBuf {
     let sweep = dir.join("sweep.toml");
     std::fs::write(
         &sweep,
@@ -51,9 +56,14 @@ fn search(dir: &Path) -> (Search, SearchResult) {
 
 /// [PS22, Thm 2] by hand, in plain f64, from each grid point's own curve.
 fn by_hand(s: &Search) -> f64 {
-    let g = &s.guarantee;
-    let Repetitions::TruncatedNegativeBinomial { eta, gamma } = g.repetitions else { panic!("negative binomial") };
     let curves: Vec<Rdp> = s.points.iter().map(|p| p.config.accounting().unwrap().rdp().unwrap()).collect();
+    theorem_2(&s.guarantee, &curves)
+}
+
+/// [PS22, Thm 2] by hand for the candidates' run curves `curves` (each with the score's λρ_v
+/// beside it), converted at δ less the published share that covers K's sampling.
+fn theorem_2(g: &dpgd::sweep::search::SearchGuarantee, curves: &[Rdp]) -> f64 {
+    let Repetitions::TruncatedNegativeBinomial { eta, gamma } = g.repetitions else { panic!("negative binomial") };
     let orders = curves[0].orders().to_vec();
     let one: Vec<f64> = (0..orders.len())
         .map(|i| curves.iter().map(|c| c.epsilons()[i]).fold(orders[i] * g.score_rho, f64::max))
@@ -65,7 +75,8 @@ fn by_hand(s: &Search) -> f64 {
         .map(|(&l, &e)| (1.0 + eta) * (1.0 - 1.0 / l) * e + (1.0 + eta) * (1.0 / gamma).ln() / l)
         .fold((1.0 + eta) * (1.0 / gamma).ln(), f64::min);
     let search: Vec<f64> = orders.iter().zip(&one).map(|(&l, &e)| e + c + mean.ln() / (l - 1.0)).collect();
-    Rdp::new(orders, search).unwrap().epsilon(g.delta, Conversion::Cks).unwrap()
+    assert!(g.sampling_delta > 0.0 && g.sampling_delta < g.delta * 1e-4, "{g:?}");
+    Rdp::new(orders, search).unwrap().epsilon(g.delta - g.sampling_delta, Conversion::Cks).unwrap()
 }
 
 #[test]
@@ -236,5 +247,162 @@ fn a_damaged_search_state_is_refused_naming_the_file() {
         std::fs::write(&path, bad).unwrap();
         let err = run_search(&s, &out, &mut Quiet, None).unwrap_err().to_string();
         assert!(err.contains("search.json"), "{err}");
+    }
+}
+
+/// Personalized budgets in a search: each tier's examples stay within their own ε for the whole
+/// search. The search used to account the base budget only, while each candidate kept the
+/// tiers' absolute ε: the ε = 8 tier's examples were (11.2, 10⁻⁵)-DP under a headline of 2.
+/// Recomputed by hand for each tier from the published σ of every grid point and the tier's
+/// published candidate ε (its whole number of worst-case steps by the accounting crate's
+/// Gaussian-DP conversion), and checked against the chosen candidate's published tiers.
+#[test]
+fn a_search_over_personalized_budgets_keeps_every_tier_within_its_own_epsilon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let privacy = "method = \"filtered\"\nepsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4\n\
+                   [privacy.budgets]\nepsilons = [0.5, 8.0]\nshares = [0.5, 0.5]\nseed = 1";
+    let base = tmp.path().join("base.toml");
+    let train = "lr = 1.0\neval_every = 0\nmax_steps = 8\n[stopping]\nrule = \"max-steps\"";
+    std::fs::write(&base, common::fixture_config("base", "logistic", (600, 300), privacy, train)).unwrap();
+    let file = setup_with_base(tmp.path(), &base, GRID, SEARCH);
+    // σ for the strictest tier, as a run with tiers calibrates it.
+    let s = prepare(&file, (0.5, 1e-5)).unwrap();
+    let g = &s.guarantee;
+    assert_eq!(g.tiers.len(), 2, "{g:?}");
+    for (j, t) in g.tiers.iter().enumerate() {
+        assert!(t.guaranteed_epsilon <= t.epsilon && t.candidate_epsilon < t.epsilon, "tier {j}: {t:?}");
+        // Each grid point's tier steps: the most whose Gaussian-DP guarantee is within the
+        // candidate ε; its curve λk/(2σ²).
+        let curves: Vec<Rdp> = s
+            .points
+            .iter()
+            .map(|p| {
+                let sigma = p.config.sigma().unwrap();
+                let fits = |k: u64| {
+                    let mu = (k as f64).sqrt() / sigma;
+                    dpgd::accounting::GaussianDp::new(mu).unwrap().epsilon(1e-5, Conversion::GaussianExact).unwrap()
+                        <= t.candidate_epsilon
+                };
+                let k = (1..100_000u64).take_while(|&k| fits(k)).last().unwrap();
+                assert_eq!(p.config.tiers()[j].worst_case_steps, Some(k), "tier {j}");
+                let orders = dpgd::accounting::subsampled::dp_accounting_orders();
+                let eps = orders.iter().map(|a| a * k as f64 / (2.0 * sigma * sigma)).collect();
+                Rdp::new(orders, eps).unwrap()
+            })
+            .collect();
+        let hand =
+            theorem_2(&dpgd::sweep::search::SearchGuarantee { sampling_delta: t.sampling_delta, ..g.clone() }, &curves);
+        assert!(
+            t.guaranteed_epsilon >= hand && t.guaranteed_epsilon <= hand * (1.0 + 1e-9),
+            "tier {j}: {} against {hand} by hand",
+            t.guaranteed_epsilon
+        );
+    }
+    assert_eq!(g.epsilon, g.tiers[1].guaranteed_epsilon, "the headline is the loosest tier's");
+    assert!(g.tiers[1].guaranteed_epsilon > 4.0, "the loose tier trains on past the base: {g:?}");
+    let r = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
+    assert!(r.summary.contains("epsilon 0.5: (") && r.summary.contains("epsilon 8: ("), "{}", r.summary);
+    let candidate: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("out/publishable/candidate-privacy.json")).unwrap(),
+    )
+    .unwrap();
+    let tiers = candidate["personalized"]["tiers"].as_array().unwrap();
+    for (t, published) in g.tiers.iter().zip(tiers) {
+        assert_eq!(published["epsilon"].as_f64().unwrap(), t.candidate_epsilon);
+    }
+}
+
+/// A search is private only if every candidate run is: a fixed `train.seed` in the base, or
+/// exact counts, made every candidate not private while search.json said `private: true`.
+#[test]
+fn a_search_whose_candidates_are_not_private_says_so_with_every_reason() {
+    for (set, says) in [
+        ("\"train.seed\" = 5", "train.seed = 5 is fixed"),
+        ("\"release.active_count\" = \"exact-non-private\"", "exact-non-private"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = setup(tmp.path(), PRIVACY, GRID, "validation = 100\n[search.candidates]\nmean = 2");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = if set.starts_with("\"release") {
+            text.replace("\"release.active_count\" = \"none\"", set)
+        } else {
+            text.replace("[set]\n", &format!("[set]\n{set}\n"))
+        };
+        std::fs::write(&file, text).unwrap();
+        let s = prepare(&file, (3.0, 1e-5)).unwrap();
+        let r = run_search(&s, &tmp.path().join("out"), &mut Quiet, None).unwrap().unwrap();
+        assert!(!r.private && r.summary.starts_with("NOT PRIVATE"), "{set}: {}", r.summary);
+        assert!(r.not_private_because.iter().any(|w| w.contains(says)), "{set}: {:?}", r.not_private_because);
+        assert!(!r.not_private_because.iter().any(|w| w.contains("search.seed")), "{set}: the search seed is the OS's");
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(tmp.path().join("out/publishable/result.json")).unwrap())
+                .unwrap();
+        assert_eq!(result["private"], serde_json::json!(false), "{set}");
+    }
+}
+
+/// The published folder states the search's guarantee in every file: `result.json` carries the
+/// search's ε (not the candidate's), `README.txt` describes the search's files, the metrics
+/// carry no candidate ε, and `candidate-privacy.json` says whose guarantee covers the model.
+#[test]
+fn every_file_a_search_publishes_states_the_searchs_guarantee() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, r) = search(tmp.path());
+    let published = tmp.path().join("out/publishable");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(published.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["epsilon_of_configuration"].as_f64(), Some(r.guarantee.epsilon));
+    assert_eq!(result["guarantee"].as_str(), Some(r.summary.as_str()));
+    let readme = std::fs::read_to_string(published.join("README.txt")).unwrap();
+    assert!(readme.contains("search.json") && !readme.contains("privacy.json says"), "{readme}");
+    let csv = std::fs::read_to_string(published.join("metrics.csv")).unwrap();
+    assert!(!csv.contains("epsilon"), "{csv}");
+    let candidate = std::fs::read_to_string(published.join("candidate-privacy.json")).unwrap();
+    assert!(candidate.contains("published_model_guarantee") && candidate.contains(&r.summary));
+    let mut names: Vec<String> =
+        std::fs::read_dir(&published).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    for name in &names {
+        assert!(
+            ["README.txt", "accuracy.png", "candidate-privacy.json", "config.toml", "metrics.csv", "metrics.jsonl"]
+                .contains(&name.as_str())
+                || name.starts_with("model.")
+                || name == "result.json"
+                || name == "search.json",
+            "unexpected published file {name}"
+        );
+    }
+}
+
+/// The noise of counts left to the tool follows each candidate's own ε, as `dpgd train` at that
+/// ε resolves it: candidates used to keep the σ the base config's ε gave (too little noise for
+/// their smaller ε), or were all refused.
+#[test]
+fn candidates_resolve_their_count_noise_for_their_own_epsilon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let privacy = "method = \"filtered\"\nepsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 4";
+    let base = tmp.path().join("base.toml");
+    let train = "lr = 1.0\neval_every = 0\nmax_steps = 8\n[stopping]\nrule = \"max-steps\"\n[release]\nactive_count = \
+                 \"noisy\"\nactive_count_every = 2";
+    std::fs::write(&base, common::fixture_config("base", "logistic", (600, 300), privacy, train)).unwrap();
+    let file = setup_with_base(tmp.path(), &base, GRID, "validation = 100\n[search.candidates]\nmean = 10");
+    let text = std::fs::read_to_string(&file).unwrap().replace("\"release.active_count\" = \"none\"\n", "");
+    std::fs::write(&file, text).unwrap();
+    let s = prepare(&file, (1.0, 1e-5)).unwrap();
+    let eps_c = s.guarantee.candidate_epsilon;
+    assert!(eps_c < 0.5, "{eps_c}");
+    for p in &s.points {
+        // `dpgd train` of the base at this grid point and the candidates' epsilon.
+        let mut alone = TrainConfig::from_file(&base, &[]).unwrap();
+        alone.privacy.epsilon = Some(eps_c);
+        alone.data.hold_out = Some(s.guarantee.validation);
+        alone.train.chunk = Some(8);
+        alone.train.lr = p.point["train.lr"].as_float().unwrap();
+        alone.privacy.clip = p.point["privacy.clip"].as_float().unwrap();
+        let alone = alone.validate().unwrap();
+        let (got, want) = (p.config.config().release.active_count_sigma, alone.config().release.active_count_sigma);
+        assert_eq!(got, want, "{}: the count's noise at epsilon {eps_c}", p.id);
+        let at_base = TrainConfig::from_file(&base, &[]).unwrap().validate().unwrap();
+        assert!(got > at_base.config().release.active_count_sigma, "{}: more noise than at epsilon 1", p.id);
     }
 }

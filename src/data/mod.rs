@@ -802,6 +802,27 @@ impl HoldOut {
         order.sort_unstable();
         Ok(order)
     }
+
+    /// The original row (position among the `total` training examples it is taken from) of
+    /// each of the `total − examples` examples a run trains on, ascending: the rows
+    /// [`positions`](Self::positions) leaves. What an example carries through the hold-out,
+    /// so that anything keyed by its row (its tier of personalized budgets) stays its own.
+    ///
+    /// # Errors
+    /// As [`positions`](Self::positions).
+    pub fn kept_rows(&self, total: usize) -> Result<Vec<usize>> {
+        let held = self.positions(total)?;
+        let mut next = held.iter().peekable();
+        Ok((0..total)
+            .filter(|&i| {
+                let is_held = next.peek() == Some(&&i);
+                if is_held {
+                    next.next();
+                }
+                !is_held
+            })
+            .collect())
+    }
 }
 
 /// The first `n` examples of `split`: those at `positions` (ascending) and the rest, each in

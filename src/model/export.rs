@@ -408,7 +408,8 @@ pub fn load_into<M: burn::module::Module>(model: M, path: &Path) -> Result<Loade
     let file = File::read(path)?;
     if file.layout() != "burn" {
         return Err(bad("a fast-engine model (layout pytorch, PyTorch's parameter names): read it with \
-             dpgd::model::export::load, or fine-tune it from the command line with model.init_from"
+             dpgd::model::export::load (the command line does not fine-tune: a burn model is fine-tuned through the \
+             library, as examples/fine_tune.rs does)"
             .into()));
     }
     let tensors =

@@ -31,3 +31,22 @@ pub mod search;
 pub use execute::{ExecuteOptions, QuietSweep, SweepObserver, execute};
 pub use plan::{MAX_RUNS, PlannedRun, SweepFile, default_results, plan, value_text};
 pub use report::{ResultRow, report, write_results};
+
+/// Refuses a sweep launched as one of `ranks` > 1 processes (`mpirun -np N dpgd sweep …`):
+/// every rank would run the whole sweep (or private search) on its own, drawing its own
+/// candidates; a sweep's runs, and a search's candidates, each run in one process.
+///
+/// # Errors
+/// `ranks` above 1, naming both options.
+pub fn one_process(ranks: usize) -> crate::Result<()> {
+    if ranks > 1 {
+        return Err(crate::Error::config(
+            "ranks",
+            format!(
+                "dpgd sweep (and its private search, --select private) runs in one process, but it was launched as \
+                 one of {ranks} ranks: run it without mpirun (its runs and candidates each train in that process)"
+            ),
+        ));
+    }
+    Ok(())
+}

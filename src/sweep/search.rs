@@ -49,6 +49,8 @@ use crate::accounting::{Conversion, Rdp, ToApproxDp};
 use crate::data::{Dataset, HoldOut, Split};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSeed, Stream};
+use crate::train::folder::{jsonl, metrics_csv};
+use crate::train::outputs::MetricsRow;
 use crate::train::{Observer, RunFolder, RunOptions, TrainConfig, ValidConfig, read_json, run};
 
 /// The `[search]` section of a sweep file: how `--select private` searches. Everything here is
@@ -138,10 +140,16 @@ impl CandidatesSection {
 /// The search's guarantee and the event it rests on: publishable.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchGuarantee {
-    /// ε of the whole search at `delta`, rounded up.
+    /// ε of the whole search at `delta`, rounded up: with personalized budgets, the loosest
+    /// tier's (what holds for every example; each tier's is in `tiers`).
     pub epsilon: f64,
-    /// δ.
+    /// δ, all of it: the Rényi conversion's share and `sampling_delta`.
     pub delta: f64,
+    /// The share of δ that covers how K is drawn: (1 + e^ε) times the gap between the
+    /// sampler's distribution of K and the theorem's ([`Repetitions::sampling_gap`]); ε is
+    /// converted from Rényi DP at δ minus this.
+    #[serde(default)]
+    pub sampling_delta: f64,
     /// The Rényi order that gives ε.
     pub order: f64,
     /// The conversion from Rényi DP.
@@ -159,6 +167,27 @@ pub struct SearchGuarantee {
     pub score_rho: f64,
     /// The held-out validation split.
     pub validation: HoldOut,
+    /// With personalized budgets (`privacy.budgets`), each tier's guarantee for the whole
+    /// search, in the tiers' order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<SearchTier>,
+}
+
+/// One tier of personalized budgets in a private search: its examples' guarantee for the whole
+/// search, from that tier's own curve in every candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchTier {
+    /// The ε its examples asked for (`privacy.budgets.epsilons`).
+    pub epsilon: f64,
+    /// The ε its budget is calibrated for in each candidate run
+    /// (`privacy.budgets.search_epsilons`).
+    pub candidate_epsilon: f64,
+    /// The search's ε for its examples at `delta`, rounded up: at most `epsilon`.
+    pub guaranteed_epsilon: f64,
+    /// The share of δ that covers how K is drawn, at this tier's ε.
+    pub sampling_delta: f64,
+    /// The Rényi order that gives it.
+    pub order: f64,
 }
 
 /// A search ready to run: its calibrated grid, its data and its guarantee.
@@ -187,14 +216,78 @@ impl std::fmt::Debug for Search {
     }
 }
 
+/// What every candidate shares: the grid's configurations (holding out the validation split),
+/// K's distribution, δ and the score's noise (fixed by `--epsilon` or the file).
+struct Grid<'a> {
+    configs: Vec<TrainConfig>,
+    planned: &'a [PlannedRun],
+    repetitions: Repetitions,
+    delta: f64,
+    score_noise: Option<f64>,
+}
+
+impl Grid<'_> {
+    /// Every grid point validated with candidate ε `eps_c` (and, with tiers, the tiers'
+    /// candidate ε `tiers`; `None`: without tiers), with the score's noise for `eps_c`.
+    fn validate(&self, eps_c: f64, tiers: Option<&[f64]>) -> Result<(Vec<ValidConfig>, DiscreteGaussian)> {
+        let score = score_noise(self.score_noise, eps_c, self.delta)?;
+        let mut valid = Vec::with_capacity(self.configs.len());
+        for (c, p) in self.configs.iter().zip(self.planned) {
+            let mut c = c.clone();
+            (c.privacy.epsilon, c.privacy.sigma) = (Some(eps_c), None);
+            match tiers {
+                Some(t) => c.privacy.budgets.iter_mut().for_each(|b| b.search_epsilons = Some(t.to_vec())),
+                None => c.privacy.budgets = None,
+            }
+            valid.push(c.validate().map_err(|e| Error::config(format!("sweep run {}", p.id), e.to_string()))?);
+        }
+        Ok((valid, score))
+    }
+
+    /// The search's Rényi DP curve for the examples whose candidate curve is `curve` (at every
+    /// grid point), with each candidate's score.
+    fn search_curve(
+        &self,
+        valid: &[ValidConfig],
+        score: &DiscreteGaussian,
+        curve: impl Fn(&ValidConfig) -> Option<Rdp>,
+    ) -> Result<Rdp> {
+        let score_rho = score.zcdp(1.0).map_err(|e| Error::config("search.score_noise", e.to_string()))?.rho();
+        let mut curves = Vec::with_capacity(valid.len());
+        for (v, p) in valid.iter().zip(self.planned) {
+            let Some(train) = v.accounting().and_then(|_| curve(v)) else {
+                return Err(Error::config(
+                    format!("sweep run {}: privacy.method", p.id),
+                    "a private search needs every candidate's Renyi DP curve: use a private method",
+                ));
+            };
+            curves.push(candidate_curve(train, score_rho)?);
+        }
+        let one = Rdp::pointwise_max(&curves).map_err(|e| Error::config("sweep grid", e.to_string()))?;
+        self.repetitions.rdp(&one).map_err(|e| Error::config("search.candidates", e.to_string()))
+    }
+
+    /// The search's ε and order for `curve` at the part of δ that the Rényi conversion may
+    /// use at ε about `epsilon` ([`conversion_delta`]).
+    fn epsilon_of(&self, curve: &Rdp, epsilon: f64) -> Result<(f64, f64, f64)> {
+        let (delta, sampling) = conversion_delta(self.delta, epsilon, self.repetitions)?;
+        let (e, order) = best_order(curve, delta);
+        Ok((e, order, sampling))
+    }
+}
+
 /// Reads a sweep file for `--select private`, loads its data, holds out the validation split
-/// and calibrates every candidate so that the whole search is within `target` = (ε, δ).
+/// and calibrates every candidate so that the whole search is within `target` = (ε, δ). With
+/// personalized budgets, `target`'s ε calibrates the noise (as `privacy.epsilon` does in a
+/// run), and each tier's budget in the candidates is calibrated so that the whole search keeps
+/// that tier's examples within their own ε; the search's ε is then the loosest tier's.
 ///
 /// # Errors
 /// As [`plan`]; a `seeds` list, a `reuse` list or a grid of one point; a grid field that the
-/// search sets (`privacy.epsilon`, `privacy.sigma`, `privacy.delta`, `train.seed`, `data.*`); a
-/// method without a Rényi DP curve; points with different data sections; a validation split
-/// that leaves nothing to train on; or a target that no candidate ε meets.
+/// search sets (`privacy.epsilon`, `privacy.sigma`, `privacy.delta`, `privacy.budgets`,
+/// `train.seed`, `data.*`); a method without a Rényi DP curve; points with different data
+/// sections; a validation split that leaves nothing to train on; a K whose sampling costs
+/// more than half of δ; or a target (or a tier) that no candidate ε meets.
 pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
     let (sweep, planned) = plan(path)?;
     let section = check_file(&sweep, &planned, path)?;
@@ -211,41 +304,47 @@ pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
     let n = whole.train.head(base.data.train_subset).len();
     let hold_out = HoldOut { examples: section.validation.unwrap_or(n / 10), seed: section.validation_seed };
     let (data, validation) = whole.hold_out(base.data.train_subset, &hold_out)?;
-    let configs: Vec<TrainConfig> = planned
+    let configs = planned
         .iter()
         .map(|p| {
-            let mut c = p.config.config().clone();
+            // As given: the noise of counts left to the tool follows each candidate's own ε.
+            let mut c = p.config.given().clone();
             c.data.hold_out = Some(hold_out);
             c.privacy.delta = delta;
             c
         })
         .collect();
-    let search_epsilon = |eps_c: f64| -> Result<(Vec<ValidConfig>, Rdp, DiscreteGaussian)> {
-        let score = score_noise(section.score_noise, eps_c, delta)?;
-        let score_rho = score.zcdp(1.0).map_err(|e| Error::config("search.score_noise", e.to_string()))?.rho();
-        let mut valid = Vec::with_capacity(configs.len());
-        let mut curves = Vec::with_capacity(configs.len());
-        for (c, p) in configs.iter().zip(&planned) {
-            let (v, curve) = candidate_curve(c, &p.id, eps_c, score_rho)?;
-            curves.push(curve);
-            valid.push(v);
-        }
-        let one = Rdp::pointwise_max(&curves).map_err(|e| Error::config("sweep grid", e.to_string()))?;
-        let search = repetitions.rdp(&one).map_err(|e| Error::config("search.candidates", e.to_string()))?;
-        Ok((valid, search, score))
+    let grid = Grid { configs, planned: &planned, repetitions, delta, score_noise: section.score_noise };
+    // The noise: candidates at ε_c, each example's curve the run's own (no tiers).
+    let base_epsilon = |e: f64| -> Result<f64> {
+        let (valid, score) = grid.validate(e, None)?;
+        let curve = grid.search_curve(&valid, &score, |v| v.accounting()?.rdp())?;
+        Ok(grid.epsilon_of(&curve, epsilon)?.0)
     };
-    let eps_of = |rdp: &Rdp| rdp.epsilon(delta, Conversion::Cks).unwrap_or(f64::INFINITY);
-    let candidate_epsilon = calibrate(epsilon, |e| search_epsilon(e).map(|(_, r, _)| eps_of(&r)))?;
-    let (valid, curve, score) = search_epsilon(candidate_epsilon)?;
-    let score_rho = score.zcdp(1.0).map_err(|e| Error::config("search.score_noise", e.to_string()))?.rho();
-    let (final_epsilon, order) = best_order(&curve, delta);
-    if final_epsilon > epsilon {
+    let candidate_epsilon = calibrate(epsilon, base_epsilon, "--epsilon", "")?;
+    let tiers = match base.privacy.budgets.as_ref() {
+        Some(b) => Some(calibrate_tiers(&grid, candidate_epsilon, &b.targets())?),
+        None => None,
+    };
+    let (valid, score) = grid.validate(candidate_epsilon, tiers.as_deref())?;
+    let curve = grid.search_curve(&valid, &score, |v| v.accounting()?.rdp())?;
+    let (mut final_epsilon, mut order, mut sampling_delta) = grid.epsilon_of(&curve, epsilon)?;
+    let mut search_tiers = Vec::new();
+    if let (Some(candidate), Some(b)) = (&tiers, &base.privacy.budgets) {
+        search_tiers = tier_guarantees(&grid, &valid, &score, &b.targets(), candidate)?;
+        let loosest = search_tiers.iter().max_by(|a, b| a.guaranteed_epsilon.total_cmp(&b.guaranteed_epsilon));
+        if let Some(t) = loosest {
+            (final_epsilon, order, sampling_delta) = (t.guaranteed_epsilon, t.order, t.sampling_delta);
+        }
+    } else if final_epsilon > epsilon {
         return Err(Error::State(format!("the calibrated search costs {final_epsilon} > the target {epsilon}")));
     }
+    let score_rho = score.zcdp(1.0).map_err(|e| Error::config("search.score_noise", e.to_string()))?.rho();
     let points = planned.into_iter().zip(valid).map(|(p, config)| PlannedRun { config, ..p }).collect();
     let guarantee = SearchGuarantee {
         epsilon: final_epsilon,
         delta,
+        sampling_delta,
         order,
         conversion: Conversion::Cks,
         repetitions,
@@ -254,29 +353,86 @@ pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
         score_sigma: score.sigma(),
         score_rho,
         validation: hold_out,
+        tiers: search_tiers,
     };
     let seed = section.seed.map_or(NoiseSeed::Os, NoiseSeed::Fixed);
     Ok(Search { name: sweep.name, points, guarantee, score, seed, data, validation })
 }
 
-/// Grid point `id`'s run (`config` at candidate ε `eps_c`) and its curve as one candidate:
-/// the pointwise maximum of the run's own Rényi curve and the score's, λρ_v (see the
-/// [module docs](self)).
-fn candidate_curve(config: &TrainConfig, id: &str, eps_c: f64, score_rho: f64) -> Result<(ValidConfig, Rdp)> {
-    let mut c = config.clone();
-    (c.privacy.epsilon, c.privacy.sigma) = (Some(eps_c), None);
-    let v = c.validate().map_err(|e| Error::config(format!("sweep run {id}"), e.to_string()))?;
-    let Some(train) = v.accounting().and_then(|a| a.rdp()) else {
-        return Err(Error::config(
-            format!("sweep run {id}: privacy.method"),
-            "a private search needs every candidate's Renyi DP curve: use a private method",
-        ));
-    };
+/// Each tier's ε in the candidates (`privacy.budgets.search_epsilons`): the largest whose
+/// search, on that tier's own curve at every grid point, is within the tier's ε `targets[j]`.
+/// Strictest first: while tier j is calibrated, the stricter tiers keep their calibrated
+/// values and the looser ones sit at tier j's (each at most its own ε).
+fn calibrate_tiers(grid: &Grid<'_>, candidate_epsilon: f64, targets: &[f64]) -> Result<Vec<f64>> {
+    let mut order: Vec<usize> = (0..targets.len()).collect();
+    order.sort_by(|&a, &b| targets[a].total_cmp(&targets[b]));
+    let mut done: Vec<Option<f64>> = vec![None; targets.len()];
+    for &j in &order {
+        let with = |e: f64| -> Vec<f64> { (0..targets.len()).map(|i| done[i].unwrap_or(e.min(targets[i]))).collect() };
+        let tier_epsilon = |e: f64| -> Result<f64> {
+            let (valid, score) = grid.validate(candidate_epsilon, Some(&with(e)))?;
+            let curve = grid.search_curve(&valid, &score, |v| v.accounting()?.tier_rdp(j))?;
+            Ok(grid.epsilon_of(&curve, targets[j])?.0)
+        };
+        let field = format!("privacy.budgets.epsilons (the tier {})", targets[j]);
+        done[j] = Some(calibrate(targets[j], tier_epsilon, &field, " or raise the tier's epsilon")?);
+    }
+    Ok(done.into_iter().map(|e| e.unwrap_or(0.0)).collect())
+}
+
+/// Each tier's guarantee for the whole search, recomputed from the final candidates `valid`
+/// and checked against the tier's ε.
+fn tier_guarantees(
+    grid: &Grid<'_>,
+    valid: &[ValidConfig],
+    score: &DiscreteGaussian,
+    targets: &[f64],
+    candidate: &[f64],
+) -> Result<Vec<SearchTier>> {
+    let mut out = Vec::with_capacity(targets.len());
+    for (j, (&epsilon, &candidate_epsilon)) in targets.iter().zip(candidate).enumerate() {
+        let curve = grid.search_curve(valid, score, |v| v.accounting()?.tier_rdp(j))?;
+        let (guaranteed, order, sampling_delta) = grid.epsilon_of(&curve, epsilon)?;
+        if guaranteed > epsilon {
+            return Err(Error::State(format!(
+                "the calibrated search costs the tier {epsilon} {guaranteed}: more than its epsilon"
+            )));
+        }
+        out.push(SearchTier { epsilon, candidate_epsilon, guaranteed_epsilon: guaranteed, sampling_delta, order });
+    }
+    Ok(out)
+}
+
+/// One candidate's curve: the pointwise maximum of its run's Rényi curve `train` and the
+/// score's, λρ_v (see the [module docs](self)).
+fn candidate_curve(train: Rdp, score_rho: f64) -> Result<Rdp> {
     let score = train.orders().iter().map(|&a| mul_up(a, score_rho)).collect();
     let score =
         Rdp::new(train.orders().to_vec(), score).map_err(|e| Error::config("search.score_noise", e.to_string()))?;
-    let curve = Rdp::pointwise_max(&[train, score]).map_err(|e| Error::config("search", e.to_string()))?;
-    Ok((v, curve))
+    Rdp::pointwise_max(&[train, score]).map_err(|e| Error::config("search", e.to_string()))
+}
+
+/// The δ the Rényi conversion may use for a search whose ε is about `epsilon` (at most it):
+/// `delta` less what drawing K costs, (1 + e^ε)·[`Repetitions::sampling_gap`], rounded up; and
+/// that cost.
+///
+/// # Errors
+/// A cost above half of `delta` (a heavy-tailed K), naming `search.candidates`.
+fn conversion_delta(delta: f64, epsilon: f64, repetitions: Repetitions) -> Result<(f64, f64)> {
+    let sampling = crate::accounting::numeric::mul_up(1.0 + epsilon.exp(), repetitions.sampling_gap());
+    if sampling.is_nan() || sampling > delta / 2.0 {
+        return Err(Error::config(
+            "search.candidates",
+            format!(
+                "K as drawn differs from its distribution in the theorem by up to {:.3e} (the mass of its tail past \
+                 {} candidates), which costs {sampling:.3e} of delta = {delta}: more than half of it; raise \
+                 search.candidates.eta to 0 or more, or lower the mean",
+                repetitions.sampling_gap(),
+                crate::accounting::selection::MAX_DRAW
+            ),
+        ));
+    }
+    Ok((delta - sampling, sampling))
 }
 
 /// The score's noise: `sigma` as given, or the σ whose ρ = 1/(2σ²) converts to the
@@ -298,17 +454,17 @@ fn score_noise(sigma: Option<f64>, candidate_epsilon: f64, delta: f64) -> Result
 
 /// The largest candidate ε in (0, target] whose search ε (`search_epsilon`, increasing) is at
 /// most `target`: halving from the target until one fits (candidates below about 10⁻⁴ of it,
-/// or candidates whose own configs refuse so small an ε, put the target out of reach), then
-/// bisection to 10⁻⁴ relative.
-fn calibrate(target: f64, search_epsilon: impl Fn(f64) -> Result<f64>) -> Result<f64> {
+/// or candidates whose own configs refuse so small an ε, put the target out of reach, named
+/// by `field`, with `also` as a further remedy), then bisection to 10⁻⁴ relative.
+fn calibrate(target: f64, search_epsilon: impl Fn(f64) -> Result<f64>, field: &str, also: &str) -> Result<f64> {
     let mut hi = target;
     let out_of_reach = |lo: f64, why: String| {
         Error::config(
-            "--epsilon",
+            field,
             format!(
                 "a search within epsilon = {target} is out of reach: candidates at epsilon = {lo:.3e} {why} (the choice \
                  among a random number of runs costs this much on its own): raise --epsilon, or lower \
-                 search.candidates.mean"
+                 search.candidates.mean{also}"
             ),
         )
     };
@@ -361,17 +517,24 @@ fn check_file(sweep: &SweepFile, planned: &[PlannedRun], path: &Path) -> Result<
     for p in planned {
         for field in p.point.keys() {
             let reserved = ["privacy.epsilon", "privacy.sigma", "privacy.delta", "train.seed"];
-            if reserved.contains(&field.as_str()) || field.starts_with("data.") {
+            if reserved.contains(&field.as_str()) || field.starts_with("data.") || field.starts_with("privacy.budgets")
+            {
                 return Err(Error::config(
                     at(&format!("grid.{field}")),
                     "the search sets this itself (epsilon and delta from --epsilon/--delta, the noise seeds, one data \
-                     section): remove it from the grid (and `seeds`)",
+                     section, one assignment of personalized budgets): remove it from the grid (and `seeds`)",
                 ));
             }
         }
         if p.config.config().data != planned[0].config.config().data {
             return Err(Error::config(at("cases"), "every candidate must train on the same data section"));
         }
+    }
+    if planned[0].config.config().privacy.budgets.as_ref().is_some_and(|b| b.search_epsilons.is_some()) {
+        return Err(Error::config(
+            at("base: privacy.budgets.search_epsilons"),
+            "the search calibrates each tier's candidate epsilon itself: remove it",
+        ));
     }
     if planned[0].config.config().data.hold_out.is_some() {
         return Err(Error::config(at("base"), "the search holds out its own validation split: remove data.hold_out"));
@@ -393,8 +556,12 @@ pub struct SearchState {
 /// What a finished search publishes (`publishable/search.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchResult {
-    /// Whether the guarantee holds (false with a fixed seed).
+    /// Whether the guarantee holds: false with a fixed search seed, or where any candidate run
+    /// is not private.
     pub private: bool,
+    /// Why not (empty when private).
+    #[serde(default)]
+    pub not_private_because: Vec<String>,
     /// One line: the guarantee, or why the search is NOT private.
     pub summary: String,
     /// The guarantee and the event it rests on.
@@ -544,8 +711,9 @@ fn candidate(search: &Search, state: &SearchState, i: usize, dir: &Path) -> Resu
     Ok((cfg, folder))
 }
 
-/// Writes `publishable/`: the chosen candidate's publishable files (its own `privacy.json` as
-/// `candidate-privacy.json`) and `search.json`, beside the folder then renamed into place.
+/// Writes `publishable/`: the chosen candidate's model and configuration, its other
+/// publishable files restated under the search's guarantee ([`publish_candidate`]), a README
+/// and `search.json`, beside the folder then renamed into place.
 fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchResult> {
     let best = (0..state.draws.len()).fold(None, |b: Option<usize>, i| match (b, state.scores[i]) {
         (Some(j), Some(s)) if state.scores[j].is_some_and(|t| t >= s) => Some(j),
@@ -557,29 +725,20 @@ fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchRes
         std::fs::remove_dir_all(&partial).map_err(Error::io(&partial))?;
     }
     std::fs::create_dir_all(&partial).map_err(Error::io(&partial))?;
-    let chosen = match best {
-        None => None,
-        Some(i) => {
-            let (_, folder) = candidate(search, state, i, dir)?;
-            for entry in std::fs::read_dir(folder.publishable()).map_err(Error::io(folder.publishable()))? {
-                let entry = entry.map_err(Error::io(folder.publishable()))?;
-                let name = entry.file_name();
-                let to =
-                    if name == "privacy.json" { partial.join("candidate-privacy.json") } else { partial.join(&name) };
-                std::fs::copy(entry.path(), &to).map_err(Error::io(entry.path()))?;
-            }
-            let result: crate::train::outputs::RunResult = read_json(&folder.result())?;
-            let noisy = state.scores[i].unwrap_or(0) as f64 / search.guarantee.validation.examples as f64;
-            Some(Chosen {
-                point: search.points[state.draws[i]].json_point(),
-                noisy_validation_accuracy: noisy,
-                test_accuracy: result.test_accuracy,
-            })
-        }
-    };
-    let result = search_result(search, chosen);
+    let mut result = search_result(search, None);
+    if let Some(i) = best {
+        let (_, folder) = candidate(search, state, i, dir)?;
+        let test_accuracy = publish_candidate(&folder, &partial, &result)?;
+        let noisy = state.scores[i].unwrap_or(0) as f64 / search.guarantee.validation.examples as f64;
+        result.chosen = Some(Chosen {
+            point: search.points[state.draws[i]].json_point(),
+            noisy_validation_accuracy: noisy,
+            test_accuracy,
+        });
+    }
     let text = serde_json::to_string_pretty(&result).map_err(|e| Error::Record(e.to_string()))?;
     crate::files::atomic_write(&partial.join("search.json"), text.as_bytes())?;
+    crate::files::atomic_write(&partial.join("README.txt"), search_readme(&result).as_bytes())?;
     let out = dir.join("publishable");
     if out.exists() {
         std::fs::remove_dir_all(&out).map_err(Error::io(&out))?;
@@ -588,14 +747,103 @@ fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchRes
     Ok(result)
 }
 
+/// The files of the chosen candidate's run `folder` that the search publishes, into `to`: the
+/// model and its configuration as they are; its `result.json` with the search's guarantee in
+/// place of the candidate's (`private`, `epsilon`); its `privacy.json` as
+/// `candidate-privacy.json` (one candidate of the search: what the search composes), stating
+/// the search's guarantee beside it; its metrics without the candidate's running ε. Nothing
+/// else of the candidate's folder. Returns its test accuracy.
+fn publish_candidate(folder: &RunFolder, to: &Path, search: &SearchResult) -> Result<f64> {
+    for name in ["model.safetensors", "model.bpk", "model.json", "config.toml", "accuracy.png"] {
+        let from = folder.publishable().join(name);
+        if from.exists() {
+            std::fs::copy(&from, to.join(name)).map_err(Error::io(&from))?;
+        }
+    }
+    let published = serde_json::Value::String(search.summary.clone());
+    let mut result: crate::train::outputs::RunResult = read_json(&folder.result())?;
+    let test_accuracy = result.test_accuracy;
+    result.private = search.private;
+    result.epsilon = search.private.then_some(search.guarantee.epsilon);
+    result.epsilon_of_configuration = Some(search.guarantee.epsilon);
+    let mut result = serde_json::to_value(result).map_err(|e| Error::Record(e.to_string()))?;
+    result["delta"] = serde_json::json!(search.guarantee.delta);
+    result["guarantee"] = published.clone();
+    write_json(&to.join("result.json"), &result)?;
+    let mut privacy: serde_json::Value = read_json(&folder.privacy())?;
+    privacy["published_model_guarantee"] = serde_json::json!(format!(
+        "this file describes one candidate run of a private search, the mechanism the search repeats; the \
+         published model's guarantee is the search's (search.json): {}",
+        search.summary
+    ));
+    write_json(&to.join("candidate-privacy.json"), &privacy)?;
+    let rows: Vec<MetricsRow> = std::fs::read_to_string(folder.metrics_jsonl())
+        .map_err(Error::io(folder.metrics_jsonl()))?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| Error::Record(format!("{}: {e}", folder.metrics_jsonl().display())))
+        })
+        .collect::<Result<_>>()?;
+    let rows: Vec<MetricsRow> = rows.into_iter().map(|r| MetricsRow { epsilon_so_far: None, ..r }).collect();
+    let header = std::fs::read_to_string(folder.metrics_csv()).map_err(Error::io(folder.metrics_csv()))?;
+    let columns: Vec<&str> =
+        header.lines().next().unwrap_or("").split(',').filter(|c| *c != "epsilon_so_far").collect();
+    crate::files::atomic_write(&to.join("metrics.csv"), metrics_csv(&rows, &columns).as_bytes())?;
+    crate::files::atomic_write(&to.join("metrics.jsonl"), jsonl(&rows)?.as_bytes())?;
+    Ok(test_accuracy)
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Record(e.to_string()))?;
+    crate::files::atomic_write(path, text.as_bytes())
+}
+
+/// `publishable/README.txt` of a search.
+fn search_readme(result: &SearchResult) -> String {
+    format!(
+        "PUBLISHABLE outputs of a dpgd private hyperparameter search: the chosen candidate's model and \
+         configuration, its test accuracy and noisy validation accuracy, and the search's guarantee.\n\n\
+         Safe to publish exactly when search.json says \"private\": true. Every file here is covered by the \
+         search's guarantee, not by one candidate's: {}\n\n\
+         candidate-privacy.json describes one candidate run (the mechanism the search repeats a random number \
+         of times); result.json and metrics.* are the chosen candidate's, restated under the search's guarantee \
+         (metrics without the candidate's running epsilon). How many candidates ran, which won and every other \
+         candidate's score stay in ../confidential/.\n",
+        result.summary
+    )
+}
+
+/// Why the search is not private (empty when it is): a fixed search seed, and every reason any
+/// candidate run is not private (a fixed `train.seed`, exact counts, a non-private method, …).
+fn not_private_reasons(search: &Search) -> Vec<String> {
+    let mut why = Vec::new();
+    if let NoiseSeed::Fixed(s) = search.seed {
+        why.push(format!(
+            "search.seed = {s} is fixed: K, the draws, the scores' noise and every candidate's noise are a public \
+             function of it"
+        ));
+    }
+    for p in &search.points {
+        for reason in p.config.non_private_reasons() {
+            let reason = format!("a candidate's {reason}");
+            if !why.contains(&reason) {
+                why.push(reason);
+            }
+        }
+    }
+    why
+}
+
 fn search_result(search: &Search, chosen: Option<Chosen>) -> SearchResult {
     let g = &search.guarantee;
-    let private = !search.seed.is_fixed();
+    let not_private_because = not_private_reasons(search);
+    let private = not_private_because.is_empty();
     let k = match g.repetitions {
         Repetitions::TruncatedNegativeBinomial { eta, .. } => format!("a truncated negative binomial (eta {eta})"),
         Repetitions::Poisson { .. } => "a Poisson".to_string(),
     };
-    let guarantee = format!(
+    let mut guarantee = format!(
         "({}, {:e})-DP for the whole search, the choice included: {k} number of candidates (mean {:.3}), each a \
          grid point of {} chosen at random, calibrated for epsilon = {} and scored on {} held-out examples with \
          discrete Gaussian noise of std {:.3}; via Renyi DP at order {} and the CKS conversion",
@@ -608,23 +856,48 @@ fn search_result(search: &Search, chosen: Option<Chosen>) -> SearchResult {
         g.score_sigma,
         g.order
     );
+    if !g.tiers.is_empty() {
+        let tiers: Vec<String> = g
+            .tiers
+            .iter()
+            .map(|t| {
+                format!(
+                    "epsilon {}: ({}, {:e})-DP",
+                    t.epsilon,
+                    crate::train::significant(t.guaranteed_epsilon),
+                    g.delta
+                )
+            })
+            .collect();
+        guarantee += &format!(
+            "; with personalized budgets, each example within its own tier's epsilon for the whole search: {}",
+            tiers.join(", ")
+        );
+    }
     let summary = if private {
         guarantee
     } else {
-        format!("NOT PRIVATE: the search has a fixed seed (search.seed); with OS noise it would be {guarantee}")
+        format!(
+            "NOT PRIVATE: {}; with OS noise and private candidates it would be {guarantee}",
+            not_private_because.join("; ")
+        )
     };
     let neighbours =
         search.points[0].config.accounting().map_or_else(String::new, |a| a.neighbours(&search.points[0].config));
     SearchResult {
         private,
+        not_private_because,
         summary,
         guarantee: g.clone(),
         neighbours,
         rests_on: "Papernot & Steinke 2022 (Thm 2: truncated negative binomial; Thm 6: Poisson) applied to one \
                    candidate's Renyi DP curve: the largest over the grid of max(the run's own curve, the noisy \
-                   score's), the score being a count with sensitivity 1 over examples the run never trains on. \
-                   Published: the chosen model, its configuration, its noisy validation accuracy and its test \
-                   accuracy. Confidential: how many candidates ran, which won, and every other candidate."
+                   score's), the score being a count with sensitivity 1 over examples the run never trains on; \
+                   with personalized budgets, each tier's from that tier's own curve in every candidate. delta \
+                   includes (1 + e^epsilon) times the gap between K as drawn and K's distribution in the theorem \
+                   (sampling_delta). Published: the chosen model, its configuration, its noisy validation accuracy \
+                   and its test accuracy. Confidential: how many candidates ran, which won, and every other \
+                   candidate."
             .into(),
         grid: search.points.iter().map(|p| GridPoint { point: p.json_point(), sigma: p.config.sigma() }).collect(),
         chosen,

@@ -69,24 +69,47 @@ pub struct TierSpending {
 /// # Errors
 /// A folder without a training state, unreadable records, or an unreadable assignment.
 pub fn report(folder: &RunFolder, cfg: &ValidConfig, params: usize) -> Result<BudgetReport> {
-    let max_steps = cfg.max_steps();
-    let meta = state::peek_meta(&folder.state()).ok_or_else(|| Error::RunState {
-        path: folder.state(),
-        message: "no training state to report on: the run has not taken a step".into(),
-    })?;
-    let expect = Expect { params, examples: meta.identity.examples, max_steps };
-    let snap = state::read(&folder.state(), expect)?
-        .ok_or_else(|| Error::RunState { path: folder.state(), message: "the state file is missing".into() })?;
+    let spent = spent(folder, params, cfg.max_steps())?;
     let steps: Vec<ConfidentialRow> = std::fs::read_to_string(folder.steps())
         .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
         .unwrap_or_default();
     let budgets = match cfg.tiers() {
-        [] => Budgets::uniform(snap.meta.budget)?,
-        _ => super::tiers::ledger_budgets(cfg, snap.spent.len())?.0,
+        [] => Budgets::uniform(spent.budget)?,
+        _ => super::tiers::ledger_budgets(cfg, spent.spent.len())?.0,
     };
-    let ledger = IndividualFilter::from_spent_with(budgets, snap.spent)
+    let ledger = IndividualFilter::from_spent_with(budgets, spent.spent)
         .map_err(|e| Error::RunState { path: folder.state(), message: format!("its ledger is invalid: {e}") })?;
-    Ok(summarise(&ledger, cfg.tiers(), snap.meta.step, &steps))
+    Ok(summarise(&ledger, cfg.tiers(), spent.step, &steps))
+}
+
+/// Every training example's spent budget in a run's saved state, in the run's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spent {
+    /// Steps completed.
+    pub step: usize,
+    /// The ledger's uniform budget (with personalized budgets, the run's base budget).
+    pub budget: f64,
+    /// Each example's spent budget.
+    pub spent: Vec<f64>,
+}
+
+/// The spent budgets of the run in `folder` (a model of `params` parameters, up to
+/// `max_steps` steps), wherever its state says the ledger is: in the state itself, or, for a
+/// run on several ranks, in the shard files it names.
+///
+/// # Errors
+/// No training state, an unreadable one, or a shard that is missing, damaged or behind it.
+pub fn spent(folder: &RunFolder, params: usize, max_steps: usize) -> Result<Spent> {
+    let meta = state::peek_meta(&folder.state()).ok_or_else(|| Error::RunState {
+        path: folder.state(),
+        message: "no training state to report on: the run has not taken a step".into(),
+    })?;
+    let n = meta.identity.examples;
+    let snap = state::read(&folder.state(), Expect { params, examples: n, max_steps })?
+        .ok_or_else(|| Error::RunState { path: folder.state(), message: "the state file is missing".into() })?;
+    let (step, budget) = (snap.meta.step, snap.meta.budget);
+    let spent = super::shards::assemble(folder, n, &(0..n), (&snap.spent, snap.meta.ledger_ranks), step, budget)?;
+    Ok(Spent { step, budget, spent })
 }
 
 /// The report from every example's ledger entry, the tiers of personalized budgets (if any)

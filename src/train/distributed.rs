@@ -7,7 +7,11 @@
 //! ([`combine`]). Rank 0 alone adds the noise, updates θ, draws the step's releases (asking
 //! the ranks for their shards' correct predictions with [`Message::Count`] when the stopping
 //! rule's noisy training accuracy is due), writes its state and only then shows anything. At
-//! the end it sends [`Message::End`]. No un-noised sum leaves a rank for anywhere but rank 0.
+//! the end it sends [`Message::End`]. Un-noised values — partial sums, exact counts of correct
+//! predictions, θ — travel only between the run's ranks, inside the operator's cluster, as
+//! confidential as `state.bin`: an MPI reduction may pass partial sums through intermediate
+//! ranks on its way to rank 0 (its tree algorithms do), so every rank sees some of them. Only
+//! rank 0 adds noise, and only noised values leave the cluster.
 //!
 //! **Bit-identical to one process.** Each example's clipped row is rounded onto the run's grid
 //! (chosen from the whole run's n and C, on every rank alike) and summed as integers: the total

@@ -309,21 +309,32 @@ impl Record {
     /// # Errors
     /// If a file cannot be written.
     pub fn save(&self, folder: &RunFolder, columns: &[&str]) -> Result<()> {
-        let keep: Vec<usize> =
-            METRICS_COLUMNS.iter().enumerate().filter(|(_, c)| columns.contains(c)).map(|(i, _)| i).collect();
-        let mut csv = keep.iter().map(|&i| METRICS_COLUMNS[i]).collect::<Vec<_>>().join(",") + "\n";
-        for r in &self.metrics {
-            let cells = r.cells();
-            csv += &(keep.iter().map(|&i| cells[i].as_str()).collect::<Vec<_>>().join(",") + "\n");
-        }
         // metrics.jsonl last: a resume reads it, and the files written before it are never behind it.
         atomic_write(&folder.steps(), jsonl(&self.confidential)?.as_bytes())?;
-        atomic_write(&folder.metrics_csv(), csv.as_bytes())?;
+        atomic_write(&folder.metrics_csv(), metrics_csv(&self.metrics, columns).as_bytes())?;
         atomic_write(&folder.metrics_jsonl(), jsonl(&self.metrics)?.as_bytes())
     }
 }
 
-fn jsonl<T: serde::Serialize>(rows: &[T]) -> Result<String> {
+/// `metrics.csv` of `rows` with `columns` (a subset of [`METRICS_COLUMNS`], written in that
+/// order).
+#[must_use]
+pub fn metrics_csv(rows: &[MetricsRow], columns: &[&str]) -> String {
+    let keep: Vec<usize> =
+        METRICS_COLUMNS.iter().enumerate().filter(|(_, c)| columns.contains(c)).map(|(i, _)| i).collect();
+    let mut csv = keep.iter().map(|&i| METRICS_COLUMNS[i]).collect::<Vec<_>>().join(",") + "\n";
+    for r in rows {
+        let cells = r.cells();
+        csv += &(keep.iter().map(|&i| cells[i].as_str()).collect::<Vec<_>>().join(",") + "\n");
+    }
+    csv
+}
+
+/// `rows` as JSON lines (`metrics.jsonl`, `steps.jsonl`).
+///
+/// # Errors
+/// A row that does not serialise.
+pub fn jsonl<T: serde::Serialize>(rows: &[T]) -> Result<String> {
     let mut out = String::new();
     for r in rows {
         out += &serde_json::to_string(r).map_err(|e| Error::Record(format!("a record row does not serialise: {e}")))?;

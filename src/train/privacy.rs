@@ -389,7 +389,9 @@ const PERSONALIZED_RESTS_ON: &str = "personalized differential privacy (Jorgense
      full-batch GD the individual Gaussian-DP filter of Koskela, Tobaben & Honkela 2023), so it holds with a budget \
      per example. It assumes, as personalized DP does, that which example holds which tier is the individuals' own \
      public choice and not their data: it holds against an adversary who knows the assignment, and neighbouring \
-     datasets keep every example's tier. dpgd does not publish the assignment or how many examples hold each tier";
+     datasets keep every example's tier. dpgd does not publish the assignment or any exact count of how many examples \
+     hold each tier; a released noisy active count reveals tier sizes approximately (a strict tier's examples stop \
+     together at its budget), which the assumption allows";
 
 /// The one-line guarantee of `cfg` (or why it is not private).
 #[must_use]
@@ -445,6 +447,9 @@ pub fn report(
                 .into(),
         );
     }
+    if let Some(a) = accounting.as_mut() {
+        a.rests_on.insert("normalisation".into(), normalisation_rests_on(&c.data));
+    }
     let private = why.is_empty() && accounting.is_some();
     Ok(PrivacyReport {
         private,
@@ -473,6 +478,25 @@ pub fn report(
         personalized: (!cfg.tiers().is_empty())
             .then(|| PersonalizedReport { tiers: cfg.tiers().to_vec(), rests_on: PERSONALIZED_RESTS_ON.into() }),
     })
+}
+
+/// What the input normalisation (published in `config.toml` and the model) is computed from.
+fn normalisation_rests_on(data: &super::config::DataConfig) -> String {
+    if data.normalize.is_some() {
+        return "the inputs are normalised by data.normalize as the config gives it: constants the guarantee treats \
+                as public (they must not come from the training data)"
+            .into();
+    }
+    if data.features.is_some() {
+        return "the feature transform's outputs are normalised by the transform itself, per example: no statistic \
+                of any data"
+            .into();
+    }
+    "without data.normalize, the inputs are normalised by a known dataset's published constants where the test \
+     images are that dataset's (MNIST, Fashion-MNIST), else by the exact mean and std of the test split (for CSV data, \
+     of each feature column of test.csv), published in config.toml and the model: dpgd treats the test split as \
+     public, not private (as it does test accuracy); give data.normalize if the test split is private"
+        .into()
 }
 
 /// The floating-point caveat of the sampler, for `privacy.json`.

@@ -19,8 +19,17 @@
 //! **The assumption.** As in personalized DP, the budget assignment is the individuals' own
 //! public choice, not their data: the guarantee holds against an adversary who knows which
 //! example holds which tier, and neighbouring datasets keep every example's tier. dpgd never
-//! publishes the assignment, nor any count of how many examples hold a tier; the confidential
-//! budget report shows each tier's spending to the data owner.
+//! publishes the assignment, nor any exact count of how many examples hold a tier; the
+//! confidential budget report shows each tier's spending to the data owner. A released noisy
+//! active count does reveal tier sizes approximately — a strict tier's examples all stop at its
+//! budget, and the count falls by about their number (a 600-example tier of 1,400 stopping at
+//! step 2 shows as a count near 800) — which the assumption allows (the assignment is public)
+//! but which a data owner who wants tier sizes kept quiet should not release
+//! (`release.active_count = "none"`).
+//!
+//! **Identity.** An example's tier is its own row's: the assignment is read for the rows of the
+//! training file the run takes, and a hold-out (a private search's validation split) keeps each
+//! example's row ([`BudgetsConfig::assignment_by_row`]); rank shards slice it by position.
 //!
 //! [FZ21]: https://arxiv.org/abs/2008.11193
 //! [KTH23]: https://arxiv.org/abs/2209.15596
@@ -90,6 +99,17 @@ impl BudgetsConfig {
                 ),
             );
         }
+        if let Some(s) = &self.search_epsilons
+            && (s.len() != e.len() || s.iter().zip(e).any(|(c, t)| !(c.is_finite() && *c > 0.0 && c <= t)))
+        {
+            return f(
+                "search_epsilons",
+                format!(
+                    "{s:?} for the tiers {e:?}: a private search sets one per tier, positive and at most the tier's \
+                     epsilon; remove it (it is not set by hand)"
+                ),
+            );
+        }
         let sources = [self.file.is_some(), self.column.is_some(), self.shares.is_some()];
         if sources.iter().filter(|&&s| s).count() > 1 {
             return f("file", "give one of file, column and shares".into());
@@ -123,11 +143,12 @@ impl BudgetsConfig {
         }
     }
 
-    /// The tiers' ε, each read down to the decimal typed (so a tier's guarantee is at most the
-    /// typed value exactly).
+    /// The ε each tier's budget is calibrated for: the tiers' own (or, in a private search's
+    /// candidate, [`search_epsilons`](Self::search_epsilons)), each read down to the decimal
+    /// typed (so a tier's guarantee is at most the typed value exactly).
     #[must_use]
     pub fn targets(&self) -> Vec<f64> {
-        self.epsilons.iter().map(|&e| typed_down(e)).collect()
+        self.search_epsilons.as_ref().unwrap_or(&self.epsilons).iter().map(|&e| typed_down(e)).collect()
     }
 
     /// Each of the first `n` training examples of `data` its tier (an index into `epsilons`):
@@ -138,7 +159,7 @@ impl BudgetsConfig {
     /// # Errors
     /// An unreadable file, or one whose length, values or tiers are wrong (naming the file,
     /// line and value).
-    pub fn assignment(&self, data: &DataConfig, n: usize) -> Result<Vec<u8>> {
+    fn assignment(&self, data: &DataConfig, n: usize) -> Result<Vec<u8>> {
         let subset = data.train_subset > 0;
         match (&self.file, &self.column, &self.shares) {
             (Some(path), _, _) => read(path, &self.epsilons, n, subset),
@@ -148,6 +169,27 @@ impl BudgetsConfig {
             (None, None, Some(shares)) => Ok(draw(shares, n, self.seed)),
             (None, None, None) => Err(Error::config("privacy.budgets.file", "no assignment given")),
         }
+    }
+}
+
+impl BudgetsConfig {
+    /// Each of the run's `n` training examples its tier, keyed by its original row of the
+    /// training file: with `data.hold_out` (a private search's validation split too) the run
+    /// trains on the first `n + held` rows without the held-out ones, and example i takes the
+    /// tier of its own row ([`HoldOut::kept_rows`](crate::data::HoldOut::kept_rows)), never
+    /// the next person's; a random assignment (`shares`) is drawn over those rows too, so an
+    /// example's tier is the same with and without a hold-out. Rank shards slice this vector
+    /// by position.
+    ///
+    /// # Errors
+    /// A file or column that is unreadable, or whose length, values or tiers are wrong (naming
+    /// the file, line and value); a hold-out that leaves nothing to train on.
+    pub fn assignment_by_row(&self, data: &DataConfig, n: usize) -> Result<Vec<u8>> {
+        let Some(h) = &data.hold_out else { return self.assignment(data, n) };
+        let total = n.checked_add(h.examples).ok_or_else(|| Error::config("data.hold_out.examples", "too many"))?;
+        let rows = h.kept_rows(total)?;
+        let all = self.assignment(data, total)?;
+        Ok(rows.iter().map(|&r| all[r]).collect())
     }
 }
 
@@ -257,7 +299,7 @@ fn draw(shares: &[f64], n: usize, seed: u64) -> Vec<u8> {
 /// that stops examples (plain DP-SGD clips to C alone).
 ///
 /// # Errors
-/// As [`BudgetsConfig::assignment`]; tiers whose budgets the accounting did not compute.
+/// As [`BudgetsConfig::assignment_by_row`]; tiers whose budgets the accounting did not compute.
 pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fingerprint>)> {
     let c = cfg.config();
     let uniform = cfg.ledger_budget().unwrap_or(f64::MAX);
@@ -266,7 +308,7 @@ pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fi
     if tiers.len() != b.epsilons.len() {
         return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
     }
-    let of = b.assignment(&c.data, n)?;
+    let of = b.assignment_by_row(&c.data, n)?;
     let mut hash = Sha256::new();
     for t in tiers {
         hash.update(t.budget.to_le_bytes());

@@ -476,6 +476,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                 100.0 * stop_sigma / n,
             )));
         }
+        for note in self.cfg.notes() {
+            self.observer.warning(&Warning::Advice(note.clone()));
+        }
         if c.train.checkpoint_every.is_some() {
             self.observer.warning(&Warning::Advice(
                 "train.checkpoint_every is ignored: the training state is written after every step".into(),

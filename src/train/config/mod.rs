@@ -251,6 +251,13 @@ pub struct BudgetsConfig {
     /// The seed of a random assignment (public: it does not depend on the data).
     #[serde(default)]
     pub seed: u64,
+    /// Set by a private search (`dpgd sweep --select private`), not by hand: the ε each tier's
+    /// budget is calibrated for in one candidate run, one per tier, each at most the tier's
+    /// own, chosen so that the whole search keeps every tier's examples within their
+    /// `epsilons` ([`crate::sweep::search`]); absent: each tier's own ε. The assignment is
+    /// still read by `epsilons`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_epsilons: Option<Vec<f64>>,
 }
 
 /// Which per-example engine trains a config's model (`train.engine`).

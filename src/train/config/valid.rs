@@ -10,6 +10,8 @@ use crate::train::method::RunAccounting;
 #[derive(Debug, Clone)]
 pub struct ValidConfig {
     pub(super) config: TrainConfig,
+    pub(super) given: TrainConfig,
+    pub(super) notes: Vec<String>,
     pub(super) privacy: Option<Arc<dyn RunAccounting>>,
     pub(super) max_steps: usize,
     pub(super) releases: Vec<ScheduledRelease>,
@@ -23,6 +25,19 @@ impl ValidConfig {
     #[must_use]
     pub fn config(&self) -> &TrainConfig {
         &self.config
+    }
+    /// The configuration as given, before the defaults that follow the privacy settings were
+    /// resolved: what a run of it at another ε starts from (a private search's candidates
+    /// resolve their counts' noise for their own ε, not the base's).
+    #[must_use]
+    pub fn given(&self) -> &TrainConfig {
+        &self.given
+    }
+    /// What validation resolved otherwise than the config's documentation says it usually does
+    /// (count noise that could not follow the budget), for the operator.
+    #[must_use]
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
     /// The algorithm.
     #[must_use]

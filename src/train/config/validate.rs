@@ -21,7 +21,8 @@ impl TrainConfig {
             problems.push(e);
             k.clamp(1, MAX_STEPS)
         });
-        let resolved = if problems.is_empty() { self.with_resolved_defaults(max_steps) } else { self.clone() };
+        let (resolved, notes) =
+            if problems.is_empty() { self.with_resolved_defaults(max_steps) } else { (self.clone(), Vec::new()) };
         let releases = resolved.scheduled_releases(max_steps).unwrap_or_else(|e| {
             problems.push(e);
             Vec::new()
@@ -43,7 +44,7 @@ impl TrainConfig {
             (None, Some(_)) => self.model_spec().ok(),
         };
         match problems.len() {
-            0 => Ok(ValidConfig { config: resolved, privacy, max_steps, releases, model }),
+            0 => Ok(ValidConfig { config: resolved, given: self.clone(), notes, privacy, max_steps, releases, model }),
             1 => Err(problems.remove(0)),
             _ => Err(Error::ConfigProblems(problems)),
         }
@@ -59,8 +60,10 @@ impl TrainConfig {
     /// cost: a few rounds of calibration settle it, and the counts' σ_r are then fixed (rounded
     /// up to three significant digits), so the validated config's σ meets ε exactly. Where the
     /// privacy settings cannot be planned, the counts keep their fallback noise and planning
-    /// the run reports the problem.
-    fn with_resolved_defaults(&self, max_steps: usize) -> TrainConfig {
+    /// the run reports the problem; where the counts' noise could not follow the budget for
+    /// another reason (a tier of personalized budgets too strict for it), they keep their
+    /// fallback noise, and the note returned says so (the trainer shows it).
+    fn with_resolved_defaults(&self, max_steps: usize) -> (TrainConfig, Vec<String>) {
         let mut out = self.clone();
         let k = self.privacy.worst_case_steps;
         // The stopping rule left to the tool: its noise follows the budget (below).
@@ -76,16 +79,28 @@ impl TrainConfig {
         }
         let count = self.release.active_count == ActiveRelease::Noisy && self.release.active_count_sigma.is_none();
         let method = self.privacy.method.training();
+        let mut notes = Vec::new();
         if (stop || count) && method.is_private() && !method.samples() {
             let unresolved = out.clone();
-            out = out.resolve_count_noise(max_steps, stop, count).map(|()| out).unwrap_or(unresolved);
+            out = match out.resolve_count_noise(max_steps, stop, count) {
+                Ok(()) => out,
+                Err(e) => {
+                    notes.push(format!(
+                        "the noise of the counts left to the tool (release.active_count_sigma, stopping.sigma) could \
+                         not follow the privacy budget ({e}), so they keep the fixed fallback noise \
+                         (active count std {FALLBACK_COUNT_SIGMA}, stopping std {FALLBACK_STOP_SIGMA}), accounted as \
+                         any given noise: give them in the config to choose"
+                    ));
+                    unresolved
+                }
+            };
         }
         // Noise the run does not resolve (counts it does not release, or no budget to share)
         // is recorded as the fixed values configs of earlier versions recorded, so that a run
         // made then and its config today are still the same run.
         out.stopping.sigma.get_or_insert(FALLBACK_STOP_SIGMA);
         out.release.active_count_sigma.get_or_insert(FALLBACK_COUNT_SIGMA);
-        out
+        (out, notes)
     }
 
     /// Sets the noise of the auto counts (`stop`: the stopping rule's, `count`: the active

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::{RunAccounting, Target};
 use crate::accounting::event::DpEvent;
 use crate::accounting::sampling::DiscreteGaussian;
-use crate::accounting::{AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, PrivateGd};
+use crate::accounting::{AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, PrivateGd, Rdp};
 use crate::error::{Error, Result};
 use crate::noise::NoiseSampler;
 use crate::train::config::{TrainConfig, ValidConfig, attribute, field, typed_down};
@@ -29,6 +29,8 @@ pub struct FullBatch {
     event: DpEvent,
     b_norm: f64,
     tiers: Vec<Tier>,
+    /// Each tier's whole-run Rényi DP curve (training at its budget and every release).
+    tier_curves: Vec<Rdp>,
 }
 
 impl FullBatch {
@@ -76,8 +78,15 @@ impl FullBatch {
         };
         let run = PrivateGd::new(sigma, p.clip, p.worst_case_steps as f64)
             .map_err(|e| attribute(e.into(), "privacy.clip"))?;
-        let tiers = tiers(config, releases, sigma)?;
-        Ok(Self { sigma, guarantee: plan.guarantee(sigma)?, event: plan.event(sigma), b_norm: run.b_norm(), tiers })
+        let (tiers, tier_curves) = tiers(config, releases, sigma)?.into_iter().unzip();
+        Ok(Self {
+            sigma,
+            guarantee: plan.guarantee(sigma)?,
+            event: plan.event(sigma),
+            b_norm: run.b_norm(),
+            tiers,
+            tier_curves,
+        })
     }
 }
 
@@ -88,17 +97,21 @@ const MAX_TIER_STEPS: u64 = 1 << 52;
 /// worst-case steps k_j whose guarantee — training at B_norm = k_j·C² composed with every
 /// scheduled release, exactly as the run's own — converts to at most the tier's ε
 /// ([`crate::train::tiers`]): at least the run's own k for a tier at least as loose as its ε,
-/// fewer for a stricter one.
-fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Result<Vec<Tier>> {
+/// fewer for a stricter one. With each tier, its whole-run Rényi DP curve (what a private
+/// search composes for its examples).
+fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Result<Vec<(Tier, Rdp)>> {
     let p = &config.privacy;
     let Some(b) = &p.budgets else { return Ok(Vec::new()) };
     let delta = typed_down(p.delta);
-    let epsilon_at = |steps: u64| -> Option<f64> {
+    let plan_at = |steps: u64| -> Option<GdPlan> {
         let mut plan = GdPlan::new(steps as f64).ok()?.with_neighbours(p.neighbours);
         for r in releases {
             plan = plan.with_release(r.through(r.last).ok()?);
         }
-        p.noise.epsilon(plan.guarantee(sigma).ok()?, delta, p.conversion).ok()
+        Some(plan)
+    };
+    let epsilon_at = |steps: u64| -> Option<f64> {
+        p.noise.epsilon(plan_at(steps)?.guarantee(sigma).ok()?, delta, p.conversion).ok()
     };
     let k = p.worst_case_steps as u64;
     let mut out = Vec::new();
@@ -119,15 +132,14 @@ fn tiers(config: &TrainConfig, releases: &[ScheduledRelease], sigma: f64) -> Res
                 ));
             }
         };
-        let guaranteed = epsilon_at(steps).ok_or_else(|| Error::State("a tier's guarantee vanished".into()))?;
+        let vanished = || Error::State("a tier's guarantee vanished".into());
+        let guaranteed = epsilon_at(steps).ok_or_else(vanished)?;
+        let curve = plan_at(steps).and_then(|plan| super::rdp_of(&plan.event(sigma))).ok_or_else(vanished)?;
         let b_norm =
             PrivateGd::new(sigma, p.clip, steps as f64).map_err(|e| attribute(e.into(), "privacy.clip"))?.b_norm();
-        out.push(Tier {
-            epsilon: target,
-            guaranteed_epsilon: guaranteed,
-            budget: b_norm,
-            worst_case_steps: Some(steps),
-        });
+        let tier =
+            Tier { epsilon: target, guaranteed_epsilon: guaranteed, budget: b_norm, worst_case_steps: Some(steps) };
+        out.push((tier, curve));
     }
     Ok(out)
 }
@@ -193,6 +205,9 @@ impl RunAccounting for FullBatch {
     }
     fn tiers(&self) -> &[Tier] {
         &self.tiers
+    }
+    fn tier_rdp(&self, tier: usize) -> Option<Rdp> {
+        self.tier_curves.get(tier).cloned()
     }
     fn has_session(&self) -> bool {
         true

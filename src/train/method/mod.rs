@@ -180,6 +180,12 @@ pub trait RunAccounting: Debug + Send + Sync {
     fn tiers(&self) -> &[Tier] {
         &[]
     }
+    /// Tier `tier`'s whole-run Rényi DP curve — training at the tier's budget and every
+    /// release — at the orders [`rdp`](Self::rdp) uses, rounded up: what a private search
+    /// composes for that tier's examples. `None` without that tier.
+    fn tier_rdp(&self, _tier: usize) -> Option<Rdp> {
+        None
+    }
     /// Whether training and the noisy counts answer through one privacy session
     /// ([`RunSession`]) that the trainer opens.
     fn has_session(&self) -> bool {

@@ -103,8 +103,9 @@ impl RunAccounting for SgdAccounting {
     fn event(&self) -> Option<DpEvent> {
         self.individual().is_none().then(|| SgdAccounting::event(self))
     }
-    /// With individual accounting, the filter's budget at its one order (the loosest tier's
-    /// with personalized budgets): what every example's Rényi filter keeps it within
+    /// With individual accounting, the filter's budget at its one order — the budget
+    /// `privacy.epsilon` calibrates (with personalized budgets each tier's is
+    /// [`tier_rdp`](RunAccounting::tier_rdp)): what an example's Rényi filter keeps it within
     /// ([FZ21, Thm 4.5]).
     fn rdp(&self) -> Option<Rdp> {
         match self.individual() {
@@ -117,6 +118,11 @@ impl RunAccounting for SgdAccounting {
     }
     fn tiers(&self) -> &[Tier] {
         SgdAccounting::tiers(self)
+    }
+    /// The tier's budget at the filter's one order.
+    fn tier_rdp(&self, tier: usize) -> Option<Rdp> {
+        let (i, t) = (self.individual()?, SgdAccounting::tiers(self).get(tier)?);
+        Rdp::new(vec![f64::from(i.order())], vec![t.budget]).ok()
     }
     fn ledger_unit(&self) -> String {
         match self.individual() {

@@ -58,6 +58,8 @@ pub(crate) struct ReportArgs {
 }
 
 pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
+    // Under mpirun every rank would run the whole sweep: refused (one process runs it).
+    dpgd::sweep::one_process(dpgd::collective::from_launcher()?.size())?;
     if a.select == Some(Select::Private) {
         return run_search(a);
     }
