@@ -206,9 +206,10 @@ pub(crate) fn serve<E: PerExample>(
         let answered = match Message::decode(&bytes, params, n)? {
             Message::End { finished } => return Ok(Served { finished, ..served }),
             Message::Step { step, theta, sample } => (|| {
+                let before = ledger.spent_all().to_vec();
                 let (sum, stats) =
                     shard_sum(cfg, (plan, &mut *ledger), pool, (&theta, step), sample.as_deref(), &shard.range)?;
-                super::shards::write(folder, shard, step, ledger.budget(), ledger.spent_all())?;
+                super::shards::write(folder, shard, step, ledger.budget(), (&before, ledger.spent_all()))?;
                 served.steps += 1;
                 served.theta = theta;
                 Ok((sum, stats, ledger.active_count_non_private()))

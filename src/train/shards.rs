@@ -2,16 +2,25 @@
 //! spent budgets in `confidential/ledger-r-of-N.bin`, rewritten atomically after every step's
 //! charges and before its partial sum is sent ([`write()`]). Rank 0's training state then records
 //! which files hold the ledger (`Meta::ledger_ranks`), so at any instant every shard file is at
-//! the state's step or one step ahead of it: ahead only over-charges (the step was charged,
-//! never released), and behind is impossible by construction — [`assemble`] refuses it as
-//! damage.
+//! the state's step or one step ahead of it; behind is impossible by construction —
+//! [`assemble`] refuses it as damage.
+//!
+//! **A resume is the same run.** A shard file holds its examples' spent budgets both before and
+//! after its step's charges, so whichever of the two steps the state is at, [`assemble`] reads
+//! the ledger exactly as it was then: a shard one step ahead (charged, its step never released)
+//! gives its budgets from before that step, which the resumed run then charges once, as the
+//! uninterrupted run did. Reading its after-budgets instead charged that step twice: the run
+//! went on within budget but was another run (an example spent 1,820.10 where the uninterrupted
+//! run spent 1,819.61, and dropped a step sooner).
 //!
 //! A resume on M ranks reads, for its own examples, the old shards that hold them ([`assemble`]):
-//! any number of ranks resumes a run made on any other number. The run folder must be on a file
-//! system every rank sees (as a cluster's home or scratch file system is).
+//! any number of ranks resumes a run made on any other number, bit for bit. The run folder must
+//! be on a file system every rank sees (as a cluster's home or scratch file system is).
 //!
 //! The file: magic; the step, the number of ranks, the rank, its first and end example (u64
-//! each); the budget (f64); each example's spent budget (f64); a SHA-256 of everything before.
+//! each); the budget (f64); each example's spent budget before the step's charges, then after
+//! them (f64 each); a SHA-256 of everything before. (Files of the first version hold the budgets
+//! after the step only, read as before: at the state's step, or over-charged one step ahead.)
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -22,7 +31,9 @@ use super::folder::RunFolder;
 use crate::collective::shard;
 use crate::error::{Error, Result};
 
-const MAGIC: &[u8; 8] = b"DPGDLG01";
+const MAGIC: &[u8; 8] = b"DPGDLG02";
+/// The first version's magic: the budgets after the step only.
+const MAGIC_V1: &[u8; 8] = b"DPGDLG01";
 const HEAD: usize = 8 + 5 * 8 + 8;
 
 /// Rank `rank` of `ranks` and the examples it holds of `n`.
@@ -50,31 +61,44 @@ pub fn path(folder: &RunFolder, rank: usize, ranks: usize) -> PathBuf {
     folder.confidential().join(format!("ledger-{rank}-of-{ranks}.bin"))
 }
 
-/// Writes `shard`'s spent budgets after step `step`, atomically.
+/// Writes `shard`'s spent budgets before step `step`'s charges (`before`) and after them
+/// (`after`), atomically.
 ///
 /// # Errors
-/// If the file cannot be written; `spent` not one value per example of the shard.
-pub fn write(folder: &RunFolder, shard: &Shard, step: usize, budget: f64, spent: &[f64]) -> Result<()> {
-    if spent.len() != shard.range.len() {
-        return Err(Error::State(format!("{} spent budgets for a shard of {}", spent.len(), shard.range.len())));
+/// If the file cannot be written; `before` or `after` not one value per example of the shard.
+pub fn write(
+    folder: &RunFolder,
+    shard: &Shard,
+    step: usize,
+    budget: f64,
+    (before, after): (&[f64], &[f64]),
+) -> Result<()> {
+    if before.len() != shard.range.len() || after.len() != shard.range.len() {
+        return Err(Error::State(format!(
+            "{} and {} spent budgets for a shard of {}",
+            before.len(),
+            after.len(),
+            shard.range.len()
+        )));
     }
-    let mut buf = Vec::with_capacity(HEAD + spent.len() * 8 + 32);
+    let mut buf = Vec::with_capacity(HEAD + 2 * after.len() * 8 + 32);
     buf.extend_from_slice(MAGIC);
     for v in [step, shard.ranks, shard.rank, shard.range.start, shard.range.end] {
         buf.extend_from_slice(&(v as u64).to_le_bytes());
     }
     buf.extend_from_slice(&budget.to_le_bytes());
-    spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    before.iter().chain(after).for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     let digest = Sha256::digest(&buf);
     buf.extend_from_slice(&digest);
     crate::files::atomic_write(&path(folder, shard.rank, shard.ranks), &buf)
 }
 
-/// Reads `shard`'s file: its step and spent budgets, checked against the shard, the `budget`
-/// and the state's step `at_least` (a shard behind the state is damage).
-fn read(path: &Path, shard: &Shard, budget: f64, at_least: usize) -> Result<Vec<f64>> {
+/// Reads `shard`'s file: its spent budgets at the state's step `at`, checked against the shard
+/// and the `budget` (a shard behind the state, or more than one step ahead, is damage).
+fn read(path: &Path, shard: &Shard, budget: f64, at: usize) -> Result<Vec<f64>> {
     let bad = |message: String| Error::RunState { path: path.into(), message };
-    let expected = HEAD + shard.range.len() * 8 + 32;
+    let v1 = std::fs::read(path).ok().is_some_and(|b| b.starts_with(MAGIC_V1));
+    let expected = HEAD + shard.range.len() * 8 * if v1 { 1 } else { 2 } + 32;
     let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
     if len != expected as u64 {
         return Err(bad(format!(
@@ -85,7 +109,7 @@ fn read(path: &Path, shard: &Shard, budget: f64, at_least: usize) -> Result<Vec<
     }
     let bytes = std::fs::read(path).map_err(Error::io(path))?;
     let (body, digest) = bytes.split_at(bytes.len() - 32);
-    if &body[..8] != MAGIC || Sha256::digest(body).as_slice() != digest {
+    if (&body[..8] != MAGIC && &body[..8] != MAGIC_V1) || Sha256::digest(body).as_slice() != digest {
         return Err(bad("the file is damaged (bad magic or checksum): restore it, or start the run again".into()));
     }
     let word = |k: usize| u64::from_le_bytes(body[8 + 8 * k..16 + 8 * k].try_into().unwrap_or([0; 8]));
@@ -97,19 +121,31 @@ fn read(path: &Path, shard: &Shard, budget: f64, at_least: usize) -> Result<Vec<
         )));
     }
     let step = usize::try_from(word(0)).unwrap_or(usize::MAX);
-    if step < at_least {
+    if step < at {
         return Err(bad(format!(
-            "it holds the charges through step {step}, but the run's state is at step {at_least}: a shard is made \
+            "it holds the charges through step {step}, but the run's state is at step {at}: a shard is made \
              durable before its step is released, so the file is older than the run (restored from a backup?); \
              restore the current file, or start the run again"
+        )));
+    }
+    if step > at + 1 && !v1 {
+        return Err(bad(format!(
+            "it holds the charges through step {step}, but the run's state is at step {at}: a shard is at most one \
+             step ahead of the state, so the state is older than the run (restored from a backup?); restore the \
+             current state, or start the run again"
         )));
     }
     let stored = f64::from_le_bytes(body[48..56].try_into().unwrap_or([0; 8]));
     if stored.to_bits() != budget.to_bits() {
         return Err(bad(format!("its per-example budget is {stored}, the run's {budget}: not this run's shard")));
     }
-    let spent: Vec<f64> =
-        body[HEAD..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    // The budgets at the state's step: after the file's step, or (one step ahead) before it.
+    let values = shard.range.len() * 8;
+    let at_step = match (v1, step == at) {
+        (true, _) | (false, true) => &body[body.len() - values..],
+        (false, false) => &body[HEAD..HEAD + values],
+    };
+    let spent: Vec<f64> = at_step.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
     if let Some(i) = spent.iter().position(|s| !(s.is_finite() && *s >= 0.0 && *s <= budget)) {
         return Err(bad(format!(
             "example {} has spent {}, outside [0, {budget}]: damaged",
@@ -122,7 +158,8 @@ fn read(path: &Path, shard: &Shard, budget: f64, at_least: usize) -> Result<Vec<
 
 /// The spent budgets of examples `want` of a run of `n` examples at step `step`, from where
 /// its state says the ledger is: the state's own ledger (`in_state`, one value per example), or
-/// the shard files of `ranks` ranks, each at step `step` or later.
+/// the shard files of `ranks` ranks, each at step `step` or one step ahead (then read from
+/// before that step's charges): exactly the ledger at step `step`.
 ///
 /// # Errors
 /// A shard file that is missing, damaged, of another run, or behind the state (named).

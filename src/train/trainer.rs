@@ -686,13 +686,15 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             let message = Message::Step { step: t, theta: self.theta.clone(), sample: sample.clone() };
             self.comm.broadcast(&mut message.encode())?;
         }
+        // On several ranks, this rank's budgets before the step go into its shard beside those after.
+        let before = (self.comm.size() > 1).then(|| self.ledger.spent_all().to_vec());
         let part = (&self.plan, &mut self.ledger);
         let range = &self.shard.range;
         let (sum, stats) =
             distributed::shard_sum(self.cfg, part, &self.pool, (&self.theta, t), sample.as_deref(), range)?;
         // A rank's charges are durable before its partial sum leaves it.
-        if self.comm.size() > 1 {
-            shards::write(&self.folder, &self.shard, t, self.ledger.budget(), self.ledger.spent_all())?;
+        if let Some(before) = &before {
+            shards::write(&self.folder, &self.shard, t, self.ledger.budget(), (before, self.ledger.spent_all()))?;
         }
         let active = self.ledger.active_count_non_private();
         let (sum, stats, active) = distributed::combine(&mut *self.comm, sum, stats, active)?;
