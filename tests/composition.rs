@@ -724,7 +724,11 @@ fn check(c: &Combo, dir: &Path, what: &str) {
         assert_eq!(result["epsilon_of_configuration"], search["guarantee"]["epsilon"], "{what}: result.json");
         check_publishable(&out.join("publishable"), what);
         for e in std::fs::read_dir(out.join("confidential/candidates")).unwrap() {
-            let folder = RunFolder::new(e.unwrap().path());
+            let folder = RunFolder::candidate(e.unwrap().path());
+            assert!(
+                !folder.root().join("publishable").exists(),
+                "{what}: a candidate's folder names a publishable half"
+            );
             check_budgets(c, &folder, &read(&folder.privacy()), what);
         }
         return;

@@ -162,7 +162,7 @@ fn train_some(
                     } else {
                         data
                     };
-                    let opts = RunOptions { threads: Some(1), stop_after };
+                    let opts = RunOptions { threads: Some(1), stop_after, ..Default::default() };
                     run_on(&cfg, &data, dir, &opts, &mut Silent, &mut comm)
                 })
             })

@@ -99,7 +99,7 @@ fn a_search_publishes_one_model_within_its_target_recomputed_by_hand() {
     assert!(!draws.is_empty());
     assert_eq!(state["scores"].as_array().unwrap().len(), draws.len());
     for entry in std::fs::read_dir(tmp.path().join("out/confidential/candidates")).unwrap() {
-        let cfg = TrainConfig::from_file(&entry.unwrap().path().join("publishable/config.toml"), &[]).unwrap();
+        let cfg = TrainConfig::from_file(&entry.unwrap().path().join("outputs/config.toml"), &[]).unwrap();
         assert_eq!(cfg.data.hold_out.map(|h| h.examples), Some(100));
         assert_eq!(cfg.privacy.epsilon, Some(g.candidate_epsilon));
     }

@@ -64,9 +64,10 @@ pub fn read_skipping(path: &Path, label_column: &str, ignore: &[String]) -> Resu
         return Err(bad("no feature columns besides the label".into()));
     }
     let (mut features, mut labels) = (Vec::new(), Vec::new());
+    let lines = Lines::new(&bytes);
     for record in reader.records() {
-        let record = record.map_err(|e| record_error(path, &e))?;
-        let line = record.position().map_or(0, ::csv::Position::line);
+        let record = record.map_err(|e| record_error(path, &e, &lines))?;
+        let line = lines.line(record.position());
         for (k, cell) in record.iter().enumerate() {
             let column = headers.get(k).unwrap_or("?");
             if k == label {
@@ -99,17 +100,19 @@ pub fn read_features(path: &Path, columns: &[String]) -> Result<Split> {
     let bytes = read_bounded(path)?;
     let mut reader =
         ::csv::ReaderBuilder::new().has_headers(false).trim(::csv::Trim::All).from_reader(bytes.as_slice());
+    let lines = Lines::new(&bytes);
     let mut records = reader.records();
     let first = match records.next() {
-        Some(r) => r.map_err(|e| record_error(path, &e))?,
+        Some(r) => r.map_err(|e| record_error(path, &e, &lines))?,
         None => return Err(bad("the file is empty".into())),
     };
     let header = first.iter().any(|cell| cell.parse::<f32>().is_err());
     let (names, rows): (Vec<String>, Vec<::csv::StringRecord>) = if header {
         let names = first.iter().map(str::to_string).collect();
-        (names, records.collect::<std::result::Result<_, _>>().map_err(|e| record_error(path, &e))?)
+        (names, records.collect::<std::result::Result<_, _>>().map_err(|e| record_error(path, &e, &lines))?)
     } else {
-        let rest: Vec<_> = records.collect::<std::result::Result<_, _>>().map_err(|e| record_error(path, &e))?;
+        let rest: Vec<_> =
+            records.collect::<std::result::Result<_, _>>().map_err(|e| record_error(path, &e, &lines))?;
         (columns.to_vec(), std::iter::once(first).chain(rest).collect())
     };
     let at: Vec<usize> = columns
@@ -123,7 +126,7 @@ pub fn read_features(path: &Path, columns: &[String]) -> Result<Split> {
         .collect::<Result<_>>()?;
     let mut features = Vec::with_capacity(rows.len() * columns.len());
     for record in &rows {
-        let line = record.position().map_or(0, ::csv::Position::line);
+        let line = lines.line(record.position());
         if !header && record.len() != columns.len() {
             return Err(bad(format!(
                 "line {line}: {} values, but the model reads {} feature columns {columns:?}; give them in that order, \
@@ -151,12 +154,38 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(Error::io(path))
 }
 
-fn record_error(path: &Path, e: &::csv::Error) -> Error {
+fn record_error(path: &Path, e: &::csv::Error, lines: &Lines<'_>) -> Error {
     let message = match e.position() {
-        Some(p) => format!("line {}: {e}", p.line()),
+        Some(p) => format!("line {}: {e}", lines.line(Some(p))),
         None => e.to_string(),
     };
     Error::Data { path: path.into(), message }
+}
+
+/// The line numbers of a file's bytes, counted from its newlines: the csv crate's
+/// `Position::line` is off by one after a CRLF line ending, a blank line, or (without a header)
+/// the first record, so an error would name the line above the bad value.
+pub(crate) struct Lines<'a> {
+    bytes: &'a [u8],
+    newlines: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    /// The index of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, newlines: bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i).collect() }
+    }
+
+    /// The 1-based line where the record at `position` starts (its first byte that is not a
+    /// line ending, so a blank line before it is not counted as its line).
+    pub(crate) fn line(&self, position: Option<&::csv::Position>) -> u64 {
+        let Some(p) = position else { return 0 };
+        let mut at = usize::try_from(p.byte()).unwrap_or(usize::MAX).min(self.bytes.len());
+        while at < self.bytes.len() && matches!(self.bytes[at], b'\n' | b'\r') {
+            at += 1;
+        }
+        self.newlines.partition_point(|&n| n < at) as u64 + 1
+    }
 }
 
 /// A feature cell: a finite number.
@@ -200,6 +229,27 @@ mod tests {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("train.csv"), "{}: {e}", String::from_utf8_lossy(text));
         }
+    }
+
+    /// A bad value is named by its own line of the file, whatever the line endings, blank lines
+    /// or header: the csv crate's own line count named the line above it after CRLF endings
+    /// and blank lines.
+    #[test]
+    fn a_bad_value_is_named_by_its_own_line() {
+        let rows: String = (0..10).map(|i| format!("{i},0\n")).collect();
+        for (text, line) in [
+            (format!("x,label\n{rows}abc,1\n"), 12),
+            (format!("x,label\r\n{}abc,1\r\n", rows.replace('\n', "\r\n")), 12),
+            ("x,label\n1,0\n\n\nabc,1\n".to_string(), 5),
+        ] {
+            let e = parse(text.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains(&format!("line {line}, column `x`: `abc`")), "{text:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, "1,2\n3,4\n5,zz\n").unwrap();
+        let e = read_features(&path, &["x".into(), "y".into()]).unwrap_err().to_string();
+        assert!(e.contains("line 3, column `y`"), "{e}");
     }
 
     /// Prediction reads a model's columns by name from a file with a header (any order, other

@@ -102,7 +102,7 @@ pub fn execute(dir: &Path, runs: &[PlannedRun], opts: &ExecuteOptions, observer:
                         return;
                     }
                     let Some(r) = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front() else { return };
-                    let options = RunOptions { threads: (jobs > 1).then_some(threads), stop_after: None };
+                    let options = RunOptions { threads: (jobs > 1).then_some(threads), ..Default::default() };
                     let data = &datasets[&data_key(r)];
                     let mut run_observer = observer.run_observer(r);
                     let outcome = run(&r.config, data, &dir.join("runs").join(&r.id), &options, run_observer.as_mut());

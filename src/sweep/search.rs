@@ -625,7 +625,11 @@ pub fn run_search(
             continue;
         }
         let (cfg, folder) = candidate(search, &state, i, dir)?;
-        let opts = RunOptions { stop_after: stop_after.filter(|&(c, _)| c == i).map(|(_, s)| s), ..Default::default() };
+        let opts = RunOptions {
+            stop_after: stop_after.filter(|&(c, _)| c == i).map(|(_, s)| s),
+            candidate: true,
+            ..Default::default()
+        };
         let summary = run(&cfg, &search.data, folder.root(), &opts, observer.candidate(i).as_mut())?;
         if !summary.finished {
             return Ok(None);
@@ -699,7 +703,7 @@ fn identity(search: &Search) -> Result<String> {
 /// has a fixed one) and run folder.
 fn candidate(search: &Search, state: &SearchState, i: usize, dir: &Path) -> Result<(ValidConfig, RunFolder)> {
     let point = &search.points[state.draws[i]];
-    let folder = RunFolder::new(dir.join("confidential").join("candidates").join(format!("{i}-{}", point.id)));
+    let folder = RunFolder::candidate(dir.join("confidential").join("candidates").join(format!("{i}-{}", point.id)));
     let cfg = match search.seed {
         NoiseSeed::Os => point.config.clone(),
         NoiseSeed::Fixed(s) => {

@@ -27,6 +27,9 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFolder {
     root: PathBuf,
+    /// The name of the half a run would publish: `publishable`, or `outputs` for a run whose
+    /// whole folder is confidential ([`candidate`](Self::candidate)).
+    released: &'static str,
 }
 
 const PUBLISHABLE_README: &str = "\
@@ -50,7 +53,19 @@ impl RunFolder {
     /// The folder at `root`.
     #[must_use]
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), released: "publishable" }
+    }
+    /// The folder at `root` of one candidate of a private search: it lies inside the search's
+    /// `confidential/` half, so the half a run would publish is named `outputs/` — nothing under
+    /// `confidential/` is called publishable (the search publishes the chosen one's itself).
+    #[must_use]
+    pub fn candidate(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into(), released: "outputs" }
+    }
+    /// The folder at `root` of a run made with `opts`.
+    #[must_use]
+    pub fn of_run(root: impl Into<PathBuf>, opts: &super::RunOptions) -> Self {
+        if opts.candidate { Self::candidate(root) } else { Self::new(root) }
     }
     /// The run folder.
     #[must_use]
@@ -60,7 +75,7 @@ impl RunFolder {
     /// `publishable/`.
     #[must_use]
     pub fn publishable(&self) -> PathBuf {
-        self.root.join("publishable")
+        self.root.join(self.released)
     }
     /// `confidential/`.
     #[must_use]

@@ -217,7 +217,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let folder = RunFolder::new(dir.path());
             let s = Shard::of(9, 2, 1);
-            write(&folder, &s, 3, 4.0, &[0.5, 1.0, 4.0, 0.0, 2.5]).unwrap();
+            write(&folder, &s, 3, 4.0, (&[0.0, 1.0, 3.0, 0.0, 2.0], &[0.5, 1.0, 4.0, 0.0, 2.5])).unwrap();
             let p = path(&folder, 1, 2);
             let mut bytes = std::fs::read(&p).unwrap();
             for (at, v) in flips {
@@ -233,21 +233,30 @@ mod tests {
         }
     }
 
+    /// Shards at the state's step (5) and one step ahead (6) give the ledger at step 5: the
+    /// one ahead its budgets from before its step's charges.
     #[test]
     fn shards_written_on_three_ranks_are_read_back_on_two() {
         let dir = tempfile::tempdir().unwrap();
         let folder = RunFolder::new(dir.path());
         let n = 10;
         let all: Vec<f64> = (0..n).map(|i| i as f64 / 4.0).collect();
+        let ahead: Vec<f64> = all.iter().map(|v| v + 0.5).collect();
         for rank in 0..3 {
             let s = Shard::of(n, 3, rank);
-            write(&folder, &s, 5 + rank % 2, 4.0, &all[s.range.clone()]).unwrap();
+            let r = s.range.clone();
+            let step = 5 + rank % 2;
+            let (before, after) = if step == 5 { (&ahead[r.clone()], &all[r]) } else { (&all[r.clone()], &ahead[r]) };
+            write(&folder, &s, step, 4.0, (before, after)).unwrap();
         }
         for rank in 0..2 {
             let s = Shard::of(n, 2, rank);
             let got = assemble(&folder, n, &s.range, (&[], Some(3)), 5, 4.0).unwrap();
             assert_eq!(got, all[s.range.clone()]);
         }
+        // A shard two steps ahead of the state: refused.
+        let e = assemble(&folder, n, &(0..n), (&[], Some(3)), 4, 4.0).unwrap_err().to_string();
+        assert!(e.contains("ledger-1-of-3.bin") && e.contains("at most one step ahead"), "{e}");
         assert_eq!(assemble(&folder, n, &(3..7), (&all, None), 5, 4.0).unwrap(), all[3..7]);
         // Behind the state: refused, naming the file.
         let e = assemble(&folder, n, &(0..n), (&[], Some(3)), 6, 4.0).unwrap_err().to_string();

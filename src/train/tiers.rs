@@ -226,9 +226,10 @@ fn read_column(path: &Path, column: &str, tiers: &[f64], n: usize, subset: bool)
         bad(format!("no column `{column}` (privacy.budgets.column) among {:?}", headers.iter().collect::<Vec<_>>()))
     })?;
     let mut cells = Vec::new();
+    let lines = crate::data::csv::Lines::new(&bytes);
     for record in reader.records() {
-        let record = record.map_err(|e| bad(format!("unreadable row: {e}")))?;
-        let line = record.position().map_or(0, ::csv::Position::line);
+        let record = record.map_err(|e| bad(format!("line {}: unreadable row: {e}", lines.line(e.position()))))?;
+        let line = lines.line(record.position());
         cells.push((line, record.get(at).unwrap_or("").to_string()));
     }
     tiers_of(path, cells.iter().map(|(l, c)| (*l, c.as_str())), tiers, n, subset)

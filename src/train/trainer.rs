@@ -65,6 +65,9 @@ pub struct RunOptions {
     pub threads: Option<usize>,
     /// Stop after this many steps in this invocation (the run can be resumed later).
     pub stop_after: Option<usize>,
+    /// The run is one candidate of a private search, its folder inside the search's
+    /// confidential half ([`RunFolder::candidate`]).
+    pub candidate: bool,
 }
 
 /// What a finished (or stopped) run reports.
@@ -88,7 +91,15 @@ impl RunSummary {
     /// # Errors
     /// A missing or malformed `result.json` or `privacy.json`, named.
     pub fn read(dir: &Path) -> Result<Self> {
-        let folder = RunFolder::new(dir);
+        Self::read_folder(&RunFolder::new(dir))
+    }
+
+    /// As [`read`](Self::read), from `folder`.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub fn read_folder(folder: &RunFolder) -> Result<Self> {
+        let dir = folder.root();
         let result: RunResult = read_json(&folder.result())?;
         let privacy: PrivacyReport = read_json(&folder.privacy())?;
         Ok(Self {
@@ -394,7 +405,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         observer: &'a mut dyn Observer,
         ranks: usize,
     ) -> Result<Self> {
-        let folder = RunFolder::new(dir);
+        let folder = RunFolder::of_run(dir, opts);
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
@@ -466,14 +477,21 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let n = self.n as f64;
         let stop_sigma = c.stopping.sigma.unwrap_or(0.0);
         if c.stop_rule() == super::config::StopRule::BestTrainAccuracy && stop_sigma > 0.05 * n {
+            let share = 100.0 * stop_sigma / n;
+            let what_to_do = if self.cfg.given().stopping.sigma.is_some() {
+                "the config gives it: delete stopping.sigma (and release.active_count_sigma) from the config, so \
+                 that their noise follows the privacy budget (and the steps after k take a quarter of train.lr)"
+                    .to_string()
+            } else {
+                format!(
+                    "it is what the privacy budget allows on so few examples: set stopping.rule = \"max-steps\" and \
+                     train.max_steps = {} (privacy.worst_case_steps), or give a larger privacy.epsilon",
+                    c.privacy.worst_case_steps
+                )
+            };
             self.observer.warning(&Warning::Advice(format!(
-                "stopping.sigma = {stop_sigma} is {:.0} % of the {n} training examples: the stopping rule's noisy \
-                 accuracies are mostly noise and cannot tell models apart. If the config gives it, leaving out \
-                 stopping.sigma and release.active_count_sigma lets their noise follow the privacy budget (and the \
-                 steps after k take a quarter of train.lr); if that is what it is, on so few examples at this \
-                 epsilon use stopping.rule = \"max-steps\" with train.max_steps near privacy.worst_case_steps, \
-                 or a larger epsilon",
-                100.0 * stop_sigma / n,
+                "the stopping rule's noise (stopping.sigma = {stop_sigma}) is {share:.0} % of the {n} training \
+                 examples: its noisy accuracies are mostly noise and cannot tell models apart; {what_to_do}"
             )));
         }
         for note in self.cfg.notes() {
@@ -1296,8 +1314,8 @@ pub fn run_on(
     observer: &mut dyn Observer,
     comm: &mut dyn Collective,
 ) -> Result<RunSummary> {
-    if comm.rank() == 0 && RunFolder::new(dir).is_finished() {
-        return RunSummary::read(dir);
+    if comm.rank() == 0 && RunFolder::of_run(dir, opts).is_finished() {
+        return RunSummary::read_folder(&RunFolder::of_run(dir, opts));
     }
     let built = (|| -> Result<std::result::Result<ConfigModel, Network>> {
         let spec = cfg.model_for(data.shape(), data.classes())?;
@@ -1381,7 +1399,7 @@ fn serve_rank<E: TrainModel>(
     comm: &mut dyn Collective,
 ) -> Result<Trained<E>> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let folder = RunFolder::new(dir);
+    let folder = RunFolder::of_run(dir, opts);
     let setup = Setup::new(cfg, engine, data, opts, (rank, ranks));
     let answered = setup.and_then(|s| {
         let mut bytes = Vec::new();

@@ -20,6 +20,7 @@ use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed};
 use crate::per_example::{Layer, Network, ShapeError};
+pub(crate) use parse::SET_ON_COMMAND_LINE;
 pub use parse::{Override, RENAMED};
 pub use valid::ValidConfig;
 pub(in crate::train) use validate::{attribute, field};

@@ -140,7 +140,9 @@ impl TrainConfig {
     }
 }
 
-const SET_ON_COMMAND_LINE: &str = " (set on the command line)";
+/// Where an error places a key that an override set (a sweep file's overrides say so instead:
+/// [`crate::sweep::plan`]).
+pub(crate) const SET_ON_COMMAND_LINE: &str = " (set on the command line)";
 
 /// A deserialisation error as a config error: the full dotted key (the unknown field itself for
 /// an unknown field), its line in `text` or "set on the command line", and a suggestion.

@@ -14,7 +14,8 @@ use dpgd::train::{RunFolder, TrainConfig};
 pub(crate) struct EvalArgs {
     /// A run folder or a model.safetensors file.
     model: PathBuf,
-    /// A folder of MNIST-format IDX files whose test split to evaluate on (default: the run's data).
+    /// A dataset folder whose test split to evaluate on: MNIST-format IDX files, or CSV
+    /// (`test.csv`, with the run's label column) (default: the run's data).
     #[arg(long)]
     data: Option<PathBuf>,
 }

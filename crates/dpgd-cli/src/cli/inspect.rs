@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use dpgd::per_example::Network;
-use dpgd::train::state::{self, Expect};
 use dpgd::train::{RunFolder, TrainConfig, budget};
 
 #[derive(Debug, Args)]
@@ -54,13 +53,12 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     }
     let [min, p10, med, p90, max] = report.spent_fraction_quantiles.map(|q| 100.0 * q);
     println!("CONFIDENTIAL — for the data owner; not covered by the run's privacy guarantee, do not publish");
-    println!(
-        "{} training examples, budget {} each ({}), after {} steps:",
-        report.examples,
-        report.budget_per_example,
-        cfg.ledger_unit(),
-        report.steps
-    );
+    let each = if report.tiers.is_empty() {
+        format!("budget {} each", report.budget_per_example)
+    } else {
+        "each with its own tier's budget, below".to_string()
+    };
+    println!("{} training examples, {each} ({}), after {} steps:", report.examples, cfg.ledger_unit(), report.steps);
     println!(
         "  {} out of budget ({:.1} %)",
         report.exhausted,
@@ -83,9 +81,9 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
         println!("  the first examples ran out before step {step}");
     }
     if let Some(i) = a.example {
-        let expect = Expect { params, examples: report.examples, max_steps: cfg.max_steps() };
-        let snap = state::read(&folder.state(), expect)?.context("the run's training state")?;
-        let Some(&spent) = snap.spent.get(i) else {
+        // Wherever the ledger is: the state, or a run's rank shards.
+        let spent = budget::spent(&folder, params, cfg.max_steps())?.spent;
+        let Some(&spent) = spent.get(i) else {
             bail!("--example {i}: the run has {} training examples (0 to {})", report.examples, report.examples - 1);
         };
         let own = dpgd::train::tiers::ledger_budgets(&cfg, report.examples)?.0.get(i);

@@ -21,7 +21,8 @@ pub(crate) struct SweepArgs {
     /// `--only case=tuned-eps0.3` (repeatable; the results table lists every finished run).
     #[arg(long, value_name = "FIELD=VALUE", value_parser = parse_only)]
     only: Vec<(String, String)>,
-    /// Hide progress bars.
+    /// Hide progress bars (with --select private, every candidate's lines and end: they would
+    /// tell how many candidates ran).
     #[arg(long)]
     quiet: bool,
     /// `private`: a private hyperparameter search. A random number of candidates, each a grid
@@ -140,7 +141,12 @@ struct SearchProgress {
 }
 
 impl dpgd::sweep::search::SearchObserver for SearchProgress {
+    /// Progress lines number the candidates and show their results, so they tell how many ran
+    /// (K, confidential): with `--quiet`, nothing of any candidate is shown, not even its end.
     fn candidate(&mut self, i: usize) -> Box<dyn dpgd::train::Observer + '_> {
+        if self.mode == Mode::Quiet {
+            return Box::new(dpgd::train::Silent);
+        }
         Box::new(super::progress::RunProgress::new(self.mode, None, format!("[candidate {}] ", i + 1)))
     }
 }
