@@ -23,7 +23,7 @@ use clap::Parser;
 use dpgd::data::Dataset;
 use dpgd::nn::{Classifier, Conv2d, Conv2dConfig, Linear, LinearConfig};
 use dpgd::per_example::BurnEngine;
-use dpgd::train::{RunFolder, RunOptions, Silent, TrainConfig};
+use dpgd::train::{Observer, RunFolder, RunOptions, StepReport, TrainConfig, Warning};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -99,6 +99,22 @@ fn config(name: &str, privacy: &str, train: &str) -> anyhow::Result<dpgd::train:
     Ok(TrainConfig::from_toml(&text, &[])?.validate()?)
 }
 
+/// A line every twentieth of the run's steps (and each warning): pretraining and the private
+/// run each take minutes on a CPU (the library never prints; this program does).
+struct Progress(&'static str);
+
+impl Observer for Progress {
+    fn step(&mut self, r: &StepReport) {
+        if r.step == 1 || r.step % (r.max_steps / 20).max(1) == 0 || r.step == r.max_steps {
+            let acc = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {:.2}%", 100.0 * a));
+            eprintln!("{}: step {}/{}{acc}", self.0, r.step, r.max_steps);
+        }
+    }
+    fn warning(&mut self, w: &Warning) {
+        eprintln!("{w}");
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     if a.data == Path::new("datasets/mnist") && !a.data.join("train-images-idx3-ubyte.gz").exists() {
@@ -125,7 +141,14 @@ fn main() -> anyhow::Result<()> {
             )?;
             let engine = BurnEngine::new(SmallCnn::new(&device), &device, public.shape(), public.classes())?;
             let dir = a.out.join("pretrain");
-            let done = dpgd::train::run_with(&pretrain, engine, &public, &dir, &RunOptions::default(), &mut Silent)?;
+            let done = dpgd::train::run_with(
+                &pretrain,
+                engine,
+                &public,
+                &dir,
+                &RunOptions::default(),
+                &mut Progress("pretraining"),
+            )?;
             let accuracy = done.summary.result.context("pretraining stopped")?.test_accuracy;
             eprintln!("pretrained without privacy on {} public images: {:.2}%", public.train.len(), 100.0 * accuracy);
             RunFolder::new(&dir).model_safetensors()
@@ -152,7 +175,8 @@ fn main() -> anyhow::Result<()> {
     let trainable: usize = engine.params().iter().map(|p| p.shape.iter().product::<usize>()).sum();
     eprintln!("fine-tuning {trainable} parameters privately on {} images", private.train.len());
     let dir = a.out.join("private");
-    let trained = dpgd::train::run_with(&cfg, engine, &private, &dir, &RunOptions::default(), &mut Silent)?;
+    let trained =
+        dpgd::train::run_with(&cfg, engine, &private, &dir, &RunOptions::default(), &mut Progress("private run"))?;
     let result = trained.summary.result.context("the private run stopped before its end")?;
     let privacy = trained.summary.privacy.context("the private run stopped before its end")?;
     println!("fine-tuned privately: test accuracy {:.2}%", 100.0 * result.test_accuracy);

@@ -494,6 +494,23 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                  examples: its noisy accuracies are mostly noise and cannot tell models apart; {what_to_do}"
             )));
         }
+        if c.data.classes.is_none() {
+            let classes = self.plan.net().classes();
+            let mut seen = vec![false; classes.max(1)];
+            self.test.labels().iter().for_each(|&y| seen[usize::from(y).min(classes.saturating_sub(1))] = true);
+            let absent: Vec<String> = (0..classes).filter(|&k| !seen[k]).map(|k| k.to_string()).collect();
+            if !absent.is_empty() {
+                self.observer.warning(&Warning::Advice(format!(
+                    "the model has {classes} classes (1 + the largest test label, in {}), but {} of them occur in \
+                     none of the run's {} test examples ({}): if the labels are not 0, 1, 2, … or one is wrong, fix \
+                     them, or set data.classes",
+                    c.data.dir.display(),
+                    absent.len(),
+                    self.test.len(),
+                    absent.join(", ")
+                )));
+            }
+        }
         for note in self.cfg.notes() {
             self.observer.warning(&Warning::Advice(note.clone()));
         }

@@ -502,3 +502,44 @@ fn bench_step_without_kernels_takes_the_kernels_by_name() {
     let t = text(&o);
     assert!(!o.status.success() && t.contains("clip-sum, block-square-sums, conv-weight-rows"), "{t}");
 }
+
+/// A private search under `--quiet` shows nothing of its candidates (their lines number them
+/// and tell how many ran), and no candidate's folder under `confidential/` holds a
+/// `publishable/` half: the search publishes the chosen one itself.
+#[test]
+fn a_quiet_private_search_shows_no_candidate_and_publishes_only_its_choice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = setup(tmp.path());
+    let sweep = tmp.path().join("search.toml");
+    std::fs::write(
+        &sweep,
+        format!(
+            "name = \"s\"\nbase = \"{cfg}\"\n[set]\n\"release.active_count\" = \"none\"\n[grid]\n\"train.lr\" = [0.5, \
+             1.0]\n[search]\nvalidation = 50\n[search.candidates]\nmean = 3\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("out");
+    let o = dpgd(&[
+        "sweep",
+        sweep.to_str().unwrap(),
+        "--select",
+        "private",
+        "--epsilon",
+        "4",
+        "--delta",
+        "1e-5",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains("candidate 1") && !t.contains("[candidate") && !t.contains("done:"), "{t}");
+    assert!(t.contains("for the whole search"), "{t}");
+    for e in std::fs::read_dir(out.join("confidential/candidates")).unwrap() {
+        let e = e.unwrap().path();
+        assert!(!e.join("publishable").exists() && e.join("outputs/model.safetensors").exists(), "{}", e.display());
+    }
+    assert!(out.join("publishable/search.json").exists());
+}
