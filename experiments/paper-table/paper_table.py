@@ -12,7 +12,9 @@ from tuned k = 400; printed under the table's own epsilon = 1.0 rows, marked "k4
 test accuracy after k = B_norm/C^2 steps of each run (exactly plain private GD with the same
 sigma); "filtered" is the model the stopping rule returned. Mean ± sample std over the seeds
 finished so far. sigma, C and k are those of each run's accounting (privacy.json's
-`accounting.training`), the learning rate that of its publishable/config.toml. The runs use
+`accounting.training`), the learning rate that of its publishable/config.toml where the run's
+folder is there, else its case's `train.lr` in the study's sweep.toml (per-run folders are not
+committed: a fresh clone has only results.jsonl). The runs use
 fixed noise seeds and are therefore not private (their `epsilon` is null); the epsilon they are
 accounted for is `epsilon_of_configuration`.
 """
@@ -68,6 +70,17 @@ def load(folder, cells, suffix=""):
         cells[(conversion, regime, eps + suffix)].append(row)
 
 
+def lr(row):
+    """A run's learning rate: its publishable/config.toml's where the run's folder is there (it
+    is not committed), else its case's (or the [set] block's) in the study's sweep.toml."""
+    config = row["folder"] / "runs" / row["id"] / "publishable" / "config.toml"
+    if config.exists():
+        return tomllib.loads(config.read_text())["train"]["lr"]
+    sweep = tomllib.loads((row["folder"].parent / "sweep.toml").read_text())
+    case = sweep.get("cases", {}).get(row["point"].get("case"), {})
+    return case.get("train.lr", sweep.get("set", {}).get("train.lr"))
+
+
 def main():
     table = results(sys.argv[1] if len(sys.argv) > 1 else "experiments/paper-table")
     rebuilt = results(sys.argv[2] if len(sys.argv) > 2 else "experiments/paper-table-eps1.0-k400")
@@ -92,9 +105,7 @@ def main():
                 (pg, pgs), (pf, pfs) = PAPER[(paper_regime, eps.removesuffix(REBUILT))]
                 if rows:
                     p = rows[0]["privacy"]["accounting"]["training"]
-                    run = rows[0]["folder"] / "runs" / rows[0]["id"] / "publishable"
-                    config = tomllib.loads((run / "config.toml").read_text())
-                    setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {config['train']['lr']:g}"
+                    setup = f"{p['clip']:g} | {p['worst_case_steps']} | {p['sigma']:.2f} | {lr(rows[0]):g}"
                     better = "yes" if statistics.mean(filt) >= statistics.mean(gd) else "**no**"
                     near = " / ".join(
                         "yes" if statistics.mean(ours) >= mean - sd else "**no**"
