@@ -7,7 +7,9 @@ use thiserror::Error;
 use crate::accounting::AccountingError;
 
 /// Errors of the training library (accounting has its own [`AccountingError`], wrapped here).
+/// Non-exhaustive: later versions may say more precisely what failed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A privacy-accounting error (bad parameter, unsupported conversion, budget exceeded).
     #[error(transparent)]
@@ -95,9 +97,29 @@ pub enum Error {
         /// How to make it fit.
         fix: String,
     },
-    /// A model record or a result file could not be written or read.
-    #[error("{0}")]
-    Record(String),
+    /// A file dpgd writes or reads back — a model (`model.safetensors`, `model.bpk`), a result
+    /// or record file, a plot — could not be written, or does not hold what it should.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it, and what to do.
+        message: String,
+    },
+    /// A model's parameters do not match what they are read from or written to: a count or
+    /// shape that differs, a parameter without a gradient (not on an autodiff device), a value
+    /// the device cannot give back.
+    #[error("model parameters: {0}")]
+    Parameters(String),
+    /// A value dpgd writes (a state's metadata, a config, a record row, a report) does not
+    /// serialise: a bug, not bad input.
+    #[error("{what} does not serialise: {message}")]
+    Serialise {
+        /// What was being written.
+        what: &'static str,
+        /// The serialiser's message.
+        message: String,
+    },
     /// The environment failed (e.g. the operating system's random source).
     #[error("{0}")]
     Environment(String),
@@ -122,6 +144,16 @@ impl Error {
     /// An [`Error::Config`] for `field`.
     pub fn config(field: impl Into<String>, message: impl Into<String>) -> Error {
         Error::Config { field: field.into(), message: message.into() }
+    }
+
+    /// An [`Error::File`] for `path`.
+    pub fn file(path: impl Into<PathBuf>, message: impl Into<String>) -> Error {
+        Error::File { path: path.into(), message: message.into() }
+    }
+
+    /// An [`Error::Serialise`] of `what`.
+    pub fn serialise(what: &'static str) -> impl FnOnce(serde_json::Error) -> Error {
+        move |e| Error::Serialise { what, message: e.to_string() }
     }
 }
 

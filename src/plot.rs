@@ -82,7 +82,7 @@ fn register_font() {
 /// If the image cannot be drawn or written.
 pub fn line_charts(path: &Path, panels: &[Panel]) -> Result<()> {
     register_font();
-    let err = |e: &dyn std::fmt::Display| Error::Record(format!("plot {}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| Error::file(path, format!("the plot: {e}"));
     let height = 360 * panels.len().max(1) as u32;
     let root = BitMapBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;

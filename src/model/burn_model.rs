@@ -26,10 +26,10 @@ impl BurnModel {
     /// layout).
     ///
     /// # Errors
-    /// [`Error::Record`] if `theta` is not `net`'s length.
+    /// [`Error::Parameters`] if `theta` is not `net`'s length.
     pub fn from_params(net: &Network, theta: &[f32], device: &Device) -> Result<Self> {
         if theta.len() != net.num_params() {
-            return Err(Error::Record(format!("{} parameters for a model of {}", theta.len(), net.num_params())));
+            return Err(Error::Parameters(format!("{} parameters for a model of {}", theta.len(), net.num_params())));
         }
         let mut model = Self::build(net.spec(), net.inputs(), device);
         for (layer, compiled) in model.layers.iter_mut().zip(net.layers()) {
@@ -71,8 +71,7 @@ impl BurnModel {
     /// on an autodiff device. Returns `n × P` values in `net`'s parameter layout.
     pub fn per_example_gradients_autodiff(&self, net: &Network, x: &[f32], labels: &[u8]) -> Result<Vec<f32>> {
         let [c, h, w] = net.spec().input;
-        let device =
-            self.devices().into_iter().next().ok_or_else(|| Error::Record("model has no parameters".into()))?;
+        let device = self.devices().into_iter().next().ok_or_else(|| Error::Parameters("the model has none".into()))?;
         let mut out = Vec::with_capacity(labels.len() * net.num_params());
         for (i, &y) in labels.iter().enumerate() {
             let xi = Tensor::<4>::from_data(
@@ -89,7 +88,7 @@ impl BurnModel {
     /// Reads every parameter (through `read`, e.g. its value or its gradient) into θ's layout.
     fn flatten_params(&self, net: &Network, read: Read<'_>) -> Result<Vec<f32>> {
         let mut theta = vec![0.0f32; net.num_params()];
-        let mismatch = || Error::Record("the record's layers do not match the model architecture".into());
+        let mismatch = || Error::Parameters("the record's layers do not match the model architecture".into());
         if self.layers.len() != net.layers().len() {
             return Err(mismatch());
         }
@@ -137,11 +136,10 @@ impl BurnModel {
 
     /// Reads a burnpack record written by [`save`](Self::save) into a model of `net`'s shape.
     pub fn load(net: &Network, path: &Path, device: &Device) -> Result<Self> {
-        let record =
-            burn::store::ModuleRecord::load(path).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+        let record = burn::store::ModuleRecord::load(path).map_err(|e| Error::file(path, e.to_string()))?;
         Self::build(net.spec(), net.inputs(), device)
             .try_load_record(record)
-            .map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+            .map_err(|e| Error::file(path, e.to_string()))
     }
 }
 
@@ -183,7 +181,7 @@ pub fn save_module<M: Module>(module: M, path: &Path) -> Result<()> {
     let mut tmp = path.as_os_str().to_os_string();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
-    module.save_file(&tmp).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+    module.save_file(&tmp).map_err(|e| Error::file(path, e.to_string()))?;
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(Error::io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(Error::io(path))
 }

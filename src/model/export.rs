@@ -197,7 +197,7 @@ fn write(
     layout: &str,
     architecture: Option<&ModelSpec>,
 ) -> Result<()> {
-    let bad = |e: &dyn std::fmt::Display| Error::Record(format!("{}: {e}", path.display()));
+    let bad = |e: &dyn std::fmt::Display| Error::file(path, e.to_string());
     let data: Vec<(&str, &[usize], Vec<u8>)> = slots
         .iter()
         .map(|s| {
@@ -256,7 +256,7 @@ struct File {
 
 impl File {
     fn read(path: &Path) -> Result<Self> {
-        let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+        let bad = |m: String| Error::file(path, m);
         let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
         crate::memory::check(&format!("reading {}", path.display()), Some(len), "this is not a dpgd model file")?;
         let bytes = std::fs::read(path).map_err(Error::io(path))?;
@@ -286,7 +286,7 @@ impl File {
 
     /// θ of `len` values from the file's tensors, each checked against its slot's name and shape.
     fn theta(&self, slots: &[Slot], len: usize, path: &Path) -> Result<Vec<f32>> {
-        let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+        let bad = |m: String| Error::file(path, m);
         let file = safetensors::SafeTensors::deserialize(&self.bytes)
             .map_err(|e| bad(format!("not a safetensors file ({e})")))?;
         let mut theta = vec![0.0f32; len];
@@ -315,11 +315,11 @@ impl File {
 /// architecture and every tensor's name and shape.
 ///
 /// # Errors
-/// [`Error::Record`] naming the file: not safetensors, no dpgd architecture (a model of your
+/// [`Error::File`] naming the file: not safetensors, no dpgd architecture (a model of your
 /// own burn struct: use [`load_params`]), a missing or mis-shaped tensor, or a file larger
 /// than the memory limit.
 pub fn load(path: &Path) -> Result<ExportedModel> {
-    let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+    let bad = |m: String| Error::file(path, m);
     let file = File::read(path)?;
     let spec: ModelSpec = match file.info.get("dpgd.architecture") {
         Some(a) => serde_json::from_str(a).map_err(|e| bad(format!("its architecture does not parse ({e})")))?,
@@ -365,15 +365,12 @@ pub fn load(path: &Path) -> Result<ExportedModel> {
 /// shape. `engine.model_with(&theta)` then gives the trained model.
 ///
 /// # Errors
-/// [`Error::Record`] naming the file: not safetensors, not layout `burn`, or a parameter
+/// [`Error::File`] naming the file: not safetensors, not layout `burn`, or a parameter
 /// missing or of another shape (the file is of another model).
 pub fn load_params(params: &[TrainableParam], path: &Path) -> Result<(Vec<f32>, Normalize)> {
     let file = File::read(path)?;
     if file.layout() != "burn" {
-        return Err(Error::Record(format!(
-            "{}: a fast-engine model (layout pytorch): read it with dpgd::model::export::load",
-            path.display()
-        )));
+        return Err(Error::file(path, "a fast-engine model (layout pytorch): read it with dpgd::model::export::load"));
     }
     let slots = burn_slots(params);
     let len = slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
@@ -400,11 +397,11 @@ pub struct Loaded<M> {
 /// file no parameter has are ignored; frozen parameters stay frozen.
 ///
 /// # Errors
-/// [`Error::Record`] naming the file: not safetensors, the fast engine's layout (`pytorch`), a
+/// [`Error::File`] naming the file: not safetensors, the fast engine's layout (`pytorch`), a
 /// tensor whose shape or type is not the parameter's at its path, or none of the module's
 /// parameters in the file (another model).
 pub fn load_into<M: burn::module::Module>(model: M, path: &Path) -> Result<Loaded<M>> {
-    let bad = |m: String| Error::Record(format!("{}: {m}", path.display()));
+    let bad = |m: String| Error::file(path, m);
     let file = File::read(path)?;
     if file.layout() != "burn" {
         return Err(bad("a fast-engine model (layout pytorch, PyTorch's parameter names): read it with \

@@ -376,13 +376,17 @@ impl<M: Classifier> BurnEngine<M> {
     /// θ: the model's current trainable parameter values, in [`params`](Self::params) order.
     ///
     /// # Errors
-    /// [`Error::Record`] if a value cannot be read back from the device.
+    /// [`Error::Parameters`] if a value cannot be read back from the device.
     pub fn current_params(&self) -> Result<Vec<f32>> {
         struct Read<'a, M: Classifier>(&'a BurnEngine<M>, Vec<(usize, Result<Vec<f32>>)>);
         impl<M: Classifier> ModuleVisitor for Read<'_, M> {
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
                 if let Some(p) = self.0.param(param.id) {
-                    let v = param.val().into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")));
+                    let v = param
+                        .val()
+                        .into_data()
+                        .try_into_vec::<f32>()
+                        .map_err(|e| Error::Parameters(format!("a value the device cannot give back: {e:?}")));
                     self.1.push((p.offset, v));
                 }
             }

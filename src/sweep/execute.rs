@@ -157,7 +157,7 @@ fn refuse_stale(run_dir: &Path, planned: &TrainConfig) -> Result<()> {
     if made == planned {
         return Ok(());
     }
-    let as_json = |v: &toml::Value| serde_json::to_value(v).map_err(|e| Error::Record(e.to_string()));
+    let as_json = |v: &toml::Value| serde_json::to_value(v).map_err(Error::serialise("a run's config"));
     let differences = crate::train::field_differences(&as_json(&made)?, &as_json(&planned)?);
     Err(Error::StaleRun { path: run_dir.to_path_buf(), differences: differences.join(", ") })
 }

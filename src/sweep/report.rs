@@ -104,7 +104,7 @@ pub fn write_results(dir: &Path, runs: &[PlannedRun]) -> Result<Vec<ResultRow>> 
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     let mut jsonl = String::new();
     for r in &rows {
-        jsonl += &serde_json::to_string(r).map_err(|e| Error::Record(e.to_string()))?;
+        jsonl += &serde_json::to_string(r).map_err(Error::serialise("a results row"))?;
         jsonl.push('\n');
     }
     crate::files::atomic_write(&dir.join("results.jsonl"), jsonl.as_bytes())?;
@@ -158,7 +158,7 @@ pub fn report(dir: &Path) -> Result<String> {
     let mut groups: BTreeMap<Vec<(String, String)>, Vec<ResultRow>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let row: ResultRow =
-            serde_json::from_str(line).map_err(|e| Error::Record(format!("{} line {}: {e}", path.display(), i + 1)))?;
+            serde_json::from_str(line).map_err(|e| Error::file(&path, format!("line {}: {e}", i + 1)))?;
         groups.entry(group_fields(&row)).or_default().push(row);
     }
     let mut out = String::from(

@@ -653,11 +653,11 @@ fn start(search: &Search, dir: &Path) -> Result<SearchState> {
     if path.exists() {
         let state: SearchState = read_json(&path)?;
         if state.scores.len() != state.draws.len() || state.draws.iter().any(|&j| j >= search.points.len()) {
-            return Err(Error::Record(format!(
-                "{}: the draws and scores do not belong together (the file is damaged): delete the search folder \
-                 to start over",
-                path.display()
-            )));
+            return Err(Error::file(
+                &path,
+                "the draws and scores do not belong together (the file is damaged): delete the search folder to \
+                 start over",
+            ));
         }
         if state.identity != identity {
             return Err(Error::config(
@@ -682,13 +682,13 @@ fn state_path(dir: &Path) -> PathBuf {
 }
 
 fn write_state(dir: &Path, state: &SearchState) -> Result<()> {
-    let text = serde_json::to_string_pretty(state).map_err(|e| Error::Record(e.to_string()))?;
+    let text = serde_json::to_string_pretty(state).map_err(Error::serialise("a search's state"))?;
     crate::files::atomic_write(&state_path(dir), text.as_bytes())
 }
 
 /// A hash of everything the draws and scores belong to.
 fn identity(search: &Search) -> Result<String> {
-    let mut text = serde_json::to_string(&search.guarantee).map_err(|e| Error::Record(e.to_string()))?;
+    let mut text = serde_json::to_string(&search.guarantee).map_err(Error::serialise("a search's guarantee"))?;
     text += &format!("{:?}", search.seed);
     for p in &search.points {
         text += &p.config.config().to_value()?.to_string();
@@ -740,7 +740,7 @@ fn publish(search: &Search, state: &SearchState, dir: &Path) -> Result<SearchRes
             test_accuracy,
         });
     }
-    let text = serde_json::to_string_pretty(&result).map_err(|e| Error::Record(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&result).map_err(Error::serialise("search.json"))?;
     crate::files::atomic_write(&partial.join("search.json"), text.as_bytes())?;
     crate::files::atomic_write(&partial.join("README.txt"), search_readme(&result).as_bytes())?;
     let out = dir.join("publishable");
@@ -770,7 +770,7 @@ fn publish_candidate(folder: &RunFolder, to: &Path, search: &SearchResult) -> Re
     result.private = search.private;
     result.epsilon = search.private.then_some(search.guarantee.epsilon);
     result.epsilon_of_configuration = Some(search.guarantee.epsilon);
-    let mut result = serde_json::to_value(result).map_err(|e| Error::Record(e.to_string()))?;
+    let mut result = serde_json::to_value(result).map_err(Error::serialise("result.json"))?;
     result["delta"] = serde_json::json!(search.guarantee.delta);
     result["guarantee"] = published.clone();
     write_json(&to.join("result.json"), &result)?;
@@ -785,9 +785,7 @@ fn publish_candidate(folder: &RunFolder, to: &Path, search: &SearchResult) -> Re
         .map_err(Error::io(folder.metrics_jsonl()))?
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(l).map_err(|e| Error::Record(format!("{}: {e}", folder.metrics_jsonl().display())))
-        })
+        .map(|l| serde_json::from_str(l).map_err(|e| Error::file(folder.metrics_jsonl(), e.to_string())))
         .collect::<Result<_>>()?;
     let rows: Vec<MetricsRow> = rows.into_iter().map(|r| MetricsRow { epsilon_so_far: None, ..r }).collect();
     let header = std::fs::read_to_string(folder.metrics_csv()).map_err(Error::io(folder.metrics_csv()))?;
@@ -799,7 +797,7 @@ fn publish_candidate(folder: &RunFolder, to: &Path, search: &SearchResult) -> Re
 }
 
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Record(e.to_string()))?;
+    let text = serde_json::to_string_pretty(value).map_err(Error::serialise("a published JSON file"))?;
     crate::files::atomic_write(path, text.as_bytes())
 }
 

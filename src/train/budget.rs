@@ -177,7 +177,7 @@ fn by_tier(ledger: &IndividualFilter, tiers: &[Tier], fraction: impl Fn(usize) -
 /// # Errors
 /// If a file cannot be written.
 pub fn write(folder: &RunFolder, report: &BudgetReport) -> Result<()> {
-    let text = serde_json::to_string_pretty(report).map_err(|e| Error::Record(e.to_string()))?;
+    let text = serde_json::to_string_pretty(report).map_err(Error::serialise("budget.json"))?;
     state::atomic_write(&folder.budget(), text.as_bytes())?;
     plot(report, &folder.budget_plot())
 }

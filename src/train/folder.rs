@@ -352,7 +352,7 @@ pub fn metrics_csv(rows: &[MetricsRow], columns: &[&str]) -> String {
 pub fn jsonl<T: serde::Serialize>(rows: &[T]) -> Result<String> {
     let mut out = String::new();
     for r in rows {
-        out += &serde_json::to_string(r).map_err(|e| Error::Record(format!("a record row does not serialise: {e}")))?;
+        out += &serde_json::to_string(r).map_err(Error::serialise("a record row"))?;
         out.push('\n');
     }
     Ok(out)

@@ -129,7 +129,7 @@ pub fn write(
     spent: &[f64],
     velocity: &[f32],
 ) -> Result<()> {
-    let meta_json = serde_json::to_vec(meta).map_err(|e| Error::Record(format!("state metadata: {e}")))?;
+    let meta_json = serde_json::to_vec(meta).map_err(Error::serialise("the state's metadata"))?;
     let mut buf = Vec::with_capacity(64 + meta_json.len() + (theta.len() + best_theta.len()) * 4 + spent.len() * 8);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&(meta_json.len() as u64).to_le_bytes());

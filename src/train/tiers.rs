@@ -77,8 +77,9 @@ impl BudgetsConfig {
                 "privacy.budgets",
                 format!(
                     "method = \"{}\" keeps no per-example ledger that stops an example when its budget is spent, so \
-                     it cannot give examples budgets of their own: use method = \"filtered\" or \"sgd-filtered\"",
-                    serde_json::to_value(method).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                     it cannot give examples budgets of their own: use method = {}",
+                    method.name(),
+                    Method::those_that(|m| m.drops_exhausted_examples())
                 ),
             ));
         }

@@ -118,11 +118,11 @@ impl RunSummary {
 /// If the file is missing or does not parse as `T`.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-    serde_json::from_str(&text).map_err(|e| Error::Record(format!("{}: {e}", path.display())))
+    serde_json::from_str(&text).map_err(|e| Error::file(path, e.to_string()))
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| Error::Record(format!("{}: {e}", path.display())))?;
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::file(path, e.to_string()))?;
     state::atomic_write(path, text.as_bytes())
 }
 
@@ -459,7 +459,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             step: self.step,
             ledger_ranks: if self.step == 0 { None } else { self.ledger_on_disk },
         };
-        let mut bytes = serde_json::to_vec(&hello).map_err(|e| Error::Record(e.to_string()))?;
+        let mut bytes = serde_json::to_vec(&hello).map_err(Error::serialise("rank 0's greeting"))?;
         self.comm.broadcast(&mut bytes)
     }
 
@@ -1141,7 +1141,7 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         let chunk = c.train.chunk.unwrap_or_else(|| net.preferred_chunk());
         let host_rows = !(net.keeps_rows() && cfg.method().training().is_private());
         check_memory(&net, (chunk, host_rows), pool.current_num_threads(), train.len())?;
-        let mut config = serde_json::to_value(c.identity()?).map_err(|e| Error::Record(e.to_string()))?;
+        let mut config = serde_json::to_value(c.identity()?).map_err(Error::serialise("the run's identity"))?;
         if let (Some(model), Some(section)) = (net.identity(), config.get_mut("model")) {
             *section = model;
         }
@@ -1185,7 +1185,7 @@ struct Hello {
 impl Hello {
     fn digest(identity: &RunIdentity) -> Result<String> {
         use sha2::Digest;
-        let bytes = serde_json::to_vec(identity).map_err(|e| Error::Record(e.to_string()))?;
+        let bytes = serde_json::to_vec(identity).map_err(Error::serialise("the run's identity"))?;
         Ok(sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
     }
 }
@@ -1283,7 +1283,8 @@ fn check_memory(
 }
 
 fn resolved_config(cfg: &ValidConfig, norm: &Normalize, model: Option<serde_json::Value>) -> Result<String> {
-    let text = toml::to_string_pretty(cfg.config()).map_err(|e| Error::Record(format!("config: {e}")))?;
+    let text = toml::to_string_pretty(cfg.config())
+        .map_err(|e| Error::Serialise { what: "the run's config", message: e.to_string() })?;
     let mut head = match cfg.sigma() {
         Some(s) => format!("# resolved noise multiplier: sigma = {s}\n"),
         None => String::new(),

@@ -4,7 +4,9 @@ use thiserror::Error;
 
 /// Everything that can go wrong in accounting: a bad parameter (named, with the fix),
 /// a conversion that does not apply to a guarantee, or a budget that a charge would exceed.
+/// Non-exhaustive: later versions may add failures of their own.
 #[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
 pub enum AccountingError {
     /// A parameter is out of its domain (NaN, infinite, negative, δ ∉ (0, 1), ...).
     #[error("invalid {name} = {value:?}: {expected}")]

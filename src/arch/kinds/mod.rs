@@ -89,26 +89,28 @@ impl Read<'_> {
     /// The parameter's value or gradient, flattened row-major.
     ///
     /// # Errors
-    /// [`Error::Record`] if the parameter has no gradient (not on an autodiff device) or is
+    /// [`Error::Parameters`] if the parameter has no gradient (not on an autodiff device) or is
     /// not `f32`.
     pub fn flat<const D: usize>(&self, p: &Param<Tensor<D>>) -> Result<Vec<f32>> {
         let t = match self {
             Read::Value => p.val(),
             Read::Grad(g) => p.val().grad(g).ok_or_else(|| {
-                Error::Record("a parameter has no gradient (is the model on an autodiff device?)".into())
+                Error::Parameters("a parameter has no gradient (is the model on an autodiff device?)".into())
             })?,
         };
-        t.into_data().try_into_vec::<f32>().map_err(|e| Error::Record(format!("{e:?}")))
+        t.into_data()
+            .try_into_vec::<f32>()
+            .map_err(|e| Error::Parameters(format!("a value the device cannot give back: {e:?}")))
     }
 }
 
 /// A parameter of `dims` holding `values` (row-major) on `device`.
 ///
 /// # Errors
-/// [`Error::Record`] if `values` does not have `dims`' number of elements.
+/// [`Error::Parameters`] if `values` does not have `dims`' number of elements.
 pub fn param<const D: usize>(values: &[f32], dims: [usize; D], device: &Device) -> Result<Param<Tensor<D>>> {
     if dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(values.len()) {
-        return Err(Error::Record(format!("{} values do not fill a parameter of shape {dims:?}", values.len())));
+        return Err(Error::Parameters(format!("{} values do not fill a parameter of shape {dims:?}", values.len())));
     }
     Ok(Param::from_tensor(Tensor::from_data(TensorData::new(values.to_vec(), dims), device)))
 }
@@ -153,16 +155,16 @@ pub trait Kind: Copy {
     /// Sets its parameters from `values` in [`param_shapes`](Kind::param_shapes)' layout.
     ///
     /// # Errors
-    /// [`Error::Record`] if `values` do not match its parameters.
+    /// [`Error::Parameters`] if `values` do not match its parameters.
     fn write(module: &mut Self::Module, values: &[&[f32]], device: &Device) -> Result<()> {
         let _ = (module, device);
-        if values.is_empty() { Ok(()) } else { Err(Error::Record("this layer kind has no parameters".into())) }
+        if values.is_empty() { Ok(()) } else { Err(Error::Parameters("this layer kind has no parameters".into())) }
     }
 }
 
 /// The error of [`Kind::write`] given `n` parameters that do not match the layer's.
 pub(crate) fn mismatch(n: usize) -> Error {
-    Error::Record(format!("{n} parameter values do not match the layer's parameters"))
+    Error::Parameters(format!("{n} parameter values do not match the layer's parameters"))
 }
 
 /// `Ok` if the product of `dims` is at most [`super::MAX_VALUES`], else a reason naming `what`
@@ -264,7 +266,7 @@ macro_rules! kinds {
             /// Sets its parameters from PyTorch's layout (see [`Kind::write`]).
             ///
             /// # Errors
-            /// [`Error::Record`] if `values` do not match its parameters.
+            /// [`Error::Parameters`] if `values` do not match its parameters.
             pub fn write(&mut self, values: &[&[f32]], device: &Device) -> Result<()> {
                 match self { $( BurnLayer::$variant(m) => <$ty as Kind>::write(m, values, device), )* }
             }

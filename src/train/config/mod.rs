@@ -469,7 +469,7 @@ impl TrainConfig {
     /// # Errors
     /// Never for a deserialised config (every field serialises).
     pub fn to_value(&self) -> Result<toml::Value> {
-        toml::Value::try_from(self).map_err(|e| Error::Record(format!("config does not serialise: {e}")))
+        toml::Value::try_from(self).map_err(|e| Error::Serialise { what: "a config", message: e.to_string() })
     }
 
     /// What identifies a run: everything but where the data lie (their contents are checked

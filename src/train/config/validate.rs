@@ -181,7 +181,8 @@ impl TrainConfig {
                 (Some(q), false) => Err(Error::config(
                     "privacy.sample_rate",
                     format!(
-                        "{q}: only method = \"sgd\" (or \"sgd-filtered\") samples; remove sample_rate or use method = \"sgd\""
+                        "{q}: only method = {} samples; remove sample_rate or use one of them",
+                        Method::those_that(|m| m.samples())
                     ),
                 )),
                 _ => Ok(()),
@@ -212,8 +213,12 @@ impl TrainConfig {
             (true, false, Some(m)) if m != k => {
                 return Err(Error::config(
                     "train.max_steps",
-                    "plain private GD and DP-SGD run exactly privacy.worst_case_steps steps; remove max_steps (or \
-                     use method = \"filtered\")",
+                    format!(
+                        "method = \"{}\" runs exactly privacy.worst_case_steps steps; remove max_steps (or use method \
+                         = {})",
+                        self.privacy.method.name(),
+                        Method::those_that(|m| m.is_private() && m.drops_exhausted_examples())
+                    ),
                 ));
             }
             (_, true, Some(m)) if m < k => {
@@ -231,8 +236,11 @@ impl TrainConfig {
         if self.train.lr_after_k.is_some() && m == k {
             return Err(Error::config(
                 "train.lr_after_k",
-                "this run has no steps after privacy.worst_case_steps; remove lr_after_k or use method = \"filtered\" \
-                 with a larger train.max_steps",
+                format!(
+                    "this run has no steps after privacy.worst_case_steps; remove lr_after_k or use method = {} with a \
+                     larger train.max_steps",
+                    Method::those_that(|m| m.is_private() && m.drops_exhausted_examples())
+                ),
             ));
         }
         Ok(m)
@@ -262,7 +270,10 @@ impl TrainConfig {
             if !self.privacy.method.training().chooses_best_step() {
                 return Err(Error::config(
                     "stopping.rule",
-                    "best-train-accuracy chooses among the steps from B_norm/C^2 on, so it needs method = \"filtered\"",
+                    format!(
+                        "best-train-accuracy chooses among the steps from B_norm/C^2 on, so it needs method = {}",
+                        Method::those_that(|m| m.chooses_best_step())
+                    ),
                 ));
             }
             if s.every == 0 {

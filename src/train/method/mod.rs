@@ -56,6 +56,36 @@ pub enum Method {
 }
 
 impl Method {
+    /// Every method, in the order of its declaration (exhaustive on purpose: a new method must
+    /// be placed in every test matrix, which match on it).
+    pub const ALL: [Method; 5] =
+        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+
+    /// The method's name in configs (`privacy.method`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Plain => "plain",
+            Method::Filtered => "filtered",
+            Method::Sgd => "sgd",
+            Method::SgdFiltered => "sgd-filtered",
+            Method::NonPrivate => "non-private",
+        }
+    }
+
+    /// The names, quoted, of the methods for which `can` holds ("\"filtered\" or
+    /// \"sgd-filtered\""): what a capability message offers instead, derived from the methods.
+    #[must_use]
+    pub fn those_that(can: impl Fn(&dyn TrainingMethod) -> bool) -> String {
+        let names: Vec<String> =
+            Self::ALL.iter().filter(|m| can(m.training())).map(|m| format!("\"{}\"", m.name())).collect();
+        match names.as_slice() {
+            [] => String::new(),
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        }
+    }
+
     /// What the method does: the registration of each name's implementation.
     #[must_use]
     pub fn training(self) -> &'static dyn TrainingMethod {
@@ -273,7 +303,11 @@ mod tests {
     /// What each method is, in one table: a method whose answers change shows up here.
     #[test]
     fn each_method_says_what_it_does() {
-        let all = [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+        let all = Method::ALL;
+        for m in all {
+            let named: Method = serde_json::from_value(serde_json::json!(m.name())).unwrap();
+            assert_eq!(named, m, "{} is the config's name", m.name());
+        }
         let table: Vec<(bool, bool, bool, StopRule)> = all
             .iter()
             .map(|m| {
