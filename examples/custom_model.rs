@@ -21,7 +21,7 @@ use burn::tensor::{Device, Tensor};
 use clap::Parser;
 use dpgd::nn::{Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig};
 use dpgd::per_example::BurnEngine;
-use dpgd::train::{FinishInfo, Observer, RunOptions, StepReport, TrainConfig, Warning};
+use dpgd::train::{FinishInfo, Observer, StepReport, TrainConfig, Warning};
 
 /// A private step allocates and frees buffers of megabytes per micro-batch; mimalloc reuses them
 /// where glibc's malloc returns them to the kernel and faults them in again (the `dpgd` binary
@@ -163,7 +163,7 @@ fn main() -> anyhow::Result<()> {
         data.shape(),
         data.classes()
     );
-    let trained = dpgd::train::run_with(&cfg, engine, &data, &a.out, &RunOptions::default(), &mut Print)?;
+    let trained = dpgd::train::Run::new(&cfg, &data, &a.out).observer(&mut Print).train_model(engine)?;
     let model: ResidualNet = trained.engine.model_with(&trained.params)?; // your model, trained
     eprintln!("the trained model has {} parameters", model.num_params());
     let result = trained.summary.result.context("the run stopped before its end")?;

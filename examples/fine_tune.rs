@@ -23,7 +23,7 @@ use clap::Parser;
 use dpgd::data::Dataset;
 use dpgd::nn::{Classifier, Conv2d, Conv2dConfig, Linear, LinearConfig};
 use dpgd::per_example::BurnEngine;
-use dpgd::train::{Observer, RunFolder, RunOptions, StepReport, TrainConfig, Warning};
+use dpgd::train::{Observer, RunFolder, StepReport, TrainConfig, Warning};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -105,7 +105,7 @@ struct Progress(&'static str);
 
 impl Observer for Progress {
     fn step(&mut self, r: &StepReport) {
-        if r.step == 1 || r.step % (r.max_steps / 20).max(1) == 0 || r.step == r.max_steps {
+        if r.step == 1 || r.step.is_multiple_of((r.max_steps / 20).max(1)) || r.step == r.max_steps {
             let acc = r.test_accuracy.map_or(String::new(), |a| format!(", test accuracy {:.2}%", 100.0 * a));
             eprintln!("{}: step {}/{}{acc}", self.0, r.step, r.max_steps);
         }
@@ -141,14 +141,9 @@ fn main() -> anyhow::Result<()> {
             )?;
             let engine = BurnEngine::new(SmallCnn::new(&device), &device, public.shape(), public.classes())?;
             let dir = a.out.join("pretrain");
-            let done = dpgd::train::run_with(
-                &pretrain,
-                engine,
-                &public,
-                &dir,
-                &RunOptions::default(),
-                &mut Progress("pretraining"),
-            )?;
+            let done = dpgd::train::Run::new(&pretrain, &public, &dir)
+                .observer(&mut Progress("pretraining"))
+                .train_model(engine)?;
             let accuracy = done.summary.result.context("pretraining stopped")?.test_accuracy;
             eprintln!("pretrained without privacy on {} public images: {:.2}%", public.train.len(), 100.0 * accuracy);
             RunFolder::new(&dir).model_safetensors()
@@ -176,7 +171,7 @@ fn main() -> anyhow::Result<()> {
     eprintln!("fine-tuning {trainable} parameters privately on {} images", private.train.len());
     let dir = a.out.join("private");
     let trained =
-        dpgd::train::run_with(&cfg, engine, &private, &dir, &RunOptions::default(), &mut Progress("private run"))?;
+        dpgd::train::Run::new(&cfg, &private, &dir).observer(&mut Progress("private run")).train_model(engine)?;
     let result = trained.summary.result.context("the private run stopped before its end")?;
     let privacy = trained.summary.privacy.context("the private run stopped before its end")?;
     println!("fine-tuned privately: test accuracy {:.2}%", 100.0 * result.test_accuracy);

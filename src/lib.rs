@@ -14,7 +14,7 @@
 //!
 //! * [`nn`] — burn layers for YOUR model: write it as for burn, with `dpgd::nn`'s `Linear`,
 //!   `Conv2d`, `GroupNorm`, … and train it privately on a burn device (CPU: flex, ndarray) through
-//!   [`per_example::BurnEngine`] and [`train::run_with`] (`examples/custom_model.rs`).
+//!   [`per_example::BurnEngine`] and [`train::Run::train_model`] (`examples/custom_model.rs`).
 //!
 //! * [`per_example`] — per-example gradients behind one trait, with two engines: the fast
 //!   CPU engine for the config's built-in layer kinds, and the burn engine.
@@ -23,7 +23,7 @@
 //!   [`data::Dataset::in_memory`]), a run folder whose `publishable/` half is safe to publish.
 //!
 //! * [`collective`] — data-parallel training on several processes (MPI with the `mpi` feature):
-//!   [`train::run_on`] gives the one-process run's outputs bit for bit on any number of ranks.
+//!   [`train::Run::ranks`] gives the one-process run's outputs bit for bit on any number of ranks.
 //!
 //! Train privately with individual filtering on data held in memory, and read the guarantee:
 //!

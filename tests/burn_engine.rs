@@ -310,7 +310,7 @@ impl Classifier for Sneaky {
 /// trainer's, which checks at the run's micro-batch size before reading any training example.
 #[test]
 fn the_trainer_checks_the_rows_at_the_runs_own_micro_batch_size() {
-    use dpgd::train::{RunOptions, Silent, TrainConfig, run_with};
+    use dpgd::train::{Run, TrainConfig};
     let d = device();
     let net = Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 10).init(&d), how: 5 };
     let engine = BurnEngine::new(net, &d, [1, 28, 28], 10).unwrap();
@@ -319,7 +319,7 @@ fn the_trainer_checks_the_rows_at_the_runs_own_micro_batch_size() {
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
     let data = cfg.config().data.load().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let e = run_with(&cfg, engine, &data, dir.path(), &RunOptions::default(), &mut Silent).map(|_| ()).unwrap_err();
+    let e = Run::new(&cfg, &data, dir.path()).train_model(engine).map(|_| ()).unwrap_err();
     let e = e.to_string();
     assert!(e.contains("mixes the examples") && e.contains("micro-batch of 8"), "{e}");
 }
@@ -457,7 +457,7 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
     use dpgd::accounting::filter::IndividualFilter;
     use dpgd::clip::{NonFinitePolicy, SumGrid};
     use dpgd::train::step::{Aggregation, ClippedSum, GradientPlan};
-    use dpgd::train::{RunOptions, Silent, TrainConfig, TrainModel, Trainer, run_with};
+    use dpgd::train::{Run, RunOptions, Silent, TrainConfig, TrainModel, Trainer};
     let text = common::fixture_config(
         "engines",
         "opacus-cnn",
@@ -519,7 +519,7 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
         trainer.step().unwrap();
     }
     let fast = trainer.finish_returning().unwrap();
-    let burned = run_with(&cfg, burn_engine(), &data, burn_dir.path(), &RunOptions::default(), &mut Silent).unwrap();
+    let burned = Run::new(&cfg, &data, burn_dir.path()).train_model(burn_engine()).unwrap();
     assert!(fast.params != theta0, "training moved the model");
     close(&fast.params, &to_fast(&burned.engine, &burned.params), "the trained models");
     let (fa, fb) = (fast.summary.result.unwrap(), burned.summary.result.unwrap());
@@ -531,7 +531,7 @@ fn both_engines_give_the_same_clipped_sum_charges_and_model() {
 /// much, and ends where the host's ends up to the device grid's rounding.
 #[test]
 fn a_private_run_with_the_clip_on_the_device_keeps_the_guarantee() {
-    use dpgd::train::{RunOptions, Silent, TrainConfig, TrainModel, run_with};
+    use dpgd::train::{Run, RunOptions, TrainConfig, TrainModel};
     let privacy = "method = \"filtered\"\nepsilon = 2.0\ndelta = 1e-5\nclip = 0.5\nworst_case_steps = 3";
     let text = common::fixture_config("device-clip", "logistic", (200, 50), privacy, "lr = 1.0\nchunk = 16\nseed = 7");
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
@@ -545,9 +545,14 @@ fn a_private_run_with_the_clip_on_the_device_keeps_the_guarantee() {
         };
         let (host_dir, device_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let opts = RunOptions::default();
-        let host = run_with(&cfg, engine().with_rows_on_host(), &data, host_dir.path(), &opts, &mut Silent).unwrap();
-        let device =
-            run_with(&cfg, engine().with_rows_on_device(), &data, device_dir.path(), &opts, &mut Silent).unwrap();
+        let host = Run::new(&cfg, &data, host_dir.path())
+            .options(opts.clone())
+            .train_model(engine().with_rows_on_host())
+            .unwrap();
+        let device = Run::new(&cfg, &data, device_dir.path())
+            .options(opts.clone())
+            .train_model(engine().with_rows_on_device())
+            .unwrap();
         let (hp, dp) = (host.summary.privacy.unwrap(), device.summary.privacy.unwrap());
         assert_eq!(hp.summary, dp.summary, "{d:?}: the guarantee differs");
         let (hr, dr) = (host.summary.result.unwrap(), device.summary.result.unwrap());
@@ -640,11 +645,11 @@ fn train_engine_burn_trains_the_configs_model_as_the_fast_engine_does() {
 }
 
 /// The engine is part of a run's identity: a run started on the burn engine (here through
-/// `run_with` on a config whose `auto` engine is the fast one) is not resumed on the fast
+/// `Run::train_model` on a config whose `auto` engine is the fast one) is not resumed on the fast
 /// engine, whose θ has the same length but another layout.
 #[test]
 fn a_run_is_not_resumed_on_another_engine() {
-    use dpgd::train::{RunOptions, Silent, TrainConfig, run, run_with};
+    use dpgd::train::{Run, RunOptions, Silent, TrainConfig, run};
     let text = common::fixture_config(
         "engine-resume",
         "logistic",
@@ -660,7 +665,7 @@ fn a_run_is_not_resumed_on_another_engine() {
     let dir = tempfile::tempdir().unwrap();
     let model = dpgd::model::ConfigModel::new(&spec, &device(), 0).unwrap();
     let opts = RunOptions { stop_after: Some(1), ..Default::default() };
-    run_with(&cfg, model, &data, dir.path(), &opts, &mut Silent).unwrap();
+    Run::new(&cfg, &data, dir.path()).options(opts.clone()).train_model(model).unwrap();
     let e = run(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent).unwrap_err().to_string();
     assert!(e.contains("the burn engine") && e.contains("laid out differently"), "{e}");
 }
@@ -670,7 +675,7 @@ fn a_run_is_not_resumed_on_another_engine() {
 /// into `BurnEngine::new` — no panic inside burn — and train on from the returned weights.
 #[test]
 fn a_returned_or_loaded_model_goes_back_into_an_engine_and_fine_tunes() {
-    use dpgd::train::{RunFolder, RunOptions, Silent, TrainConfig, run_with};
+    use dpgd::train::{Run, RunFolder, TrainConfig};
     let d = device();
     let net = || Sneaky { fc1: LinearConfig::new(784, 8).init(&d), fc2: LinearConfig::new(8, 10).init(&d), how: 9 };
     let privacy = "method = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 2";
@@ -679,7 +684,7 @@ fn a_returned_or_loaded_model_goes_back_into_an_engine_and_fine_tunes() {
     let data = cfg.config().data.load().unwrap();
     let first = tempfile::tempdir().unwrap();
     let engine = BurnEngine::new(net(), &d, [1, 28, 28], 10).unwrap();
-    let trained = run_with(&cfg, engine, &data, first.path(), &RunOptions::default(), &mut Silent).unwrap();
+    let trained = Run::new(&cfg, &data, first.path()).train_model(engine).unwrap();
     // The returned model, straight back into an engine.
     let returned = trained.engine.model_with(&trained.params).unwrap();
     let again = BurnEngine::new(returned, &d, [1, 28, 28], 10).unwrap();
@@ -691,7 +696,7 @@ fn a_returned_or_loaded_model_goes_back_into_an_engine_and_fine_tunes() {
     let engine = BurnEngine::new(loaded.model, &d, [1, 28, 28], 10).unwrap();
     assert_eq!(engine.current_params().unwrap(), trained.params);
     let second = tempfile::tempdir().unwrap();
-    let tuned = run_with(&cfg, engine, &data, second.path(), &RunOptions::default(), &mut Silent).unwrap();
+    let tuned = Run::new(&cfg, &data, second.path()).train_model(engine).unwrap();
     assert!(tuned.summary.finished);
     let privacy = tuned.summary.privacy.unwrap();
     assert!(privacy.accounting.unwrap().rests_on["initial_weights"].contains("assumed public"));

@@ -29,7 +29,7 @@ use dpgd::accounting::{Conversion, GaussianDp, Rdp, ToApproxDp, Zcdp};
 use dpgd::collective::InProcess;
 use dpgd::noise::NoiseSampler;
 use dpgd::sweep::search::{SearchObserver, prepare, run_search};
-use dpgd::train::{ActiveRelease, Method, Observer, RunFolder, RunOptions, Silent, TrainConfig, run_on};
+use dpgd::train::{ActiveRelease, Method, Observer, Run, RunFolder, Silent, TrainConfig};
 use serde_json::Value;
 
 /// Training rows of the test's CSV data; every third row (0, 3, …) asks for the strict tier.
@@ -419,7 +419,7 @@ fn attempt(c: &Combo, dir: &Path) -> Result<(), String> {
             .into_iter()
             .map(|mut comm| {
                 let (cfg, data) = (&cfg, &data);
-                s.spawn(move || run_on(cfg, data, dir, &RunOptions::default(), &mut Silent, &mut comm))
+                s.spawn(move || Run::new(cfg, data, dir).ranks(&mut comm).train())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -11,7 +11,7 @@ use dpgd::accounting::filter::IndividualFilter;
 use dpgd::collective::{Collective, InProcess};
 use dpgd::train::shards;
 use dpgd::train::state::{self, Expect};
-use dpgd::train::{RunFolder, RunOptions, RunSummary, Silent, TrainConfig, run_on};
+use dpgd::train::{Run, RunFolder, RunOptions, RunSummary, TrainConfig};
 
 const EXAMPLES: usize = 301;
 
@@ -163,7 +163,7 @@ fn train_some(
                         data
                     };
                     let opts = RunOptions { threads: Some(1), stop_after, ..Default::default() };
-                    run_on(&cfg, &data, dir, &opts, &mut Silent, &mut comm)
+                    Run::new(&cfg, &data, dir).options(opts).ranks(&mut comm).train()
                 })
             })
             .collect();
@@ -263,7 +263,7 @@ fn a_rank_with_other_settings_stops_every_rank_naming_it() {
                 s.spawn(move || {
                     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
                     let data = cfg.config().data.load().unwrap();
-                    run_on(&cfg, &data, dir, &RunOptions::default(), &mut Silent, &mut comm).unwrap_err().to_string()
+                    Run::new(&cfg, &data, dir).ranks(&mut comm).train().unwrap_err().to_string()
                 })
             })
             .collect();
@@ -286,7 +286,7 @@ fn a_dataset_holding_another_shard_is_refused() {
     for (subset, rank) in [(EXAMPLES, 0), (0, 1)] {
         let data = cfg.config().data.load().unwrap().keep_shard(subset, 2, rank);
         let mut comm = InProcess::group(1).pop().unwrap();
-        let e = run_on(&cfg, &data, dir.path(), &RunOptions::default(), &mut Silent, &mut comm).unwrap_err();
+        let e = Run::new(&cfg, &data, dir.path()).ranks(&mut comm).train().unwrap_err();
         assert!(e.to_string().contains("call keep_shard with this run's data.train_subset"), "{e}");
     }
 }

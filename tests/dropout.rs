@@ -55,7 +55,7 @@ fn a_model_with_dropout_passes_the_row_check_and_trains() {
 }
 
 fn trains_privately() {
-    use dpgd::train::{RunOptions, Silent, TrainConfig, run_with};
+    use dpgd::train::{Run, TrainConfig};
     let d = Device::flex();
     let net = WithDropout {
         fc1: LinearConfig::new(784, 16).init(&d),
@@ -68,6 +68,6 @@ fn trains_privately() {
     let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
     let data = cfg.config().data.load().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let trained = run_with(&cfg, engine, &data, dir.path(), &RunOptions::default(), &mut Silent).unwrap();
+    let trained = Run::new(&cfg, &data, dir.path()).train_model(engine).unwrap();
     assert!(trained.summary.finished && trained.summary.privacy.is_some_and(|p| p.private));
 }

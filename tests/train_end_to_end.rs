@@ -265,7 +265,7 @@ impl dpgd::train::TrainModel for PrefersMore {
 
 #[test]
 fn a_run_that_names_no_threads_uses_the_engines_preferred_number() {
-    use dpgd::train::{RunOptions, Silent, run_with};
+    use dpgd::train::{Run, RunOptions};
     let dir = tempfile::tempdir().unwrap();
     // Started and resumed without train.threads, then resumed with 2: each resume records the
     // threads that ran it.
@@ -275,7 +275,7 @@ fn a_run_that_names_no_threads_uses_the_engines_preferred_number() {
         let data = cfg.config().data.load().unwrap();
         let net = PrefersMore(dpgd::per_example::Network::new(cfg.model().unwrap()).unwrap());
         let opts = RunOptions { stop_after, ..Default::default() };
-        run_with(&cfg, net, &data, dir.path(), &opts, &mut Silent).unwrap();
+        Run::new(&cfg, &data, dir.path()).options(opts.clone()).train_model(net).unwrap();
     }
     let resumes = std::fs::read_to_string(RunFolder::new(dir.path()).resumes()).unwrap();
     let threads: Vec<u64> = resumes

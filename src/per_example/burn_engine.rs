@@ -263,83 +263,11 @@ impl<M: Classifier> BurnEngine<M> {
             .map_err(|why| refuse(format!("burn could not prepare the model for training ({why})")))?;
         let mut inv = Inventory::default();
         model.visit(&mut inv);
-        if let Some(path) = inv.reparameterized.first() {
-            return Err(refuse(format!(
-                "the parameter {path} has a reparameterization (e.g. a LoRA adapter): its per-example gradient is not \
-                 the layer's; merge the adapter into the weights (Module::materialize)"
-            )));
-        }
-        if let Some(bn) = inv.params.iter().find(|f| f.types.iter().any(|t| t == "Struct:BatchNorm")) {
-            return Err(refuse(format!(
-                "{} belongs to a BatchNorm, which normalises with statistics of the whole batch while training \
-                 (frozen or not): no example has a gradient of its own, so none can be clipped, and its running \
-                 statistics would publish the training data unaccounted; use dpgd::nn::GroupNorm (or LayerNorm) instead",
-                bn.path
-            )));
-        }
+        check_inventory(&inv)?;
         let sizes: HashMap<ParamId, usize> = inv.params.iter().map(|f| (f.id, f.shape.iter().product())).collect();
-        // Two dry runs on zero batches of 2 and 3 examples: the forward must accept the data's
-        // shape and give [b, classes] logits, and every layer call's per-example gradients must be
-        // [b, n] — a layer on a tensor whose first axis is not the batch (a sequence-first input,
-        // a constant broadcast over the batch) would give rows that are not per example.
-        let mut recorded = std::collections::HashSet::new();
-        let mut values_per_example = 0;
-        // Rows in f32 or f64 can be kept on the device: the norm's bound covers their rounding.
-        let mut float_rows = true;
-        for b in [2, 3] {
-            let dry = caught(|| {
-                let x = Tensor::<4>::zeros([b, input[0], input[1], input[2]], &device);
-                let y = Tensor::<1, Int>::zeros([b], &device);
-                rows_of(&model, x, y, b, &sizes)
-            })
-            .map_err(|why| {
-                refuse(format!(
-                    "the model's forward fails on examples of the data's shape {input:?} = [channels, height, width] \
-                     ({why}): build the model for that shape"
-                ))
-            })?;
-            let Dry { logits, rows, tape_params, values, .. } = dry;
-            if logits != [b, classes] {
-                return Err(refuse(format!(
-                    "the model's forward returns logits of shape {logits:?} for {b} examples of shape {input:?}; the data \
-                     have {classes} classes, so it must be [{b}, {classes}]"
-                )));
-            }
-            if let Ok(rows) = &rows {
-                float_rows &= rows.values().all(|r| matches!(r.dtype(), DType::F32 | DType::F64));
-            }
-            if let (true, Err((id, dims))) = (batched, rows) {
-                let path = inv.params.iter().find(|f| f.id == id).map_or("a parameter", |f| f.path.as_str());
-                return Err(refuse(format!(
-                    "the layer holding {path} was called on a tensor whose first axis is not the batch: its gradients for \
-                     {b} examples have shape {dims:?}, not [{b}, {}]; call dpgd::nn layers on batch-first tensors \
-                     (examples along axis 0), never on a tensor shared by the batch",
-                    sizes.get(&id).copied().unwrap_or(0)
-                )));
-            }
-            recorded.extend(tape_params);
-            values_per_example = values;
-        }
-        let (mut params, mut offset) = (Vec::new(), 0usize);
-        let mut seen = std::collections::HashSet::new();
-        for Found { path, id, shape, trainable, types } in inv.params {
-            // A parameter held in two fields (tied) is one parameter, trained once.
-            if !trainable || !seen.insert(id) {
-                continue;
-            }
-            if batched && !recorded.contains(&id) {
-                return Err(refuse(uncovered(&path, &types)));
-            }
-            let p = TrainableParam { path, id, shape, offset };
-            offset = offset
-                .checked_add(p.len())
-                .filter(|&n| n <= super::MAX_VALUES)
-                .ok_or_else(|| refuse("the model has more than 2^40 parameters".into()))?;
-            params.push(p);
-        }
-        if offset == 0 {
-            return Err(refuse("the model has no trainable parameters (are they all frozen?)".into()));
-        }
+        let (recorded, values_per_example, float_rows) =
+            dry_runs(&model, &device, (input, classes), batched, (&inv, &sizes))?;
+        let (params, offset) = trainable_params(inv.params, batched, &recorded)?;
         let engine = Self {
             template: Mutex::new(model.no_grad()),
             device,
@@ -491,6 +419,118 @@ impl<M: Classifier> BurnEngine<M> {
         model.visit(&mut ReadGrads { engine: self, grads: &grads, row });
         value
     }
+}
+
+/// Refuses parameters whose per-example gradient is not their layer's: a reparameterization
+/// (a LoRA adapter), a BatchNorm (batch statistics while training).
+fn check_inventory(inv: &Inventory) -> Result<()> {
+    let refuse = Error::Model;
+    if let Some(path) = inv.reparameterized.first() {
+        return Err(refuse(format!(
+            "the parameter {path} has a reparameterization (e.g. a LoRA adapter): its per-example gradient is not \
+             the layer's; merge the adapter into the weights (Module::materialize)"
+        )));
+    }
+    if let Some(bn) = inv.params.iter().find(|f| f.types.iter().any(|t| t == "Struct:BatchNorm")) {
+        return Err(refuse(format!(
+            "{} belongs to a BatchNorm, which normalises with statistics of the whole batch while training \
+             (frozen or not): no example has a gradient of its own, so none can be clipped, and its running \
+             statistics would publish the training data unaccounted; use dpgd::nn::GroupNorm (or LayerNorm) instead",
+            bn.path
+        )));
+    }
+    Ok(())
+}
+
+/// The recorded parameters, values per example and whether every row is f32 or f64, from
+/// two dry runs of `model` on `device`.
+type DryRuns = (std::collections::HashSet<ParamId>, usize, bool);
+
+/// Two dry runs on zero batches of 2 and 3 examples (see the comment inside), refusing a
+/// forward that fails or gives other logits, and (`batched`) a layer called on a tensor whose
+/// first axis is not the batch.
+fn dry_runs<M: Classifier>(
+    model: &M,
+    device: &Device,
+    (input, classes): ([usize; 3], usize),
+    batched: bool,
+    (inv, sizes): (&Inventory, &HashMap<ParamId, usize>),
+) -> Result<DryRuns> {
+    let refuse = Error::Model;
+    // Two dry runs on zero batches of 2 and 3 examples: the forward must accept the data's
+    // shape and give [b, classes] logits, and every layer call's per-example gradients must be
+    // [b, n] — a layer on a tensor whose first axis is not the batch (a sequence-first input,
+    // a constant broadcast over the batch) would give rows that are not per example.
+    let mut recorded = std::collections::HashSet::new();
+    let mut values_per_example = 0;
+    // Rows in f32 or f64 can be kept on the device: the norm's bound covers their rounding.
+    let mut float_rows = true;
+    for b in [2, 3] {
+        let dry = caught(|| {
+            let x = Tensor::<4>::zeros([b, input[0], input[1], input[2]], device);
+            let y = Tensor::<1, Int>::zeros([b], device);
+            rows_of(model, x, y, b, sizes)
+        })
+        .map_err(|why| {
+            refuse(format!(
+                "the model's forward fails on examples of the data's shape {input:?} = [channels, height, width] \
+                 ({why}): build the model for that shape"
+            ))
+        })?;
+        let Dry { logits, rows, tape_params, values, .. } = dry;
+        if logits != [b, classes] {
+            return Err(refuse(format!(
+                "the model's forward returns logits of shape {logits:?} for {b} examples of shape {input:?}; the data \
+                 have {classes} classes, so it must be [{b}, {classes}]"
+            )));
+        }
+        if let Ok(rows) = &rows {
+            float_rows &= rows.values().all(|r| matches!(r.dtype(), DType::F32 | DType::F64));
+        }
+        if let (true, Err((id, dims))) = (batched, rows) {
+            let path = inv.params.iter().find(|f| f.id == id).map_or("a parameter", |f| f.path.as_str());
+            return Err(refuse(format!(
+                "the layer holding {path} was called on a tensor whose first axis is not the batch: its gradients for \
+                 {b} examples have shape {dims:?}, not [{b}, {}]; call dpgd::nn layers on batch-first tensors \
+                 (examples along axis 0), never on a tensor shared by the batch",
+                sizes.get(&id).copied().unwrap_or(0)
+            )));
+        }
+        recorded.extend(tape_params);
+        values_per_example = values;
+    }
+    Ok((recorded, values_per_example, float_rows))
+}
+
+/// The trainable parameters in θ's order (a tied parameter once), each with its offset, and
+/// θ's length; refuses (`batched`) a parameter no dry run recorded, and a model without any.
+fn trainable_params(
+    found: Vec<Found>,
+    batched: bool,
+    recorded: &std::collections::HashSet<ParamId>,
+) -> Result<(Vec<TrainableParam>, usize)> {
+    let refuse = Error::Model;
+    let (mut params, mut offset) = (Vec::new(), 0usize);
+    let mut seen = std::collections::HashSet::new();
+    for Found { path, id, shape, trainable, types } in found {
+        // A parameter held in two fields (tied) is one parameter, trained once.
+        if !trainable || !seen.insert(id) {
+            continue;
+        }
+        if batched && !recorded.contains(&id) {
+            return Err(refuse(uncovered(&path, &types)));
+        }
+        let p = TrainableParam { path, id, shape, offset };
+        offset = offset
+            .checked_add(p.len())
+            .filter(|&n| n <= super::MAX_VALUES)
+            .ok_or_else(|| refuse("the model has more than 2^40 parameters".into()))?;
+        params.push(p);
+    }
+    if offset == 0 {
+        return Err(refuse("the model has no trainable parameters (are they all frozen?)".into()));
+    }
+    Ok((params, offset))
 }
 
 /// What one recorded forward and backward of a batch gives.

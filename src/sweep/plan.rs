@@ -37,9 +37,10 @@ pub struct SweepFile {
     /// instead of being trained again.
     #[serde(default)]
     pub reuse: Vec<PathBuf>,
-    /// How `--select private` searches ([`super::search`]); ignored by a plain sweep.
+    /// The `[search]` section as written: how `--select private` searches (read by the search
+    /// as its `SearchSection`, so that a plain sweep neither needs nor checks it).
     #[serde(default)]
-    pub search: Option<super::search::SearchSection>,
+    pub search: Option<toml::Table>,
 }
 
 /// One expanded run.

@@ -539,7 +539,12 @@ fn check_file(sweep: &SweepFile, planned: &[PlannedRun], path: &Path) -> Result<
     if planned[0].config.config().data.hold_out.is_some() {
         return Err(Error::config(at("base"), "the search holds out its own validation split: remove data.hold_out"));
     }
-    Ok(sweep.search.clone().unwrap_or_default())
+    match &sweep.search {
+        None => Ok(SearchSection::default()),
+        Some(table) => toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| Error::config(at("search"), e.to_string())),
+    }
 }
 
 /// The confidential state of a search: drawn before the first candidate trains.

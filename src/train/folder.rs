@@ -381,6 +381,20 @@ fn read_rows<T: serde::de::DeserializeOwned>(path: &Path, step: impl Fn(&T) -> u
     Ok(rows)
 }
 
+/// Reads a JSON file into `T`, naming the file in errors.
+///
+/// # Errors
+/// If the file is missing or does not parse as `T`.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    serde_json::from_str(&text).map_err(|e| Error::file(path, e.to_string()))
+}
+
+pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::file(path, e.to_string()))?;
+    atomic_write(path, text.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,4 @@ pub(crate) use config::{SET_ON_COMMAND_LINE, field_differences};
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
 pub use privacy::significant;
-pub use trainer::{
-    RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run, run_on, run_with, run_with_on,
-};
+pub use trainer::{Run, RunOptions, RunSummary, TrainModel, Trained, Trainer, read_json, run};

@@ -273,33 +273,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         selection: Selection<'_>,
     ) -> Result<(ClippedSum, SumStats)> {
         let n = self.data.len();
-        let sample = selection.sample();
-        if ledger.len() != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
-            return Err(Error::State(format!(
-                "the ledger has {} entries, θ {} values and the sample {} flags for {n} examples and {} parameters",
-                ledger.len(),
-                theta.len(),
-                sample.map_or(n, <[bool]>::len),
-                self.net.num_params()
-            )));
-        }
-        if matches!(self.aggregation, Aggregation::Clip { .. }) && self.net.num_params() > MAX_CLIPPED_PARAMS {
-            return Err(Error::State(format!(
-                "the model has {} parameters; clipping is exact only up to {MAX_CLIPPED_PARAMS}",
-                self.net.num_params()
-            )));
-        }
+        self.check_sum_inputs(theta, ledger.len(), selection.sample())?;
         let _running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        // The grid must bound this sum (|each term| < 2⁵¹, the whole sum < 2⁵³ grid units): no
-        // grid finer than the fixed-point grid of this clip and n.
-        if let Aggregation::Clip { clip, grid, .. } = self.aggregation
-            && SumGrid::fixed_point(clip, n).is_ok_and(|finest| grid.gamma() < finest.gamma())
-        {
-            return Err(Error::State(format!(
-                "the sum grid {:e} is finer than the exact grid for clip {clip} and {n} examples",
-                grid.gamma()
-            )));
-        }
         // Fixed blocks summed in a fixed order: the result does not depend on how rayon
         // schedules them, so a fixed noise seed reproduces a run bit for bit.
         let mut slots: Vec<(usize, LedgerSlot<'_>)> = match selection {
@@ -323,40 +298,99 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         let partials: Vec<BlockResult> = slots
             .par_chunks_mut(block)
-            .map(|slots| {
-                let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
-                let mut own = taken.unwrap_or_else(|| {
-                    let mut fresh = Scratch::new(&self.net, self.chunk, gamma.is_some());
-                    fresh.grid.resize(grid_len, 0);
-                    fresh
-                });
-                let s = &mut own;
-                if gamma.is_none() {
-                    s.acc.clear();
-                    s.acc.resize(p, 0.0);
-                }
-                s.stats = SumStats::default();
-                s.failed = None;
-                // The block's active examples (exhausted ones would contribute zero), in index
-                // order, in micro-batches of `chunk`.
-                let unclipped = gamma.is_none();
-                let mut active: Vec<(usize, &mut LedgerSlot<'_>)> = slots
-                    .iter_mut()
-                    .filter(|(_, slot)| unclipped || slot.remaining() > 0.0)
-                    .map(|(i, slot)| (*i, slot))
-                    .collect();
-                for batch in active.chunks_mut(self.chunk) {
-                    self.micro_batch(theta, batch, selection, s);
-                    if s.failed.is_some() {
-                        break;
-                    }
-                }
-                let float_sum = if gamma.is_some() { Vec::new() } else { s.acc.clone() };
-                let part = BlockResult { unclipped: float_sum, stats: s.stats, failed: s.failed };
-                self.scratch.lock().unwrap_or_else(PoisonError::into_inner).push(own);
-                part
-            })
+            .map(|slots| self.block_sum(theta, slots, selection, (gamma, grid_len)))
             .collect();
+        self.combine_blocks(partials, gamma, step)
+    }
+
+    /// The checks of [`gradient_sum_of`](Self::gradient_sum_of) before any example is read:
+    /// one ledger entry (and sample flag) per example, θ of the model's length, a model the
+    /// exact clip covers, and a grid that bounds the sum.
+    fn check_sum_inputs(&self, theta: &[f32], ledger_len: usize, sample: Option<&[bool]>) -> Result<()> {
+        let n = self.data.len();
+        if ledger_len != n || theta.len() != self.net.num_params() || sample.is_some_and(|m| m.len() != n) {
+            return Err(Error::State(format!(
+                "the ledger has {} entries, θ {} values and the sample {} flags for {n} examples and {} parameters",
+                ledger_len,
+                theta.len(),
+                sample.map_or(n, <[bool]>::len),
+                self.net.num_params()
+            )));
+        }
+        if matches!(self.aggregation, Aggregation::Clip { .. }) && self.net.num_params() > MAX_CLIPPED_PARAMS {
+            return Err(Error::State(format!(
+                "the model has {} parameters; clipping is exact only up to {MAX_CLIPPED_PARAMS}",
+                self.net.num_params()
+            )));
+        }
+        // The grid must bound this sum (|each term| < 2⁵¹, the whole sum < 2⁵³ grid units): no
+        // grid finer than the fixed-point grid of this clip and n.
+        if let Aggregation::Clip { clip, grid, .. } = self.aggregation
+            && SumGrid::fixed_point(clip, n).is_ok_and(|finest| grid.gamma() < finest.gamma())
+        {
+            return Err(Error::State(format!(
+                "the sum grid {:e} is finer than the exact grid for clip {clip} and {n} examples",
+                grid.gamma()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One block of a step's examples (`slots`) on one worker: its active examples, in index
+    /// order, in micro-batches of `chunk`, on a set of scratch buffers taken from the pool (and
+    /// given back); the integer sum stays in those buffers, the float sum (without a clip) and
+    /// the statistics are returned. `gamma`: the grid's unit (`None`: no clip); `grid_len`: the
+    /// grid buffers' length.
+    fn block_sum(
+        &self,
+        theta: &[f32],
+        slots: &mut [(usize, LedgerSlot<'_>)],
+        selection: Selection<'_>,
+        (gamma, grid_len): (Option<f64>, usize),
+    ) -> BlockResult {
+        let p = self.net.num_params();
+        let taken = self.scratch.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let mut own = taken.unwrap_or_else(|| {
+            let mut fresh = Scratch::new(&self.net, self.chunk, gamma.is_some());
+            fresh.grid.resize(grid_len, 0);
+            fresh
+        });
+        let s = &mut own;
+        if gamma.is_none() {
+            s.acc.clear();
+            s.acc.resize(p, 0.0);
+        }
+        s.stats = SumStats::default();
+        s.failed = None;
+        // The block's active examples (exhausted ones would contribute zero), in index
+        // order, in micro-batches of `chunk`.
+        let unclipped = gamma.is_none();
+        let mut active: Vec<(usize, &mut LedgerSlot<'_>)> = slots
+            .iter_mut()
+            .filter(|(_, slot)| unclipped || slot.remaining() > 0.0)
+            .map(|(i, slot)| (*i, slot))
+            .collect();
+        for batch in active.chunks_mut(self.chunk) {
+            self.micro_batch(theta, batch, selection, s);
+            if s.failed.is_some() {
+                break;
+            }
+        }
+        let float_sum = if gamma.is_some() { Vec::new() } else { s.acc.clone() };
+        let part = BlockResult { unclipped: float_sum, stats: s.stats, failed: s.failed };
+        self.scratch.lock().unwrap_or_else(PoisonError::into_inner).push(own);
+        part
+    }
+
+    /// The blocks' results in block order: the first failure, or the sum (the workers' integer
+    /// grids added, or the float sums in block order) and the statistics.
+    fn combine_blocks(
+        &self,
+        partials: Vec<BlockResult>,
+        gamma: Option<f64>,
+        step: usize,
+    ) -> Result<(ClippedSum, SumStats)> {
+        let p = self.net.num_params();
         let mut sum = vec![0.0f32; if gamma.is_none() { p } else { 0 }];
         let mut stats = SumStats::default();
         for BlockResult { unclipped: acc, stats: part, failed } in partials {

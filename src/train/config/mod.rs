@@ -166,7 +166,7 @@ impl DataConfig {
 }
 
 /// The `[model]` section: a preset or explicit layers. A library run of your own burn model
-/// ([`crate::train::run_with`]) needs neither, and may leave the section out.
+/// ([`crate::train::Run::train_model`]) needs neither, and may leave the section out.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use super::{RunAccounting, Target};
 use crate::accounting::Rdp;
 use crate::accounting::event::DpEvent;
+use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::{Conversion, Neighbours};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed, Stream};
@@ -184,6 +185,36 @@ fn report(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Acc
             (m.name().to_string(), eps)
         })
         .collect();
+    let rests_on = rests_on(cfg, individual);
+    Ok(Accounting {
+        event: cfg.event(),
+        epsilon: Some(epsilon),
+        epsilon_by_conversion: by_conversion,
+        target_epsilon: p.epsilon,
+        rho: None,
+        mu: None,
+        guarantee: guarantee(cfg, individual, q),
+        rests_on,
+        training: TrainingReport {
+            sigma,
+            clip: p.clip,
+            noise_std: sigma * p.clip,
+            b_norm: None,
+            worst_case_steps: steps,
+            max_steps,
+            rho: None,
+            epsilon_of_first_k_steps_alone: Some(sgd.epsilon_through(steps, cfg.delta())?.0),
+        },
+        sampling: Some(sampling_report(individual, (q, expected_batch(q, examples)), steps, order)),
+        releases: Vec::new(),
+        session: None,
+    })
+}
+
+/// What each number of DP-SGD's `privacy.json` rests on.
+fn rests_on(cfg: &ValidConfig, individual: Option<&IndividualSgd>) -> BTreeMap<String, String> {
+    let p = &cfg.config().privacy;
+    let steps = cfg.worst_case_steps();
     let mut rests_on = BTreeMap::new();
     rests_on.insert(
         "sensitivity".into(),
@@ -226,71 +257,66 @@ fn report(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Acc
          individual accounting, the number of examples still active): they stay confidential"
             .into(),
     );
-    Ok(Accounting {
-        event: cfg.event(),
-        epsilon: Some(epsilon),
-        epsilon_by_conversion: by_conversion,
-        target_epsilon: p.epsilon,
-        rho: None,
-        mu: None,
-        guarantee: match individual {
-            None => format!(
-                "the run's {steps} steps are DP-SGD (Abadi et al. 2016): each includes every example independently \
-                 with probability {q} (Poisson sampling), clips each included gradient to C and adds N(0, sigma^2 C^2) \
-                 to their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the \
-                 null example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one \
-                 pair of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to \
-                 (epsilon, delta) by {}, minimised over dp_accounting's default orders: an upper bound on the \
-                 pair's epsilon, not always the figure Opacus or dp_accounting print for the same q, sigma and steps \
-                 (dpgd bounds fractional orders more tightly, so its figure can be lower)",
-                p.conversion
-            ),
-            Some(i) => format!(
-                "the run's up to {max_steps} steps are DP-SGD (Abadi et al. 2016) with individual accounting: each \
-                 includes every example independently with probability {q} (Poisson sampling) and adds N(0, sigma^2 \
-                 C^2) once to the sum of the included examples' gradients, each clipped to at most C, divided by the \
-                 expected batch size q n. Every step also charges every active example, sampled or not, the Renyi DP \
-                 at order {} of that step for its own clipped norm, and caps or drops it so that its charges never \
-                 exceed what {steps} full steps cost: by the individual Renyi filter (Feldman & Zrnic 2021) every \
-                 example is then as private as in {steps} steps of plain DP-SGD at that order, under zero-out \
-                 neighbours (n public; the add-or-remove-one pair of Mironov, Talwar & Zhang 2019), converted to \
-                 (epsilon, delta) by {}",
-                i.order(),
-                p.conversion
-            ),
+    rests_on
+}
+
+/// DP-SGD's guarantee in one paragraph, at sampling rate `q`.
+fn guarantee(cfg: &ValidConfig, individual: Option<&IndividualSgd>, q: f64) -> String {
+    let p = &cfg.config().privacy;
+    let (steps, max_steps) = (cfg.worst_case_steps(), cfg.max_steps());
+    match individual {
+        None => format!(
+            "the run's {steps} steps are DP-SGD (Abadi et al. 2016): each includes every example independently \
+             with probability {q} (Poisson sampling), clips each included gradient to C and adds N(0, sigma^2 C^2) \
+             to their sum once, divided by the expected batch size q n. Under zero-out neighbours (n public) the \
+             null example changes nothing whether sampled or not, so the pair of outputs is the add-or-remove-one \
+             pair of Mironov, Talwar & Zhang 2019, whose Renyi DP is composed over the steps and converted to \
+             (epsilon, delta) by {}, minimised over dp_accounting's default orders: an upper bound on the \
+             pair's epsilon, not always the figure Opacus or dp_accounting print for the same q, sigma and steps \
+             (dpgd bounds fractional orders more tightly, so its figure can be lower)",
+            p.conversion
+        ),
+        Some(i) => format!(
+            "the run's up to {max_steps} steps are DP-SGD (Abadi et al. 2016) with individual accounting: each \
+             includes every example independently with probability {q} (Poisson sampling) and adds N(0, sigma^2 \
+             C^2) once to the sum of the included examples' gradients, each clipped to at most C, divided by the \
+             expected batch size q n. Every step also charges every active example, sampled or not, the Renyi DP \
+             at order {} of that step for its own clipped norm, and caps or drops it so that its charges never \
+             exceed what {steps} full steps cost: by the individual Renyi filter (Feldman & Zrnic 2021) every \
+             example is then as private as in {steps} steps of plain DP-SGD at that order, under zero-out \
+             neighbours (n public; the add-or-remove-one pair of Mironov, Talwar & Zhang 2019), converted to \
+             (epsilon, delta) by {}",
+            i.order(),
+            p.conversion
+        ),
+    }
+}
+
+/// How DP-SGD samples and where its ε is attained: `(q, q·n)`, T and the order.
+fn sampling_report(
+    individual: Option<&IndividualSgd>,
+    (q, expected_batch_size): (f64, f64),
+    steps: usize,
+    order: f64,
+) -> SamplingReport {
+    SamplingReport {
+        rate: q,
+        expected_batch_size,
+        steps,
+        rdp_order: order,
+        orders: if individual.is_some() {
+            "the integers 2 to 256 (the filter's order is one of them, chosen before training)".into()
+        } else {
+            "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into()
         },
-        rests_on,
-        training: TrainingReport {
-            sigma,
-            clip: p.clip,
-            noise_std: sigma * p.clip,
-            b_norm: None,
-            worst_case_steps: steps,
-            max_steps,
-            rho: None,
-            epsilon_of_first_k_steps_alone: Some(sgd.epsilon_through(steps, cfg.delta())?.0),
-        },
-        sampling: Some(SamplingReport {
-            rate: q,
-            expected_batch_size: expected_batch(q, examples),
-            steps,
-            rdp_order: order,
-            orders: if individual.is_some() {
-                "the integers 2 to 256 (the filter's order is one of them, chosen before training)".into()
-            } else {
-                "dp_accounting's default orders: 1.1 to 10.9 by 0.1, 11 to 63, 128, 256, 512, 1024".into()
-            },
-            how: "Poisson: each example independently, from the run's CSPRNG on a stream of its own per step".into(),
-            individual: individual.map(|i| IndividualReport {
-                order: i.order(),
-                budget: i.budget(),
-                charge: "every step, every active example, sampled or not: the step's Renyi DP at the order for \
-                         sensitivity min(its gradient norm, C); where that does not fit what is left, its gradient \
-                         is clipped to the largest norm whose charge fits, and it is dropped once nothing is left"
-                    .into(),
-            }),
+        how: "Poisson: each example independently, from the run's CSPRNG on a stream of its own per step".into(),
+        individual: individual.map(|i| IndividualReport {
+            order: i.order(),
+            budget: i.budget(),
+            charge: "every step, every active example, sampled or not: the step's Renyi DP at the order for \
+                     sensitivity min(its gradient norm, C); where that does not fit what is left, its gradient \
+                     is clipped to the largest norm whose charge fits, and it is dropped once nothing is left"
+                .into(),
         }),
-        releases: Vec::new(),
-        session: None,
-    })
+    }
 }

@@ -7,7 +7,7 @@ use clap::Args;
 use dpgd::collective::Collective;
 use dpgd::data::{Dataset, fetch};
 use dpgd::train::{
-    Observer, Override, RESUMABLE_FIELDS, RunFolder, RunOptions, Silent, TrainConfig, resumable_fields, run_on,
+    Observer, Override, RESUMABLE_FIELDS, Run, RunFolder, RunOptions, Silent, TrainConfig, resumable_fields,
 };
 
 use super::progress::{Mode, RunProgress};
@@ -56,6 +56,59 @@ pub(crate) fn run_cmd(a: TrainArgs) -> Result<()> {
 
 fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
     let rank0 = comm.rank() == 0;
+    let (overrides, config_path, dir) = config_and_folder(&a, rank0)?;
+    let cfg = TrainConfig::from_file(&config_path, &overrides)?.validate()?;
+    if a.resume.is_none() && rank0 {
+        warn_if_loosened(&config_path, &cfg);
+    }
+    if RunFolder::new(&dir).is_finished() {
+        if rank0 {
+            eprintln!(
+                "{} is finished already; its results are in {}",
+                dir.display(),
+                RunFolder::new(&dir).publishable().display()
+            );
+        }
+        return Ok(());
+    }
+    let data = rank_data(&cfg, comm)?;
+    // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
+    // safe) and says how to continue.
+    let hint = dir.clone();
+    ctrlc::set_handler(move || {
+        eprintln!(
+            "\ninterrupted: every completed step is saved; continue with `dpgd train --resume {}`",
+            hint.display()
+        );
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")?;
+    let mut progress = RunProgress::new(Mode::detect(a.quiet), None, String::new());
+    let mut silent = Silent;
+    // Progress and logs come from rank 0 alone.
+    let observer: &mut dyn Observer = if rank0 { &mut progress } else { &mut silent };
+    let opts = RunOptions { stop_after: a.stop_after, ..Default::default() };
+    let summary = Run::new(&cfg, &data, &dir).options(opts).observer(observer).ranks(comm).train()?;
+    if !rank0 {
+        return Ok(());
+    }
+    if summary.finished {
+        eprintln!(
+            "publishable: {}  (confidential: {})",
+            RunFolder::new(&dir).publishable().display(),
+            RunFolder::new(&dir).confidential().display()
+        );
+    } else {
+        eprintln!("stopped after step {}: continue with --resume {}", summary.steps, dir.display());
+    }
+    println!("{}", summary.dir.display());
+    Ok(())
+}
+
+/// The command line's overrides, the config file to read (the run folder's own on
+/// `--resume`) and the run folder, after refusing what a resume cannot change and a new run
+/// into a folder that holds one (rank 0 checks: the other ranks may see it created already).
+fn config_and_folder(a: &TrainArgs, rank0: bool) -> Result<(Vec<Override>, PathBuf, PathBuf)> {
     let mut overrides: Vec<Override> = a.unset.iter().map(|k| Override::Unset(k.trim().to_string())).collect();
     for o in &a.overrides {
         overrides.push(Override::parse_set(o)?);
@@ -90,61 +143,20 @@ fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
         }
         (None, None) => bail!("give --config FILE or --resume RUN_DIR"),
     };
-    let cfg = TrainConfig::from_file(&config_path, &overrides)?.validate()?;
-    if a.resume.is_none() && rank0 {
-        warn_if_loosened(&config_path, &cfg);
-    }
-    if RunFolder::new(&dir).is_finished() {
-        if rank0 {
-            eprintln!(
-                "{} is finished already; its results are in {}",
-                dir.display(),
-                RunFolder::new(&dir).publishable().display()
-            );
-        }
-        return Ok(());
-    }
-    // Rank 0 fills a missing dataset folder; the others read it once it has.
+    Ok((overrides, config_path, dir))
+}
+
+/// This rank's dataset: rank 0 fills a missing dataset folder, the others read it once it has;
+/// each rank keeps only the training examples it trains on.
+fn rank_data(cfg: &dpgd::train::ValidConfig, comm: &mut dyn Collective) -> Result<dpgd::data::Dataset> {
+    let rank0 = comm.rank() == 0;
     let data = if rank0 { Some(load_or_fetch(&cfg.config().data)?) } else { None };
     comm.broadcast(&mut Vec::new())?;
     let data = match data {
         Some(d) => d,
         None => cfg.config().data.load()?,
     };
-    // Each rank keeps only the training examples it trains on.
-    let data =
-        if comm.size() > 1 { data.keep_shard(cfg.config().data.train_subset, comm.size(), comm.rank()) } else { data };
-    // Ctrl-C ends the process as a kill would (every step is saved atomically, so any instant is
-    // safe) and says how to continue.
-    let hint = dir.clone();
-    ctrlc::set_handler(move || {
-        eprintln!(
-            "\ninterrupted: every completed step is saved; continue with `dpgd train --resume {}`",
-            hint.display()
-        );
-        std::process::exit(130);
-    })
-    .context("installing the Ctrl-C handler")?;
-    let mut progress = RunProgress::new(Mode::detect(a.quiet), None, String::new());
-    let mut silent = Silent;
-    // Progress and logs come from rank 0 alone.
-    let observer: &mut dyn Observer = if rank0 { &mut progress } else { &mut silent };
-    let opts = RunOptions { stop_after: a.stop_after, ..Default::default() };
-    let summary = run_on(&cfg, &data, &dir, &opts, observer, comm)?;
-    if !rank0 {
-        return Ok(());
-    }
-    if summary.finished {
-        eprintln!(
-            "publishable: {}  (confidential: {})",
-            RunFolder::new(&dir).publishable().display(),
-            RunFolder::new(&dir).confidential().display()
-        );
-    } else {
-        eprintln!("stopped after step {}: continue with --resume {}", summary.steps, dir.display());
-    }
-    println!("{}", summary.dir.display());
-    Ok(())
+    Ok(if comm.size() > 1 { data.keep_shard(cfg.config().data.train_subset, comm.size(), comm.rank()) } else { data })
 }
 
 /// Says loudly when the command line weakens the guarantee the config file asks for (a larger
