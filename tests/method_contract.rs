@@ -135,3 +135,43 @@ fn every_method_keeps_the_contract() {
         }
     }
 }
+
+/// Every method's step rule (its noise and update, [`dpgd::train::method::StepRule`]): restored
+/// from the state it saved after a step, it continues bit for bit (a resume is the same run),
+/// and its noise is drawn per step (two rules from one seed agree; the steps' noises differ).
+#[test]
+fn every_methods_step_rule_resumes_bit_for_bit() {
+    use dpgd::train::step::{ClippedSum, UpdateRule};
+    for method in every_method() {
+        let text = config(method, "gaussian").replace("lr = 1.0\n", "lr = 1.0\nmomentum = 0.9\n");
+        let cfg = valid(&text);
+        let t = method.training();
+        let sum = |k: i64| ClippedSum::Grid { values: (0..8).map(|i| i * k - 3).collect(), gamma: 1.0 / 1024.0 };
+        let update = UpdateRule { lr: 0.5, divisor: 300.0, momentum: 0.9 };
+        let mut whole = t.step_rule(&cfg, cfg.sigma());
+        let mut theta = vec![0.25f32; 8];
+        let mut after = Vec::new();
+        for step in 1..=3 {
+            whole.apply(step, &mut theta, sum(step as i64), update).unwrap();
+            after.push((theta.clone(), whole.state().to_vec()));
+        }
+        let (mut resumed_theta, state) = after[0].clone();
+        let mut resumed = t.step_rule(&cfg, cfg.sigma());
+        resumed.restore(state);
+        for step in 2..=3 {
+            resumed.apply(step, &mut resumed_theta, sum(step as i64), update).unwrap();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&resumed_theta), bits(&theta), "{}: a resumed rule is another run", method.describe());
+        assert!(!whole.state().is_empty(), "{}: momentum is the rule's state", method.describe());
+        if t.is_private() {
+            // Two steps of one sum move θ by different noises.
+            let mut a = t.step_rule(&cfg, cfg.sigma());
+            let (mut x, mut y) = (vec![0.0f32; 8], vec![0.0f32; 8]);
+            let plain = UpdateRule { momentum: 0.0, ..update };
+            a.apply(1, &mut x, sum(1), plain).unwrap();
+            a.apply(2, &mut y, sum(1), plain).unwrap();
+            assert_ne!(bits(&x), bits(&y), "{}: the same noise at two steps", method.describe());
+        }
+    }
+}

@@ -30,7 +30,7 @@ fn the_own_data_walkthrough_runs_as_the_page_says() {
     let data = dir.path().join("mydata");
     let toml = toml.replace("dir = \"mydata\"", &format!("dir = \"{}\"", data.display()));
     let cfg = TrainConfig::from_toml(&toml, &[]).unwrap().validate().unwrap();
-    let summary = dpgd::train::privacy::summary(&cfg);
+    let summary = dpgd::train::report::summary(&cfg);
     assert!(text.contains(&summary), "the page's guarantee is not the run's: {summary}");
     assert!(text.contains(&format!("sigma = {:.4}", cfg.sigma().unwrap())), "sigma {}", cfg.sigma().unwrap());
     let run = dir.path().join("runs/my-data");

@@ -79,7 +79,7 @@ fn each_tier_of_individual_dp_sgd_is_recomputed_from_its_renyi_budget() {
     let cfg = valid(&config("sgd-filtered", "shares = [0.34, 0.43, 0.23]\nseed = 1"));
     let run_budget = cfg.ledger_budget().unwrap();
     let alpha = {
-        let json = dpgd::train::privacy::report(&cfg, None, 300, 0).unwrap();
+        let json = dpgd::train::report::report(&cfg, None, 300, 0).unwrap();
         json.accounting.unwrap().sampling.unwrap().individual.unwrap().order
     };
     let eps =
@@ -184,7 +184,7 @@ fn tiers_are_published_without_counts_and_reported_to_the_owner() {
     assert!(personalized.rests_on.contains("Jorgensen") && personalized.rests_on.contains("public choice"));
     assert!(privacy.accounting.unwrap().rests_on["personalized"].contains("loosest tier"));
     assert!(privacy.summary.starts_with("NOT PRIVATE"), "a fixed seed");
-    let line = dpgd::train::privacy::summary(&valid(&text.replace("seed = 7\n", "")));
+    let line = dpgd::train::report::summary(&valid(&text.replace("seed = 7\n", "")));
     // Whole steps of budget: a tier's guarantee may fall a little short of its ε, never past it.
     let loosest = dpgd::train::significant(personalized.tiers[2].guaranteed_epsilon);
     assert!(line.starts_with(&format!("({loosest}, 1e-5)-DP")), "{line}");
@@ -322,7 +322,7 @@ fn an_examples_tier_follows_its_row_through_a_hold_out() {
         let loaded = cfg.config().data.load().unwrap();
         let n = loaded.train.len();
         assert_eq!(n, 360, "40 of 400 held out");
-        let (budgets, _) = dpgd::train::tiers::ledger_budgets(&cfg, n).unwrap();
+        let (budgets, _) = dpgd::train::budget::ledger_budgets(&cfg, n).unwrap();
         let tiers = cfg.tiers();
         let mut strict = 0;
         for i in 0..n {
@@ -345,7 +345,7 @@ fn an_examples_tier_follows_its_row_through_a_hold_out() {
         let text = if hold_out { text } else { text.replace("[data.hold_out]\nexamples = 40\nseed = 3\n", "") };
         let cfg = valid(&text);
         let loaded = cfg.config().data.load().unwrap();
-        let (budgets, _) = dpgd::train::tiers::ledger_budgets(&cfg, loaded.train.len()).unwrap();
+        let (budgets, _) = dpgd::train::budget::ledger_budgets(&cfg, loaded.train.len()).unwrap();
         (0..loaded.train.len()).map(|i| (loaded.train.features[i] as usize, budgets.get(i))).collect::<Vec<_>>()
     };
     let whole: std::collections::BTreeMap<usize, f64> = shares(false).into_iter().collect();

@@ -13,8 +13,8 @@ pub mod kinds;
 mod shape;
 
 pub use kinds::{Activation, BurnLayer, Kind, LayerSpec};
+pub(crate) use shape::checked;
 pub use shape::{MAX_VALUES, Shape, ShapeError};
-pub(crate) use shape::{checked, shapes, walk};
 
 /// A sequential model: an input shape `[channels, height, width]`, layers, and classes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,4 +160,54 @@ impl FromStr for Preset {
             .find(|p| p.name() == s || (s == "cnn" && *p == Preset::OpacusCnn))
             .ok_or_else(|| format!("unknown model preset `{s}`; expected opacus-cnn, mlp or logistic"))
     }
+}
+
+/// Checks `spec`'s input shape, runs `layer` on each layer (index, input shape) for its output
+/// shape, and checks that the last one gives `classes` logits: the walk both engines' models
+/// are checked by.
+pub(crate) fn walk(
+    spec: &ModelSpec,
+    mut layer: impl FnMut(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
+) -> Result<Shape, ShapeError> {
+    let [c, h, w] = spec.input;
+    let whole = |reason: String| ShapeError { layer: None, reason };
+    if c == 0 || h == 0 || w == 0 {
+        return Err(whole("every input dimension must be > 0".into()));
+    }
+    checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
+    let mut shape = Shape::Spatial { c, h, w };
+    for (i, l) in spec.layers.iter().enumerate() {
+        shape = layer(l, shape, i)?;
+        let dims = match shape {
+            Shape::Spatial { c, h, w } => vec![c, h, w],
+            Shape::Flat(n) => vec![n],
+        };
+        checked(&dims, i, &format!("the {} output", l.name()))?;
+    }
+    match shape {
+        Shape::Flat(n) if n == spec.classes && n > 1 => Ok(shape),
+        _ => Err(ShapeError {
+            layer: spec.layers.len().checked_sub(1),
+            reason: format!(
+                "the last layer must output {} logits (a flat vector), got {} values",
+                spec.classes,
+                shape.len()
+            ),
+        }),
+    }
+}
+
+/// The output shape of each of `spec`'s layers (each kind's [`Kind::out_shape`]); `spec`'s
+/// input is checked, and its end.
+///
+/// # Errors
+/// The first layer that does not fit, as [`crate::per_example::Network::new`].
+pub(crate) fn shapes(spec: &ModelSpec) -> Result<Vec<Shape>, ShapeError> {
+    let mut out = Vec::with_capacity(spec.layers.len());
+    walk(spec, |l, shape, i| {
+        let next = l.out_shape(shape, i)?;
+        out.push(next);
+        Ok(next)
+    })?;
+    Ok(out)
 }

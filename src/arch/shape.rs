@@ -1,8 +1,6 @@
 //! Activation shapes and the walk that checks a model's layers against them, with
 //! overflow-checked sizes.
 
-use super::{LayerSpec, ModelSpec};
-
 /// Why an architecture does not compile: the layer (index into `ModelSpec::layers`, or `None`
 /// for the model as a whole) and the reason. The config layer maps it to field names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,54 +55,4 @@ impl Shape {
     pub fn is_empty(self) -> bool {
         self.len() == 0
     }
-}
-
-/// Checks `spec`'s input shape, runs `layer` on each layer (index, input shape) for its output
-/// shape, and checks that the last one gives `classes` logits: the walk both engines' models
-/// are checked by.
-pub(crate) fn walk(
-    spec: &ModelSpec,
-    mut layer: impl FnMut(&LayerSpec, Shape, usize) -> Result<Shape, ShapeError>,
-) -> Result<Shape, ShapeError> {
-    let [c, h, w] = spec.input;
-    let whole = |reason: String| ShapeError { layer: None, reason };
-    if c == 0 || h == 0 || w == 0 {
-        return Err(whole("every input dimension must be > 0".into()));
-    }
-    checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
-    let mut shape = Shape::Spatial { c, h, w };
-    for (i, l) in spec.layers.iter().enumerate() {
-        shape = layer(l, shape, i)?;
-        let dims = match shape {
-            Shape::Spatial { c, h, w } => vec![c, h, w],
-            Shape::Flat(n) => vec![n],
-        };
-        checked(&dims, i, &format!("the {} output", l.name()))?;
-    }
-    match shape {
-        Shape::Flat(n) if n == spec.classes && n > 1 => Ok(shape),
-        _ => Err(ShapeError {
-            layer: spec.layers.len().checked_sub(1),
-            reason: format!(
-                "the last layer must output {} logits (a flat vector), got {} values",
-                spec.classes,
-                shape.len()
-            ),
-        }),
-    }
-}
-
-/// The output shape of each of `spec`'s layers (each kind's [`super::Kind::out_shape`]); `spec`'s
-/// input is checked, and its end.
-///
-/// # Errors
-/// The first layer that does not fit, as [`crate::per_example::Network::new`].
-pub(crate) fn shapes(spec: &ModelSpec) -> Result<Vec<Shape>, ShapeError> {
-    let mut out = Vec::with_capacity(spec.layers.len());
-    walk(spec, |l, shape, i| {
-        let next = l.out_shape(shape, i)?;
-        out.push(next);
-        Ok(next)
-    })?;
-    Ok(out)
 }

@@ -51,7 +51,7 @@
 //! √p·γ_d/2 in norm, against √p·γ/2); a run on one device repeats bit for bit where the
 //! device's reductions repeat their order.
 
-use super::SumGrid;
+use super::grid::SumGrid;
 
 /// A micro-batch's gradient rows kept where an engine computed them (see the module's
 /// argument), for the clip to add the live ones.

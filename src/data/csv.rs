@@ -10,7 +10,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use super::Split;
+use super::split::Split;
 use crate::error::{Error, Result};
 
 /// The two files of a CSV dataset.

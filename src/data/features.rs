@@ -24,8 +24,10 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::fingerprint::Fingerprint;
+use super::idx;
 use super::scattering::Scattering2d;
-use super::{Dataset, Split, idx};
+use super::split::Split;
 use crate::error::{Error, Result};
 
 /// The transforms `[data.features]` may name.
@@ -192,18 +194,24 @@ impl Features {
         Ok(Split { images: Vec::new(), features, labels: split.labels.clone(), rows, cols, channels })
     }
 
-    /// `data` with both splits replaced by their features: read from the cache in `cache` when
-    /// a file there matches this transform and these data files exactly, else computed (and
+    /// Both splits (`train`, `test`: examples of one image shape) replaced by their features,
+    /// and what the transform was applied to: read from the cache in `cache` when a file there
+    /// matches this transform and these data files (`fingerprints`) exactly, else computed (and
     /// written there, if it can be).
     ///
     /// # Errors
     /// As [`apply`](Self::apply).
-    pub fn transform(&self, data: Dataset, cache: Option<&Path>) -> Result<Dataset> {
-        let images = data.shape();
+    pub fn transform_splits(
+        &self,
+        (train, test): (Split, Split),
+        fingerprints: &[Fingerprint],
+        cache: Option<&Path>,
+    ) -> Result<(Split, Split, FeatureInput)> {
+        let images = train.shape();
         let (s, shape) = self.build(images)?;
-        let key = self.cache_key(&data);
+        let key = self.cache_key(fingerprints, images);
         let file = cache.map(|dir| dir.join(format!("{}.bin", &key[..32])));
-        let (n_train, n_test) = (data.train.len(), data.test.len());
+        let (n_train, n_test) = (train.len(), test.len());
         // Reading a cache file holds it and the features at once.
         let bytes = cache_len(n_train, n_test, shape).and_then(|b| b.checked_mul(2));
         crate::memory::check("the features of the data", bytes, "use fewer examples or a larger j")?;
@@ -211,36 +219,33 @@ impl Features {
         let (train_f, test_f) = match cached {
             Some(both) => both,
             None => {
-                let (train, test) = (self.apply_with(&s, shape, &data.train)?, self.apply_with(&s, shape, &data.test)?);
+                let (tr, te) = (self.apply_with(&s, shape, &train)?, self.apply_with(&s, shape, &test)?);
                 if let Some(f) = &file {
                     // A cache that cannot be written only costs time on the next run.
-                    let _ = write_cache(f, &key, shape, &train.features, &test.features);
+                    let _ = write_cache(f, &key, shape, &tr.features, &te.features);
                 }
-                (train.features, test.features)
+                (tr.features, te.features)
             }
         };
         let [channels, rows, cols] = shape;
         let with = |s: Split, features: Vec<f32>| Split { images: Vec::new(), features, rows, cols, channels, ..s };
-        Ok(Dataset {
-            train: with(data.train, train_f),
-            test: with(data.test, test_f),
-            features: Some(FeatureInput { transform: self.clone(), images }),
-            ..data
-        })
+        let input = FeatureInput { transform: self.clone(), images };
+        Ok((with(train, train_f), with(test, test_f), input))
     }
 
-    /// Hex SHA-256 of the transform, the computation's version and the dataset's fingerprints.
-    fn cache_key(&self, data: &Dataset) -> String {
+    /// Hex SHA-256 of the transform, the computation's version and the dataset's fingerprints
+    /// and image shape.
+    fn cache_key(&self, fingerprints: &[Fingerprint], images: [usize; 3]) -> String {
         let mut h = Sha256::new();
         h.update(CACHE_VERSION.as_bytes());
         h.update(serde_json::to_string(self).unwrap_or_default().as_bytes());
-        for f in data.fingerprints() {
+        for f in fingerprints {
             h.update(f.file.as_bytes());
             h.update(b"\0");
             h.update(f.sha256.as_bytes());
             h.update(b"\0");
         }
-        h.update(format!("{:?}", data.shape()).as_bytes());
+        h.update(format!("{images:?}").as_bytes());
         idx::hex(&h.finalize())
     }
 }
@@ -353,6 +358,7 @@ fn private_dir(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Dataset;
 
     fn tiny(n: usize, seed: u8) -> Split {
         let images = (0..n * 64).map(|k| ((k * 37 + usize::from(seed) * 11) % 256) as u8).collect();
@@ -428,8 +434,8 @@ mod tests {
     #[test]
     fn cache_is_used_only_when_every_byte_checks_out() {
         let dir = tempfile::tempdir().unwrap();
-        let fresh = features().transform(data(), None).unwrap();
-        let cached = features().transform(data(), Some(dir.path())).unwrap();
+        let fresh = data().with_features(&features(), None).unwrap();
+        let cached = data().with_features(&features(), Some(dir.path())).unwrap();
         assert_eq!(fresh, cached);
         let file = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
         #[cfg(unix)]
@@ -437,7 +443,7 @@ mod tests {
             // The folder a cache creates is its owner's only.
             use std::os::unix::fs::PermissionsExt;
             let sub = dir.path().join("sub");
-            features().transform(data(), Some(&sub)).unwrap();
+            data().with_features(&features(), Some(&sub)).unwrap();
             assert_eq!(std::fs::metadata(&sub).unwrap().permissions().mode() & 0o777, 0o700);
         }
         let good = std::fs::read(&file).unwrap();
@@ -448,19 +454,19 @@ mod tests {
         let sum = Sha256::digest(&planted[..n]);
         planted[n..].copy_from_slice(&sum);
         std::fs::write(&file, &planted).unwrap();
-        assert_eq!(features().transform(data(), Some(dir.path())).unwrap().train.features[0], 7.0);
+        assert_eq!(data().with_features(&features(), Some(dir.path())).unwrap().train.features[0], 7.0);
         // ...and any changed byte, or a truncated or extended file, is not: recomputed instead.
         for k in (0..good.len()).step_by(37).chain([good.len() - 1]) {
             let mut bad = good.clone();
             bad[k] ^= 0x10;
             std::fs::write(&file, &bad).unwrap();
-            assert_eq!(features().transform(data(), Some(dir.path())).unwrap(), fresh, "byte {k}");
+            assert_eq!(data().with_features(&features(), Some(dir.path())).unwrap(), fresh, "byte {k}");
         }
         for len in [0, good.len() - 1, good.len() + 1] {
             let mut bad = good.clone();
             bad.resize(len, 0);
             std::fs::write(&file, &bad).unwrap();
-            assert_eq!(features().transform(data(), Some(dir.path())).unwrap(), fresh, "length {len}");
+            assert_eq!(data().with_features(&features(), Some(dir.path())).unwrap(), fresh, "length {len}");
         }
     }
 }

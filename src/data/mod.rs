@@ -4,291 +4,23 @@
 pub mod csv;
 pub mod features;
 pub mod fetch;
+mod fingerprint;
 pub mod idx;
+mod known;
+mod normalize;
 pub mod scattering;
+mod split;
 pub mod synthetic;
+
+pub use fingerprint::Fingerprint;
+pub use normalize::{Channels, MIN_STD, Normalize};
+pub use split::{Examples, Split};
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-
-/// Normalisation `x ↦ (x/255 − mean)/std` per channel, as in the Opacus MNIST example
-/// (real-valued features: `(x − mean)/std`).
-///
-/// In a config, `mean` and `std` are each one number for every channel or a list with one
-/// number per channel (`[data.normalize] mean = [0.4914, 0.4822, 0.4465]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Normalize {
-    /// Mean of the pixel values in [0, 1] (default: MNIST's).
-    #[serde(default = "mnist_mean")]
-    pub mean: Channels,
-    /// Standard deviation of the pixel values in [0, 1] (default: MNIST's).
-    #[serde(default = "mnist_std")]
-    pub std: Channels,
-}
-
-/// The smallest standard deviation a normalisation may divide by (1/std must stay far from
-/// f32's overflow for any input).
-pub const MIN_STD: f32 = 1e-30;
-
-/// One value for every channel, or one per channel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Channels {
-    /// The same value for every channel.
-    All(f32),
-    /// One value per channel, in channel order.
-    Each(Vec<f32>),
-}
-
-impl Channels {
-    /// The value for channel `c`: `None` for a per-channel list without it.
-    #[must_use]
-    pub fn get(&self, c: usize) -> Option<f32> {
-        match self {
-            Channels::All(v) => Some(*v),
-            Channels::Each(v) => v.get(c).copied(),
-        }
-    }
-
-    fn values(&self) -> &[f32] {
-        match self {
-            Channels::All(v) => std::slice::from_ref(v),
-            Channels::Each(v) => v,
-        }
-    }
-}
-
-impl std::fmt::Display for Channels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Channels::All(v) => write!(f, "{v}"),
-            Channels::Each(v) => write!(f, "{v:?}"),
-        }
-    }
-}
-
-fn mnist_mean() -> Channels {
-    Normalize::MNIST.mean
-}
-fn mnist_std() -> Channels {
-    Normalize::MNIST.std
-}
-
-impl Normalize {
-    /// MNIST's (0.1307, 0.3081): the pixel mean and std of MNIST's *training* split
-    /// (0.13066, 0.30811), as published with the Opacus and PyTorch MNIST examples — a public
-    /// constant of the literature, never recomputed from the data a run trains on.
-    pub const MNIST: Normalize = Normalize::all(0.1307, 0.3081);
-
-    /// The same mean and std for every channel.
-    #[must_use]
-    pub const fn all(mean: f32, std: f32) -> Self {
-        Normalize { mean: Channels::All(mean), std: Channels::All(std) }
-    }
-
-    /// Checks it against data with `channels` channels: every mean finite, every std finite
-    /// and at least [`MIN_STD`], and a per-channel list exactly one value per channel.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming `data.normalize.mean` or `data.normalize.std` and the fix.
-    pub fn check(&self, channels: usize) -> Result<()> {
-        for (field, values, positive) in [("mean", &self.mean, false), ("std", &self.std, true)] {
-            let field = format!("data.normalize.{field}");
-            if let Channels::Each(v) = values
-                && v.len() != channels
-            {
-                return Err(Error::config(
-                    &field,
-                    format!(
-                        "{} values for data with {channels} channels (a CSV file's feature columns are its \
-                         channels): give one per channel, or one number for all",
-                        v.len()
-                    ),
-                ));
-            }
-            // A std so small that 1/std overflows an f32 would scale inputs to infinity.
-            let unusable = |x: f32| !x.is_finite() || (positive && x < MIN_STD);
-            if let Some(bad) = values.values().iter().find(|x| unusable(**x)) {
-                let need = if positive { "a finite number of at least 1e-30" } else { "a finite number" };
-                return Err(Error::config(&field, format!("{bad} is not {need}")));
-            }
-        }
-        Ok(())
-    }
-
-    /// `(scale, shift)` for channel `c` such that the normalised value is `raw · scale − shift`,
-    /// with `raw` the byte (`bytes`) or the feature value.
-    fn affine(&self, c: usize, bytes: bool) -> (f32, f32) {
-        let (mean, std) = (self.mean.get(c).unwrap_or(0.0), self.std.get(c).unwrap_or(1.0));
-        let unit = if bytes { 255.0 } else { 1.0 };
-        (1.0 / (unit * std), mean / std)
-    }
-}
-
-/// One split of an image-classification dataset, stored as bytes (normalised on the fly so
-/// the dataset costs one byte per value in memory).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Split {
-    /// Byte values, `n × channels × rows × cols` (channel-major within an example, as the
-    /// models read them); empty for real-valued data.
-    pub images: Vec<u8>,
-    /// Real-valued features, `n × channels × rows × cols` (CSV data); empty for byte images.
-    pub features: Vec<f32>,
-    /// Labels, `n`.
-    pub labels: Vec<u8>,
-    /// Image height.
-    pub rows: usize,
-    /// Image width.
-    pub cols: usize,
-    /// Channels (1 for grey images).
-    pub channels: usize,
-}
-
-impl Split {
-    /// Number of examples.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-    /// Whether the split is empty.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-    /// Values per example (`channels × rows × cols`).
-    #[must_use]
-    pub fn pixels(&self) -> usize {
-        self.channels * self.rows * self.cols
-    }
-    /// The shape of one example, `[channels, rows, cols]`.
-    #[must_use]
-    pub fn shape(&self) -> [usize; 3] {
-        [self.channels, self.rows, self.cols]
-    }
-    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`), as
-    /// [`Examples::normalised_into`] on the whole split.
-    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: &Normalize, out: &mut [f32]) {
-        self.head(0).normalised_into(range, norm, out);
-    }
-    /// A borrowed view of the first `n` examples (all of them if `n` is 0 or larger than the
-    /// split): training and evaluation read the dataset through views, so it is held once.
-    #[must_use]
-    pub fn head(&self, n: usize) -> Examples<'_> {
-        let n = if n == 0 { self.len() } else { n.min(self.len()) };
-        let values = n * self.pixels();
-        Examples {
-            images: &self.images[..values.min(self.images.len())],
-            features: &self.features[..values.min(self.features.len())],
-            labels: &self.labels[..n],
-            px: self.pixels(),
-            plane: self.rows * self.cols,
-        }
-    }
-    /// The first `n` examples (all of them if `n` is 0 or larger than the split).
-    #[must_use]
-    pub fn truncated(mut self, n: usize) -> Self {
-        if n > 0 && n < self.len() {
-            let values = n * self.pixels();
-            self.images.truncate(values);
-            self.features.truncate(values);
-            self.labels.truncate(n);
-        }
-        self
-    }
-
-    /// A copy of the examples `range` (clamped to the split): e.g. a public slice of a dataset
-    /// and the private rest, disjoint.
-    #[must_use]
-    pub fn slice(&self, range: std::ops::Range<usize>) -> Self {
-        let (lo, hi) = (range.start.min(self.len()), range.end.min(self.len()));
-        let (lo, hi) = (lo, hi.max(lo));
-        let px = self.pixels();
-        let part = |v: &[u8]| if v.is_empty() { Vec::new() } else { v[lo * px..hi * px].to_vec() };
-        Self {
-            images: part(&self.images),
-            features: if self.features.is_empty() { Vec::new() } else { self.features[lo * px..hi * px].to_vec() },
-            labels: self.labels[lo..hi].to_vec(),
-            ..*self
-        }
-    }
-}
-
-/// A borrowed run of examples of a [`Split`] (see [`Split::head`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Examples<'a> {
-    images: &'a [u8],
-    features: &'a [f32],
-    labels: &'a [u8],
-    px: usize,
-    /// Values per channel (`rows × cols`).
-    plane: usize,
-}
-
-impl Examples<'_> {
-    /// Number of examples.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-    /// Whether there are none.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-    /// Values per example.
-    #[must_use]
-    pub fn pixels(&self) -> usize {
-        self.px
-    }
-    /// The labels.
-    #[must_use]
-    pub fn labels(&self) -> &[u8] {
-        self.labels
-    }
-    /// The examples `range` of these (clamped to them), in order: e.g. one rank's shard of a
-    /// data-parallel run's training examples.
-    #[must_use]
-    pub fn range(&self, range: std::ops::Range<usize>) -> Self {
-        let hi = range.end.min(self.len());
-        let lo = range.start.min(hi);
-        let cut = |len: usize| (lo * self.px).min(len)..(hi * self.px).min(len);
-        Self {
-            images: &self.images[cut(self.images.len())],
-            features: &self.features[cut(self.features.len())],
-            labels: &self.labels[lo..hi],
-            ..*self
-        }
-    }
-    /// Writes examples `range` normalised by `norm` into `out` (`len × pixels`): bytes as
-    /// (x/255 − mean)/std, real-valued features as (x − mean)/std, with channel c's mean and std.
-    pub fn normalised_into(&self, range: std::ops::Range<usize>, norm: &Normalize, out: &mut [f32]) {
-        let values = range.start * self.px..range.end * self.px;
-        let plane = self.plane.max(1);
-        let channels = self.px / plane;
-        let affine: Vec<(f32, f32)> = (0..channels).map(|c| norm.affine(c, self.features.is_empty())).collect();
-        if self.features.is_empty() {
-            let src = &self.images[values];
-            for (k, (o, p)) in out.chunks_mut(plane).zip(src.chunks(plane)).enumerate() {
-                let (scale, shift) = affine[k % channels];
-                for (o, &p) in o.iter_mut().zip(p) {
-                    *o = f32::from(p) * scale - shift;
-                }
-            }
-        } else {
-            let src = &self.features[values];
-            for (k, (o, x)) in out.chunks_mut(plane).zip(src.chunks(plane)).enumerate() {
-                let (scale, shift) = affine[k % channels];
-                for (o, &x) in o.iter_mut().zip(x) {
-                    *o = x * scale - shift;
-                }
-            }
-        }
-    }
-}
 
 /// A training and a test split read from a folder of IDX files.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,7 +33,7 @@ pub struct Dataset {
     pub dir: PathBuf,
     fingerprints: Vec<Fingerprint>,
     classes: usize,
-    /// The transform the splits hold the features of ([`features::Features::transform`]).
+    /// The transform the splits hold the features of ([`Dataset::with_features`]).
     features: Option<features::FeatureInput>,
     /// The feature columns' names, for data read from CSV.
     columns: Option<Vec<String>>,
@@ -590,6 +322,17 @@ impl Dataset {
         self.features.as_ref()
     }
 
+    /// This dataset with both splits replaced by the features of `transform` (a fixed,
+    /// data-independent transform of each example), from the cache in `cache` when it holds
+    /// them ([`features::Features::transform_splits`]).
+    ///
+    /// # Errors
+    /// As [`features::Features::apply`].
+    pub fn with_features(self, transform: &features::Features, cache: Option<&Path>) -> Result<Self> {
+        let (train, test, input) = transform.transform_splits((self.train, self.test), &self.fingerprints, cache)?;
+        Ok(Self { train, test, features: Some(input), ..self })
+    }
+
     /// Keeps in memory only the training examples that rank `rank` of `ranks` of a
     /// data-parallel run trains on ([`crate::collective::shard`] of the first `subset`, all for
     /// 0: the run's `data.train_subset`), and drops the rest; the test split and the files'
@@ -728,7 +471,7 @@ fn channels_first(data: &[u8], hw: usize, c: usize) -> Vec<u8> {
 /// the test split as public: test accuracy is released without noise.
 #[must_use]
 pub fn public_normalize(test: &Split, test_images_sha256: Option<&str>) -> Normalize {
-    let known = fetch::KNOWN.iter().find(|k| {
+    let known = known::KNOWN.iter().find(|k| {
         k.sha256.is_some_and(|h| h.iter().any(|(stem, sha)| *stem == FILES[2] && Some(*sha) == test_images_sha256))
     });
     if let Some(k) = known {
@@ -848,15 +591,6 @@ fn partition(split: &Split, n: usize, positions: &[usize]) -> (Split, Split) {
         out.labels.push(split.labels[i]);
     }
     (held, rest)
-}
-
-/// The SHA-256 of one dataset file's uncompressed content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fingerprint {
-    /// The file's name in its folder.
-    pub file: String,
-    /// Hex SHA-256 of its uncompressed bytes.
-    pub sha256: String,
 }
 
 #[cfg(test)]

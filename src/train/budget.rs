@@ -15,8 +15,10 @@ use super::outputs::ConfidentialRow;
 use super::state::{self, Expect};
 use super::tiers::Tier;
 use crate::accounting::filter::{Budgets, IndividualFilter};
+use crate::data::Fingerprint;
 use crate::error::{Error, Result};
 use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
+use sha2::{Digest, Sha256};
 
 /// Bins of the spent-fraction histogram.
 const BINS: usize = 20;
@@ -75,7 +77,7 @@ pub fn report(folder: &RunFolder, cfg: &ValidConfig, params: usize) -> Result<Bu
         .unwrap_or_default();
     let budgets = match cfg.tiers() {
         [] => Budgets::uniform(spent.budget)?,
-        _ => super::tiers::ledger_budgets(cfg, spent.spent.len())?.0,
+        _ => ledger_budgets(cfg, spent.spent.len())?.0,
     };
     let ledger = IndividualFilter::from_spent_with(budgets, spent.spent)
         .map_err(|e| Error::RunState { path: folder.state(), message: format!("its ledger is invalid: {e}") })?;
@@ -110,6 +112,34 @@ pub fn spent(folder: &RunFolder, params: usize, max_steps: usize) -> Result<Spen
     let (step, budget) = (snap.meta.step, snap.meta.budget);
     let spent = super::shards::assemble(folder, n, &(0..n), (&snap.spent, snap.meta.ledger_ranks), step, budget)?;
     Ok(Spent { step, budget, spent })
+}
+
+/// Every one of the run's `n` training examples' ledger budget, and the fingerprint of the
+/// assignment (part of the run's identity: a resume with another assignment is refused). One
+/// budget for all where the config has no tiers; `f64::MAX` where the method keeps no ledger
+/// that stops examples (plain DP-SGD clips to C alone).
+///
+/// # Errors
+/// As [`BudgetsConfig::assignment_by_row`](crate::train::BudgetsConfig::assignment_by_row); tiers whose budgets the accounting did not compute.
+pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fingerprint>)> {
+    let c = cfg.config();
+    let uniform = cfg.ledger_budget().unwrap_or(f64::MAX);
+    let Some(b) = &c.privacy.budgets else { return Ok((Budgets::uniform(uniform)?, None)) };
+    let tiers = cfg.tiers();
+    if tiers.len() != b.epsilons.len() {
+        return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
+    }
+    let of = b.assignment_by_row(&c.data, n)?;
+    let mut hash = Sha256::new();
+    for t in tiers {
+        hash.update(t.budget.to_le_bytes());
+    }
+    hash.update(&of);
+    let fingerprint = Fingerprint {
+        file: "privacy.budgets (each example's tier)".into(),
+        sha256: crate::data::idx::hex(&hash.finalize()),
+    };
+    Ok((Budgets::tiered(tiers.iter().map(|t| t.budget).collect(), of)?, Some(fingerprint)))
 }
 
 /// The report from every example's ledger entry, the tiers of personalized budgets (if any)

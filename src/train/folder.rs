@@ -62,10 +62,11 @@ impl RunFolder {
     pub fn candidate(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into(), released: "outputs" }
     }
-    /// The folder at `root` of a run made with `opts`.
+    /// The folder at `root` of a run, a private search's `candidate` or not
+    /// ([`RunOptions::candidate`](crate::train::RunOptions::candidate)).
     #[must_use]
-    pub fn of_run(root: impl Into<PathBuf>, opts: &super::RunOptions) -> Self {
-        if opts.candidate { Self::candidate(root) } else { Self::new(root) }
+    pub fn of_run(root: impl Into<PathBuf>, candidate: bool) -> Self {
+        if candidate { Self::candidate(root) } else { Self::new(root) }
     }
     /// The run folder.
     #[must_use]

@@ -11,6 +11,7 @@ pub mod outputs;
 mod plot;
 pub mod privacy;
 pub mod releases;
+pub mod report;
 pub mod sgd;
 pub mod shards;
 pub mod state;
@@ -18,10 +19,11 @@ pub mod step;
 pub mod stopping;
 pub mod tiers;
 mod trainer;
+pub mod update;
 
 pub use config::{
     AUTO_RELEASE_SHARE, ActiveRelease, BudgetsConfig, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig,
-    Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, StopRule, StoppingConfig, TrainConfig,
+    Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, Resolved, StopRule, StoppingConfig, TrainConfig,
     TrainSettings, ValidConfig, resumable_fields,
 };
 pub(crate) use config::{SET_ON_COMMAND_LINE, field_differences};

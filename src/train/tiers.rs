@@ -40,11 +40,9 @@ use std::path::Path;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use super::config::{BudgetsConfig, DataConfig, Method, ValidConfig, typed_down};
+use super::config::{BudgetsConfig, DataConfig, Method, typed_down};
 use crate::accounting::filter::Budgets;
-use crate::data::Fingerprint;
 use crate::error::{Error, Result};
 
 /// One tier of personalized budgets, as `privacy.json` publishes it.
@@ -293,34 +291,6 @@ fn draw(shares: &[f64], n: usize, seed: u64) -> Vec<u8> {
         start = end.max(start);
     }
     out
-}
-
-/// Every one of the run's `n` training examples' ledger budget, and the fingerprint of the
-/// assignment (part of the run's identity: a resume with another assignment is refused). One
-/// budget for all where the config has no tiers; `f64::MAX` where the method keeps no ledger
-/// that stops examples (plain DP-SGD clips to C alone).
-///
-/// # Errors
-/// As [`BudgetsConfig::assignment_by_row`]; tiers whose budgets the accounting did not compute.
-pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fingerprint>)> {
-    let c = cfg.config();
-    let uniform = cfg.ledger_budget().unwrap_or(f64::MAX);
-    let Some(b) = &c.privacy.budgets else { return Ok((Budgets::uniform(uniform)?, None)) };
-    let tiers = cfg.tiers();
-    if tiers.len() != b.epsilons.len() {
-        return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
-    }
-    let of = b.assignment_by_row(&c.data, n)?;
-    let mut hash = Sha256::new();
-    for t in tiers {
-        hash.update(t.budget.to_le_bytes());
-    }
-    hash.update(&of);
-    let fingerprint = Fingerprint {
-        file: "privacy.budgets (each example's tier)".into(),
-        sha256: crate::data::idx::hex(&hash.finalize()),
-    };
-    Ok((Budgets::tiered(tiers.iter().map(|t| t.budget).collect(), of)?, Some(fingerprint)))
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use super::{Shape, ShapeError};
+use super::shape::{Shape, ShapeError};
 use crate::error::{Error, Result};
 
 /// A batch of activations between two layers of a sequential model.
@@ -170,7 +170,7 @@ pub(crate) fn mismatch(n: usize) -> Error {
 /// `Ok` if the product of `dims` is at most [`super::MAX_VALUES`], else a reason naming `what`
 /// ([`super::checked`] without a layer index: the kind's caller adds it).
 pub(crate) fn fits(dims: &[usize], what: &str) -> std::result::Result<(), String> {
-    super::checked(dims, 0, what).map(|_| ()).map_err(|e| e.reason)
+    super::shape::checked(dims, 0, what).map(|_| ()).map_err(|e| e.reason)
 }
 
 /// The channels of a spatial input (the features of a flat one).

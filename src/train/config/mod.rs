@@ -4,28 +4,25 @@
 //! runs. Reading and overrides (renamed fields, did-you-mean) are in `parse`, the checks and the
 //! calibration in `validate`, the checked config in `valid`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::method::Method;
-use super::releases::{ReleaseKind, ScheduledRelease};
-use crate::accounting::event::DpEvent;
-use crate::accounting::{AccountingError, Conversion, Neighbours, positive, probability};
-use crate::arch::{LayerSpec, ModelSpec, Preset};
+use crate::accounting::{AccountingError, Conversion, Neighbours};
+use crate::arch::{LayerSpec, Preset};
 use crate::clip::NonFinitePolicy;
 use crate::data::features::Features;
-use crate::data::{Channels, Dataset, HoldOut, Normalize, Split};
+use crate::data::{Dataset, HoldOut, Normalize, Split};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
-use crate::noise::{NoiseSampler, NoiseSeed};
-use crate::per_example::{Layer, Network, ShapeError};
+use crate::noise::NoiseSampler;
 pub(crate) use parse::SET_ON_COMMAND_LINE;
 pub use parse::{Override, RENAMED};
+pub use resolved::Resolved;
 pub use valid::ValidConfig;
-pub(in crate::train) use validate::{attribute, field};
 
 mod parse;
+mod resolved;
 mod valid;
 mod validate;
 
@@ -136,7 +133,7 @@ impl DataConfig {
     /// `hold_out` holds out.
     ///
     /// # Errors
-    /// As [`Dataset::load_with_label`] and [`Features::transform`].
+    /// As [`Dataset::load_with_label`] and [`Dataset::with_features`].
     pub fn load(&self) -> Result<Dataset> {
         self.load_with_held_out().map(|(data, _)| data)
     }
@@ -159,7 +156,7 @@ impl DataConfig {
         let label = self.label_column.as_deref().unwrap_or(crate::data::csv::DEFAULT_LABEL_COLUMN);
         let data = Dataset::load_csv_skipping(&self.dir, self.classes, label, &self.ignore_columns)?;
         match &self.features {
-            Some(f) => f.transform(data, crate::data::features::default_cache_dir().as_deref()),
+            Some(f) => data.with_features(f, crate::data::features::default_cache_dir().as_deref()),
             None => Ok(data),
         }
     }
@@ -259,6 +256,50 @@ pub struct BudgetsConfig {
     /// still read by `epsilons`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search_epsilons: Option<Vec<f64>>,
+}
+
+/// Which algorithm to run (`privacy.method`): the name; what each one does is its
+/// [`TrainingMethod`](crate::train::method::TrainingMethod), registered in
+/// [`Method::training`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Private GD: exactly `privacy.worst_case_steps` steps, clip C, noise σC (the baseline).
+    Plain,
+    /// Private GD with individual filtering ([FZ21] Algorithm 3): up to `train.max_steps` steps.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    Filtered,
+    /// DP-SGD ([`crate::train::sgd`]): `privacy.worst_case_steps` steps, each on a Poisson sample of
+    /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
+    /// accounted by Rényi DP of the subsampled Gaussian.
+    Sgd,
+    /// DP-SGD with individual accounting ([`crate::accounting::individual_sgd`]): every step
+    /// charges every example the Rényi DP of the step for its own clipped gradient (so every
+    /// example's gradient is computed every step), and drops it when its budget — what
+    /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
+    SgdFiltered,
+    /// No clipping and no noise. NOT PRIVATE: for reference only.
+    NonPrivate,
+}
+
+impl Method {
+    /// Every method, in the order of its declaration (exhaustive on purpose: a new method must
+    /// be placed in every test matrix, which match on it).
+    pub const ALL: [Method; 5] =
+        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+
+    /// The method's name in configs (`privacy.method`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Plain => "plain",
+            Method::Filtered => "filtered",
+            Method::Sgd => "sgd",
+            Method::SgdFiltered => "sgd-filtered",
+            Method::NonPrivate => "non-private",
+        }
+    }
 }
 
 /// Which per-example engine trains a config's model (`train.engine`).
@@ -525,6 +566,19 @@ fn differences_into(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, 
         }
         _ if a != b => out.push(format!("{prefix}: {a} -> {b}")),
         _ => {}
+    }
+}
+
+/// A validation error of an accounting parameter, attributed to config field `f`.
+pub(in crate::train) fn field(f: &str, e: AccountingError) -> Error {
+    Error::config(f, e.to_string())
+}
+
+/// An error attributed to config field `f` (accounting errors lose their own parameter name).
+pub(in crate::train) fn attribute(e: Error, f: &str) -> Error {
+    match e {
+        Error::Accounting(a) => field(f, a),
+        other => other,
     }
 }
 

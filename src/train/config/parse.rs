@@ -2,8 +2,11 @@
 //! overrides applied, and every error named by its dotted field and line with the nearest valid
 //! name.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::path::Path;
+
+use super::TrainConfig;
+use crate::arch::LayerSpec;
+use crate::error::{Error, Result};
 
 /// Fields renamed since configs were first written: (section, old name, new name). Old names
 /// are still read — in files and in overrides — and written under the new name.

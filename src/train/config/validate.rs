@@ -3,9 +3,18 @@
 
 use std::sync::Arc;
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::{
+    AUTO_RELEASE_SHARE, ActiveRelease, Engine, FALLBACK_COUNT_SIGMA, FALLBACK_STOP_SIGMA, MAX_STEPS, MAX_THREADS,
+    Method, Resolved, StopRule, TrainConfig, ValidConfig, attribute, field, round_up_3,
+};
+use crate::accounting::{Neighbours, positive, probability};
+use crate::arch::{LayerSpec, ModelSpec};
+use crate::data::Channels;
+use crate::device::DeviceKind;
+use crate::error::{Error, Result};
+use crate::per_example::{Layer, Network, ShapeError};
 use crate::train::method::RunAccounting;
+use crate::train::releases::{ReleaseKind, ScheduledRelease};
 
 impl TrainConfig {
     /// Checks every field and resolves σ, the model and the schedule.
@@ -44,7 +53,12 @@ impl TrainConfig {
             (None, Some(_)) => self.model_spec().ok(),
         };
         match problems.len() {
-            0 => Ok(ValidConfig { config: resolved, given: self.clone(), notes, privacy, max_steps, releases, model }),
+            0 => {
+                let stop_rule = resolved.stop_rule();
+                let given = self.clone();
+                let facts = Resolved { config: resolved, given, notes, max_steps, stop_rule, releases, model };
+                Ok(ValidConfig { resolved: facts, privacy })
+            }
             1 => Err(problems.remove(0)),
             _ => Err(Error::ConfigProblems(problems)),
         }
@@ -398,17 +412,4 @@ fn shape_error(e: &ShapeError, explicit_layers: bool) -> Error {
         (_, false) => "model.preset".to_string(),
     };
     Error::config(field, e.reason.clone())
-}
-
-/// A validation error of an accounting parameter, attributed to config field `f`.
-pub(in crate::train) fn field(f: &str, e: AccountingError) -> Error {
-    Error::config(f, e.to_string())
-}
-
-/// An error attributed to config field `f` (accounting errors lose their own parameter name).
-pub(in crate::train) fn attribute(e: Error, f: &str) -> Error {
-    match e {
-        Error::Accounting(a) => field(f, a),
-        other => other,
-    }
 }

@@ -13,7 +13,7 @@ use crate::accounting::sampling::DiscreteGaussian;
 use crate::accounting::{AccountingError, ApproxDp, Conversion, GaussianDp, GdPlan, PrivateGd, Rdp};
 use crate::error::{Error, Result};
 use crate::noise::NoiseSampler;
-use crate::train::config::{TrainConfig, ValidConfig, attribute, field, typed_down};
+use crate::train::config::{Resolved, TrainConfig, attribute, field, typed_down};
 use crate::train::privacy::{Accounting, ReleaseReport, RunSession, SessionReport, TrainingReport, private_gd};
 use crate::train::releases::{ReleaseKind, ScheduledRelease};
 use crate::train::tiers::Tier;
@@ -171,13 +171,13 @@ impl RunAccounting for FullBatch {
     fn sigma(&self) -> f64 {
         self.sigma
     }
-    fn epsilon(&self, cfg: &ValidConfig) -> Option<f64> {
+    fn epsilon(&self, cfg: &Resolved) -> Option<f64> {
         let p = &cfg.config().privacy;
         p.noise.epsilon(self.guarantee, cfg.delta(), p.conversion).ok()
     }
     /// min(step, k)·C² per example (a public quantity) plus the releases made so far; with
     /// personalized budgets, k of the loosest tier (every example holds one).
-    fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64> {
+    fn epsilon_through(&self, cfg: &Resolved, step: usize) -> Option<f64> {
         let p = &cfg.config().privacy;
         let k = self.tiers.iter().filter_map(|t| t.worst_case_steps).max().unwrap_or(p.worst_case_steps as u64);
         let mut plan = GdPlan::new((step as u64).clamp(1, k) as f64).ok()?.with_neighbours(p.neighbours);
@@ -214,18 +214,19 @@ impl RunAccounting for FullBatch {
     }
     fn report(
         &self,
-        cfg: &ValidConfig,
+        cfg: &Resolved,
         session: Option<&RunSession>,
         _examples: usize,
         steps_run: usize,
     ) -> Result<Option<Accounting>> {
-        session.map(|s| report(cfg, self.guarantee, s, steps_run)).transpose()
+        session.map(|s| report(cfg, self, s, steps_run)).transpose()
     }
 }
 
 /// The full-batch part of `privacy.json`: the guarantee `g`, each conversion, the first k
 /// steps alone, the releases and the session.
-fn report(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run: usize) -> Result<Accounting> {
+fn report(cfg: &Resolved, fb: &FullBatch, session: &RunSession, steps_run: usize) -> Result<Accounting> {
+    let g = fb.guarantee;
     let p = &cfg.config().privacy;
     let gaussian = p.noise == NoiseSampler::Gaussian;
     let mut by_conversion = BTreeMap::new();
@@ -233,7 +234,7 @@ fn report(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run: usi
         let eps = p.noise.epsilon(g, cfg.delta(), m).ok();
         by_conversion.insert(m.name().to_string(), eps);
     }
-    let run = private_gd(cfg)?;
+    let run = private_gd(p, fb.sigma)?;
     let first_k = p.noise.epsilon(run.gaussian_dp(), cfg.delta(), p.conversion).ok();
     let releases = cfg
         .releases()
@@ -250,8 +251,8 @@ fn report(cfg: &ValidConfig, g: GaussianDp, session: &RunSession, steps_run: usi
         .collect();
     let sensitivity = p.neighbours.sum_sensitivity();
     Ok(Accounting {
-        event: cfg.event(),
-        epsilon: cfg.epsilon(),
+        event: Some(fb.event.clone()),
+        epsilon: fb.headline_epsilon(cfg),
         epsilon_by_conversion: by_conversion,
         target_epsilon: p.epsilon,
         rho: Some(g.to_zcdp().rho()),
@@ -311,7 +312,7 @@ fn guarantee_text(gaussian: bool, sensitivity: f64, conversion: Conversion) -> S
 }
 
 /// What each number in [`Accounting`] rests on.
-fn rests_on(cfg: &ValidConfig, gaussian: bool, sensitivity: f64) -> BTreeMap<String, String> {
+fn rests_on(cfg: &Resolved, gaussian: bool, sensitivity: f64) -> BTreeMap<String, String> {
     let p = &cfg.config().privacy;
     let mut m = BTreeMap::new();
     m.insert(

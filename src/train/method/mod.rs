@@ -2,12 +2,15 @@
 //! implementing [`TrainingMethod`], registered on one line of [`Method::training`]. A method
 //! owns what it does: its rules for steps and stopping, its calibration, and the accounting its
 //! guarantee rests on ([`RunAccounting`]: σ, which examples a step computes and sums, the
-//! divisor, the ledger's budget, the DP event, ε, and its part of `privacy.json`). The config's
+//! divisor, the ledger's budget, the DP event, ε, and its part of `privacy.json`), and what each
+//! step does with its exact clipped sum ([`StepRule`]: the noise it adds — its distribution, its
+//! stream, any state such as a correlated-noise buffer — and the update of θ). The config's
 //! checks, the trainer and the reports ask the method; nothing else matches on which one runs.
 //!
 //! **Adding a method** is one file implementing [`TrainingMethod`] (its accounting is one of the
-//! two families here, [`full_batch`] and [`poisson`], or a [`RunAccounting`] of its own) plus one
-//! [`Method`] name and its line in [`Method::training`].
+//! two families here, [`full_batch`] and [`poisson`], or a [`RunAccounting`] of its own; its
+//! noise and update [`IndependentNoise`] or a [`StepRule`] of its own) plus one [`Method`] name
+//! and its line in [`Method::training`].
 
 mod dp_sgd;
 mod dp_sgd_individual;
@@ -16,94 +19,22 @@ pub mod full_batch;
 mod non_private;
 mod plain_gd;
 pub mod poisson;
+mod registry;
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use super::config::{PrivacyConfig, StopRule, TrainConfig, ValidConfig, field, typed_down};
+pub use super::config::Method;
+use super::config::{PrivacyConfig, Resolved, StopRule, TrainConfig, field, typed_down};
 use super::privacy::{Accounting, RunSession};
 use super::releases::ScheduledRelease;
-use super::step::Selection;
 use super::tiers::Tier;
 use crate::accounting::event::{DpEvent, RdpAccountant};
+use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::{Conversion, GaussianDp, Rdp, positive};
 use crate::error::{Error, Result};
-use crate::noise::NoiseSeed;
-
-/// Which algorithm to run (`privacy.method`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Method {
-    /// Private GD: exactly `privacy.worst_case_steps` steps, clip C, noise σC (the baseline).
-    Plain,
-    /// Private GD with individual filtering ([FZ21] Algorithm 3): up to `train.max_steps` steps.
-    ///
-    /// [FZ21]: https://arxiv.org/abs/2008.11193
-    Filtered,
-    /// DP-SGD ([`super::sgd`]): `privacy.worst_case_steps` steps, each on a Poisson sample of
-    /// rate `privacy.sample_rate`, clip C, noise σC, divided by the expected batch size;
-    /// accounted by Rényi DP of the subsampled Gaussian.
-    Sgd,
-    /// DP-SGD with individual accounting ([`crate::accounting::individual_sgd`]): every step
-    /// charges every example the Rényi DP of the step for its own clipped gradient (so every
-    /// example's gradient is computed every step), and drops it when its budget — what
-    /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
-    SgdFiltered,
-    /// No clipping and no noise. NOT PRIVATE: for reference only.
-    NonPrivate,
-}
-
-impl Method {
-    /// Every method, in the order of its declaration (exhaustive on purpose: a new method must
-    /// be placed in every test matrix, which match on it).
-    pub const ALL: [Method; 5] =
-        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
-
-    /// The method's name in configs (`privacy.method`).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Plain => "plain",
-            Method::Filtered => "filtered",
-            Method::Sgd => "sgd",
-            Method::SgdFiltered => "sgd-filtered",
-            Method::NonPrivate => "non-private",
-        }
-    }
-
-    /// The names, quoted, of the methods for which `can` holds ("\"filtered\" or
-    /// \"sgd-filtered\""): what a capability message offers instead, derived from the methods.
-    #[must_use]
-    pub fn those_that(can: impl Fn(&dyn TrainingMethod) -> bool) -> String {
-        let names: Vec<String> =
-            Self::ALL.iter().filter(|m| can(m.training())).map(|m| format!("\"{}\"", m.name())).collect();
-        match names.as_slice() {
-            [] => String::new(),
-            [one] => one.clone(),
-            [init @ .., last] => format!("{} or {last}", init.join(", ")),
-        }
-    }
-
-    /// What the method does: the registration of each name's implementation.
-    #[must_use]
-    pub fn training(self) -> &'static dyn TrainingMethod {
-        match self {
-            Method::Plain => &plain_gd::PlainGd,
-            Method::Filtered => &filtered_gd::FilteredGd,
-            Method::Sgd => &dp_sgd::DpSgd,
-            Method::SgdFiltered => &dp_sgd_individual::DpSgdIndividual,
-            Method::NonPrivate => &non_private::NonPrivateGd,
-        }
-    }
-
-    /// The method in words, for run output.
-    #[must_use]
-    pub fn describe(self) -> &'static str {
-        self.training().describe()
-    }
-}
+use crate::noise::{NoiseSampler, NoiseSeed, Stream};
+use crate::train::update::{ClippedSum, UpdateRule, apply_update};
 
 /// What a training method does, as the rest of the crate asks it.
 pub trait TrainingMethod: Sync {
@@ -158,6 +89,65 @@ pub trait TrainingMethod: Sync {
     /// # Errors
     /// What the method cannot account for, named by the config field to change.
     fn calibrate(&self, config: &TrainConfig, releases: &[ScheduledRelease]) -> Result<Option<Arc<dyn RunAccounting>>>;
+    /// What each step does with its exact clipped sum — the noise it adds and the update of θ —
+    /// for the run of `cfg` at noise multiplier `sigma` (`None`: no noise). By default
+    /// [`IndependentNoise`]: N(0, σ²C²) per coordinate, independent across steps. A method with
+    /// another noise (correlated across steps) or another update returns its own rule here; its
+    /// state is saved with the run's after every step.
+    fn step_rule(&self, cfg: &Resolved, sigma: Option<f64>) -> Box<dyn StepRule> {
+        Box::new(IndependentNoise::for_run(cfg, sigma))
+    }
+}
+
+/// What a step does with its exact clipped sum: adds the method's noise (its distribution, its
+/// stream, any state such as a correlated-noise buffer) and updates θ. One per run
+/// ([`TrainingMethod::step_rule`]); the trainer saves its [`state`](Self::state) with θ after
+/// every step and [`restore`](Self::restore)s it on a resume, so a resumed run continues it
+/// bit for bit.
+pub trait StepRule: Send + Sync {
+    /// Step `step`'s noise added to `sum` once, and θ updated by `update` (learning rate,
+    /// divisor, momentum).
+    ///
+    /// # Errors
+    /// A failing random source, or a noise the sampler does not support.
+    fn apply(&mut self, step: usize, theta: &mut [f32], sum: ClippedSum, update: UpdateRule) -> Result<()>;
+    /// The state a resume needs (empty: none).
+    fn state(&self) -> &[f32];
+    /// A saved state back.
+    fn restore(&mut self, state: Vec<f32>);
+}
+
+/// Independent noise: step t adds N(0, σ²C²) per coordinate (or the discrete Gaussian) drawn
+/// from its own stream of the run's noise seed, then θ ← θ − η·ĝ (heavy-ball momentum with
+/// `train.momentum`, whose buffer is the rule's state): [`apply_update`].
+#[derive(Debug, Clone)]
+pub struct IndependentNoise {
+    sampler: NoiseSampler,
+    std: f64,
+    seed: NoiseSeed,
+    velocity: Vec<f32>,
+}
+
+impl IndependentNoise {
+    /// The rule of `cfg`'s run at noise multiplier `sigma` (std σC; none without σ).
+    #[must_use]
+    pub fn for_run(cfg: &Resolved, sigma: Option<f64>) -> Self {
+        let p = &cfg.config().privacy;
+        Self { sampler: p.noise, std: sigma.map_or(0.0, |s| s * p.clip), seed: cfg.noise_seed(), velocity: Vec::new() }
+    }
+}
+
+impl StepRule for IndependentNoise {
+    fn apply(&mut self, step: usize, theta: &mut [f32], sum: ClippedSum, update: UpdateRule) -> Result<()> {
+        let mut rng = self.seed.rng(Stream::update(step))?;
+        apply_update(theta, &mut self.velocity, sum, (self.sampler, self.std), update, &mut rng)
+    }
+    fn state(&self) -> &[f32] {
+        &self.velocity
+    }
+    fn restore(&mut self, state: Vec<f32>) {
+        self.velocity = state;
+    }
 }
 
 /// `event`'s Rényi DP at the orders of
@@ -175,10 +165,16 @@ pub trait RunAccounting: Debug + Send + Sync {
     /// The noise multiplier σ (the noise of the summed gradients is N(0, σ²C²) per coordinate).
     fn sigma(&self) -> f64;
     /// The whole run's ε at `cfg`'s δ under its conversion, rounded up.
-    fn epsilon(&self, cfg: &ValidConfig) -> Option<f64>;
+    fn epsilon(&self, cfg: &Resolved) -> Option<f64>;
+    /// The ε that holds for every example: [`epsilon`](Self::epsilon), or with personalized
+    /// budgets the loosest tier's (each example holds a tier).
+    fn headline_epsilon(&self, cfg: &Resolved) -> Option<f64> {
+        let own = self.epsilon(cfg)?;
+        Some(self.tiers().iter().map(|t| t.guaranteed_epsilon).reduce(f64::max).unwrap_or(own))
+    }
     /// The ε at `cfg`'s δ of the run's first `step` steps with the releases made by then,
     /// rounded up.
-    fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64>;
+    fn epsilon_through(&self, cfg: &Resolved, step: usize) -> Option<f64>;
     /// The run's composition as data — training and every release — for any accountant that
     /// takes it; `None` where the guarantee is not a fixed composition's (a filter's at one
     /// order).
@@ -242,7 +238,7 @@ pub trait RunAccounting: Debug + Send + Sync {
         conversion.to_string()
     }
     /// The neighbouring relation as the guarantee states it, for the one-line summary.
-    fn neighbours(&self, cfg: &ValidConfig) -> String {
+    fn neighbours(&self, cfg: &Resolved) -> String {
         cfg.config().privacy.neighbours.to_string()
     }
     /// The accounting part of `privacy.json` after `steps_run` steps on `examples` examples
@@ -252,7 +248,7 @@ pub trait RunAccounting: Debug + Send + Sync {
     /// If the guarantee cannot be recomputed (never for a validated config).
     fn report(
         &self,
-        cfg: &ValidConfig,
+        cfg: &Resolved,
         session: Option<&RunSession>,
         examples: usize,
         steps_run: usize,
@@ -292,6 +288,29 @@ impl Target {
                 positive("epsilon", eps).map_err(|e| field("privacy.epsilon", e))?;
                 Ok(Target::Epsilon { epsilon: typed_down(eps), delta: typed_down(p.delta) })
             }
+        }
+    }
+}
+
+/// Which examples a step computes and sums.
+#[derive(Debug, Clone, Copy)]
+pub enum Selection<'s> {
+    /// Every active example (full-batch GD).
+    All,
+    /// DP-SGD: the examples a Poisson sample includes (one flag per example), clipped to C.
+    Sample(&'s [bool]),
+    /// DP-SGD with individual accounting: every active example is computed and charged the
+    /// step's Rényi DP for its own clipped norm (sampled or not); the sampled ones are summed.
+    ChargedSample(&'s [bool], &'s IndividualSgd),
+}
+
+impl Selection<'_> {
+    /// The sample's flags, one per example (`None`: every active example).
+    #[must_use]
+    pub fn sample(&self) -> Option<&[bool]> {
+        match *self {
+            Selection::All => None,
+            Selection::Sample(m) | Selection::ChargedSample(m, _) => Some(m),
         }
     }
 }

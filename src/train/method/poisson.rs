@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::Selection;
 use super::{RunAccounting, Target};
 use crate::accounting::Rdp;
 use crate::accounting::event::DpEvent;
@@ -12,11 +13,10 @@ use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::{Conversion, Neighbours};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed, Stream};
-use crate::train::config::{ActiveRelease, TrainConfig, ValidConfig, field, typed_down};
+use crate::train::config::{ActiveRelease, Resolved, TrainConfig, field, typed_down};
 use crate::train::privacy::{Accounting, IndividualReport, RunSession, SamplingReport, TrainingReport};
 use crate::train::releases::ScheduledRelease;
 use crate::train::sgd::{SgdAccounting, expected_batch, poisson_sample};
-use crate::train::step::Selection;
 use crate::train::tiers::Tier;
 
 /// σ and the accounting of DP-SGD for `config` (with `individual` accounting or without),
@@ -94,10 +94,10 @@ impl RunAccounting for SgdAccounting {
     fn sigma(&self) -> f64 {
         SgdAccounting::sigma(self)
     }
-    fn epsilon(&self, cfg: &ValidConfig) -> Option<f64> {
+    fn epsilon(&self, cfg: &Resolved) -> Option<f64> {
         RunAccounting::epsilon_through(self, cfg, cfg.max_steps())
     }
-    fn epsilon_through(&self, cfg: &ValidConfig, step: usize) -> Option<f64> {
+    fn epsilon_through(&self, cfg: &Resolved, step: usize) -> Option<f64> {
         SgdAccounting::epsilon_through(self, step, cfg.delta()).ok().map(|(e, _)| e)
     }
     /// With individual accounting none: the guarantee is the filter's at one order.
@@ -150,12 +150,12 @@ impl RunAccounting for SgdAccounting {
     fn via(&self, conversion: Conversion) -> String {
         format!("Renyi DP of the subsampled Gaussian and {conversion}")
     }
-    fn neighbours(&self, cfg: &ValidConfig) -> String {
+    fn neighbours(&self, cfg: &Resolved) -> String {
         format!("{} (for Poisson sampling, the add-or-remove-one analysis)", cfg.config().privacy.neighbours)
     }
     fn report(
         &self,
-        cfg: &ValidConfig,
+        cfg: &Resolved,
         _session: Option<&RunSession>,
         examples: usize,
         _steps_run: usize,
@@ -165,7 +165,7 @@ impl RunAccounting for SgdAccounting {
 }
 
 /// The DP-SGD part of `privacy.json` for a run on `examples` training examples.
-fn report(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Accounting> {
+fn report(cfg: &Resolved, sgd: &SgdAccounting, examples: usize) -> Result<Accounting> {
     let p = &cfg.config().privacy;
     let (steps, max_steps) = (cfg.worst_case_steps(), cfg.max_steps());
     let (q, sigma) = (sgd.sample_rate(), sgd.sigma());
@@ -187,7 +187,7 @@ fn report(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Acc
         .collect();
     let rests_on = rests_on(cfg, individual);
     Ok(Accounting {
-        event: cfg.event(),
+        event: RunAccounting::event(sgd),
         epsilon: Some(epsilon),
         epsilon_by_conversion: by_conversion,
         target_epsilon: p.epsilon,
@@ -212,7 +212,7 @@ fn report(cfg: &ValidConfig, sgd: &SgdAccounting, examples: usize) -> Result<Acc
 }
 
 /// What each number of DP-SGD's `privacy.json` rests on.
-fn rests_on(cfg: &ValidConfig, individual: Option<&IndividualSgd>) -> BTreeMap<String, String> {
+fn rests_on(cfg: &Resolved, individual: Option<&IndividualSgd>) -> BTreeMap<String, String> {
     let p = &cfg.config().privacy;
     let steps = cfg.worst_case_steps();
     let mut rests_on = BTreeMap::new();
@@ -261,7 +261,7 @@ fn rests_on(cfg: &ValidConfig, individual: Option<&IndividualSgd>) -> BTreeMap<S
 }
 
 /// DP-SGD's guarantee in one paragraph, at sampling rate `q`.
-fn guarantee(cfg: &ValidConfig, individual: Option<&IndividualSgd>, q: f64) -> String {
+fn guarantee(cfg: &Resolved, individual: Option<&IndividualSgd>, q: f64) -> String {
     let p = &cfg.config().privacy;
     let (steps, max_steps) = (cfg.worst_case_steps(), cfg.max_steps());
     match individual {

@@ -2,7 +2,8 @@
 //! the operator's confidential summary.
 
 use super::model::{TrainModel, Trained};
-use super::{RunSummary, Trainer};
+use super::options::RunSummary;
+use super::parts::Trainer;
 use crate::accounting::filter::IndividualFilter;
 use crate::error::Result;
 use crate::model::export::ModelInput;
@@ -11,7 +12,6 @@ use crate::train::distributed::Message;
 use crate::train::folder::write_json;
 use crate::train::observer::{FinishInfo, StartInfo};
 use crate::train::outputs::{ActiveAfterK, Diagnostics, RunResult};
-use crate::train::privacy;
 use crate::train::shards;
 
 impl<'a, E: TrainModel> Trainer<'a, E> {
@@ -28,7 +28,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             resumed_after: self.step,
             sigma: self.cfg.sigma(),
             sample_rate: self.cfg.accounting().and_then(|a| a.sample_rate()),
-            guarantee: privacy::summary(self.cfg),
+            guarantee: crate::train::report::summary(self.cfg),
             not_private_because: self.cfg.non_private_reasons(),
             noise: self.cfg.noise_seed().describe(),
         }
@@ -93,7 +93,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             ModelInput { normalize: self.norm.clone(), features: self.features.clone(), form: self.form.clone() };
         self.plan.net().write_model(model, &input, &self.folder, self.cfg)?;
         let model = model.to_vec();
-        let mut privacy = privacy::report(self.cfg, self.session.as_ref(), self.n, self.step)?;
+        let mut privacy = crate::train::report::report(self.cfg, self.session.as_ref(), self.n, self.step)?;
         if let Some(a) = privacy.accounting.as_mut() {
             a.rests_on.insert("initial_weights".into(), self.plan.net().initial_weights(self.cfg));
         }

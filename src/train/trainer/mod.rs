@@ -35,24 +35,24 @@ use std::time::Instant;
 
 use super::config::{ActiveRelease, Engine, ValidConfig};
 use super::distributed::{self, Message};
-use super::folder::{Record, RunFolder, RunLock};
+use super::folder::{Record, RunFolder};
 use super::observer::{Observer, StepReport, Warning};
-use super::outputs::{ConfidentialRow, METRICS_COLUMNS, MetricsRow, RunResult};
-use super::privacy::{PrivacyReport, RunSession};
+use super::outputs::{ConfidentialRow, METRICS_COLUMNS, MetricsRow};
 use super::releases::ReleaseKind;
-use super::shards::{self, Shard};
-use super::state::{self, Meta, RunIdentity, StepCost};
-use super::step::{GradientPlan, UpdateRule, apply_update};
+use super::shards::{self};
+use super::state::{self, Meta, StepCost};
+use super::step::UpdateRule;
 use super::stopping::StoppingRule;
-use crate::accounting::filter::{Budgets, IndividualFilter};
+use crate::accounting::filter::IndividualFilter;
 use crate::collective::{Collective, Solo};
-use crate::data::{Dataset, Examples, Normalize};
+use crate::data::Dataset;
 use crate::error::{Error, Result};
-use crate::noise::Stream;
 use crate::per_example::{Network, count_correct};
 
 mod finish;
 mod model;
+mod options;
+mod parts;
 mod ranks;
 mod resume;
 mod run;
@@ -60,110 +60,11 @@ mod setup;
 
 pub use super::folder::read_json;
 pub use model::{TrainModel, Trained};
+pub use options::{RunOptions, RunSummary};
+pub use parts::Trainer;
+use parts::{FLUSH_INTERVAL, MAX_UNFLUSHED};
 pub use run::{Run, run};
 use setup::Setup;
-
-/// Options that are not part of the run's identity.
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Worker threads, overriding `train.threads` (e.g. when a sweep trains runs side by side).
-    pub threads: Option<usize>,
-    /// Stop after this many steps in this invocation (the run can be resumed later).
-    pub stop_after: Option<usize>,
-    /// The run is one candidate of a private search, its folder inside the search's
-    /// confidential half ([`RunFolder::candidate`]).
-    pub candidate: bool,
-}
-
-/// What a finished (or stopped) run reports.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunSummary {
-    /// The run folder.
-    pub dir: std::path::PathBuf,
-    /// Steps completed.
-    pub steps: usize,
-    /// Whether the run finished (its files are written); false if it stopped on `stop_after`.
-    pub finished: bool,
-    /// `result.json` (None while unfinished).
-    pub result: Option<RunResult>,
-    /// `privacy.json` (None while unfinished).
-    pub privacy: Option<PrivacyReport>,
-}
-
-impl RunSummary {
-    /// The summary of a finished run, read from its folder.
-    ///
-    /// # Errors
-    /// A missing or malformed `result.json` or `privacy.json`, named.
-    pub fn read(dir: &Path) -> Result<Self> {
-        Self::read_folder(&RunFolder::new(dir))
-    }
-
-    /// As [`read`](Self::read), from `folder`.
-    ///
-    /// # Errors
-    /// As [`read`](Self::read).
-    pub fn read_folder(folder: &RunFolder) -> Result<Self> {
-        let dir = folder.root();
-        let result: RunResult = read_json(&folder.result())?;
-        let privacy: PrivacyReport = read_json(&folder.privacy())?;
-        Ok(Self {
-            dir: dir.into(),
-            steps: result.steps_run,
-            finished: true,
-            result: Some(result),
-            privacy: Some(privacy),
-        })
-    }
-}
-
-/// The longest the record files lag behind the released rows (which are durable in the state
-/// meanwhile), in time and in rows.
-const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-const MAX_UNFLUSHED: usize = 256;
-
-/// A training run in progress.
-pub struct Trainer<'a, E: TrainModel = Network> {
-    cfg: &'a ValidConfig,
-    folder: RunFolder,
-    _lock: RunLock,
-    identity: RunIdentity,
-    /// The plan over this rank's training examples (all of them on one process).
-    plan: GradientPlan<'a, E>,
-    /// The run's training examples, n (public).
-    n: usize,
-    /// Which examples this rank holds; rank 0 of 1 holds all.
-    shard: Shard,
-    /// The other ranks of a data-parallel run ([`Solo`] on one process).
-    comm: Box<dyn Collective + 'a>,
-    /// Examples still active after the last step, over all ranks (confidential).
-    active: usize,
-    /// Where the ledger on disk is (`Meta::ledger_ranks`) as of the last state written.
-    ledger_on_disk: Option<usize>,
-    test: Examples<'a>,
-    norm: Normalize,
-    /// The feature transform the data went through (written with the model).
-    features: Option<crate::data::features::FeatureInput>,
-    /// What the examples are made from (written with the model).
-    form: crate::data::InputForm,
-    pool: rayon::ThreadPool,
-    step: usize,
-    theta: Vec<f32>,
-    /// Momentum buffer (`train.momentum`; empty without momentum).
-    velocity: Vec<f32>,
-    ledger: IndividualFilter,
-    /// Every training example's budget (the whole run's; the ledger holds this rank's shard).
-    budgets: Budgets,
-    stopping: StoppingRule,
-    session: Option<RunSession>,
-    record: Record,
-    /// Rows of `record` already in its files, and when they were written.
-    flushed: (usize, Instant),
-    last_test: Option<f64>,
-    stop_at: usize,
-    warned_collapse: bool,
-    observer: &'a mut dyn Observer,
-}
 
 impl<'a> Trainer<'a> {
     /// Opens the run folder `dir` for `cfg` on `data`: continues the run it holds (which must
@@ -277,7 +178,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         observer: &'a mut dyn Observer,
         ranks: usize,
     ) -> Result<Self> {
-        let folder = RunFolder::of_run(dir, opts);
+        let folder = RunFolder::of_run(dir, opts.candidate);
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
@@ -308,7 +209,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             pool: s.pool,
             step: 0,
             theta: s.theta,
-            velocity: Vec::new(),
+            rule: cfg.method().training().step_rule(cfg, cfg.sigma()),
             stopping: StoppingRule::new(c.stop_rule(), c.stopping.patience),
             session: None,
             record: Record::default(),
@@ -366,12 +267,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let active = self.ledger.active_count_non_private();
         let (sum, stats, active) = distributed::combine(&mut *self.comm, sum, stats, active)?;
         self.active = active;
-        let c = self.cfg.config();
-        let noise_std = self.cfg.sigma().map_or(0.0, |s| s * c.privacy.clip);
-        let mut rng = self.cfg.noise_seed().rng(Stream::update(t))?;
-        let noise = (c.privacy.noise, noise_std);
-        let rule = UpdateRule { lr: self.cfg.lr_at(t), divisor, momentum: c.train.momentum };
-        apply_update(&mut self.theta, &mut self.velocity, sum, noise, rule, &mut rng)?;
+        // The method's noise and update (independent Gaussian noise and heavy-ball by default).
+        let update = UpdateRule { lr: self.cfg.lr_at(t), divisor, momentum: self.cfg.config().train.momentum };
+        self.rule.apply(t, &mut self.theta, sum, update)?;
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -420,7 +318,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             ledger_ranks,
         };
         let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
-        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, &self.velocity)?;
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, self.rule.state())?;
         if self.ledger_on_disk != ledger_ranks {
             // The state no longer points at the shards of the ranks this run was resumed from.
             shards::remove_others(&self.folder, ledger_ranks);

@@ -4,7 +4,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::RunSummary;
+use super::options::RunSummary;
 use crate::error::Result;
 use crate::model::export::ModelInput;
 use crate::model::{BurnModel, ConfigModel};

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::model::{TrainModel, Trained};
+use super::options::{RunOptions, RunSummary};
+use super::parts::Trainer;
 use super::setup::Setup;
-use super::{RunOptions, RunSummary, Trainer};
 use crate::accounting::filter::IndividualFilter;
 use crate::collective::Collective;
 use crate::data::Dataset;
@@ -64,7 +65,7 @@ pub(super) fn serve_rank<E: TrainModel>(
     comm: &mut dyn Collective,
 ) -> Result<Trained<E>> {
     let (rank, ranks) = (comm.rank(), comm.size());
-    let folder = RunFolder::of_run(dir, opts);
+    let folder = RunFolder::of_run(dir, opts.candidate);
     let setup = Setup::new(cfg, engine, data, opts, (rank, ranks));
     let answered = setup.and_then(|s| {
         let mut bytes = Vec::new();

@@ -2,8 +2,8 @@
 //! wherever the state says it is, its records checked to continue) or starting one, and the
 //! warnings the configuration deserves.
 
-use super::Trainer;
 use super::model::TrainModel;
+use super::parts::Trainer;
 use super::setup::{open_session, resolved_config};
 use crate::accounting::filter::IndividualFilter;
 use crate::error::{Error, Result};
@@ -55,7 +55,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.ledger_on_disk = ledger_ranks;
         self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
-        self.velocity = snap.velocity;
+        self.rule.restore(snap.velocity);
         self.step = snap.meta.step;
         if !snap.meta.releases_in_state {
             return Err(Error::RunState {

@@ -5,8 +5,9 @@
 use std::path::Path;
 
 use super::model::{TrainModel, Trained};
+use super::options::{RunOptions, RunSummary};
+use super::parts::Trainer;
 use super::ranks::serve_rank;
-use super::{RunOptions, RunSummary, Trainer};
 use crate::collective::{Collective, Solo};
 use crate::data::Dataset;
 use crate::error::{Error, Result};
@@ -137,8 +138,8 @@ fn train_config_model(
     observer: &mut dyn Observer,
     comm: &mut dyn Collective,
 ) -> Result<RunSummary> {
-    if comm.rank() == 0 && RunFolder::of_run(dir, opts).is_finished() {
-        return RunSummary::read_folder(&RunFolder::of_run(dir, opts));
+    if comm.rank() == 0 && RunFolder::of_run(dir, opts.candidate).is_finished() {
+        return RunSummary::read_folder(&RunFolder::of_run(dir, opts.candidate));
     }
     let built = (|| -> Result<std::result::Result<ConfigModel, Network>> {
         let spec = cfg.model_for(data.shape(), data.classes())?;

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::RunOptions;
 use super::model::TrainModel;
+use super::options::RunOptions;
 use crate::accounting::filter::Budgets;
 use crate::data::{Dataset, Examples, Normalize};
 use crate::error::{Error, Result};
@@ -68,7 +68,7 @@ impl<'a, E: TrainModel> Setup<'a, E> {
         let host_rows = !(net.keeps_rows() && cfg.method().training().is_private());
         check_memory(&net, (chunk, host_rows), pool.current_num_threads(), train.len())?;
         // Each example's budget: one for all, or its tier's (whose assignment the run is).
-        let (budgets, assignment) = crate::train::tiers::ledger_budgets(cfg, n)?;
+        let (budgets, assignment) = crate::train::budget::ledger_budgets(cfg, n)?;
         let identity = run_identity(cfg, &net, data, n, assignment)?;
         // The grid is the whole run's (its n), on every rank alike.
         let aggregation = Aggregation::for_run(cfg, &net, n)?;
@@ -149,10 +149,9 @@ fn run_identity<E: TrainModel>(
 /// The privacy session of a run whose accounting has one (full-batch GD; DP-SGD releases
 /// nothing but its model, and its guarantee is its accounting's alone).
 pub(super) fn open_session(cfg: &ValidConfig, released_through: usize) -> Result<Option<RunSession>> {
-    if cfg.accounting().is_some_and(|a| a.has_session()) {
-        RunSession::open(cfg, released_through).map(Some)
-    } else {
-        Ok(None)
+    match cfg.accounting() {
+        Some(a) if a.has_session() => RunSession::open(cfg, a.sigma(), released_through).map(Some),
+        _ => Ok(None),
     }
 }
 

@@ -86,7 +86,7 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
         let Some(&spent) = spent.get(i) else {
             bail!("--example {i}: the run has {} training examples (0 to {})", report.examples, report.examples - 1);
         };
-        let own = dpgd::train::tiers::ledger_budgets(&cfg, report.examples)?.0.get(i);
+        let own = dpgd::train::budget::ledger_budgets(&cfg, report.examples)?.0.get(i);
         println!("  example {i}: spent {spent} of its budget {own} ({:.1} %)", 100.0 * spent / own);
     }
     println!("  histogram: {}", folder.budget_plot().display());
