@@ -121,7 +121,8 @@ pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
         let curve = grid.search_curve(&valid, &score, |v| v.accounting()?.rdp())?;
         Ok(grid.epsilon_of(&curve, epsilon)?.0)
     };
-    let candidate_epsilon = calibrate(epsilon, base_epsilon, "--epsilon", "")?;
+    let candidate_epsilon =
+        calibrate(epsilon, base_epsilon, "--epsilon", "raise --epsilon, or lower search.candidates.mean")?;
     let tiers = match base.privacy.budgets.as_ref() {
         Some(b) => Some(calibrate_tiers(&grid, candidate_epsilon, &b.targets())?),
         None => None,
@@ -175,7 +176,11 @@ fn calibrate_tiers(grid: &Grid<'_>, candidate_epsilon: f64, targets: &[f64]) -> 
             Ok(grid.epsilon_of(&curve, targets[j])?.0)
         };
         let field = format!("privacy.budgets.epsilons (the tier {})", targets[j]);
-        done[j] = Some(calibrate(targets[j], tier_epsilon, &field, " or raise the tier's epsilon")?);
+        // σ is --epsilon's: a tier too strict for one of its steps needs more noise, not less.
+        let remedy = "lower --epsilon (more noise, so that a step costs each example less: as in a run with tiers, \
+                      calibrate the noise for the strictest tier), lower search.candidates.mean, or raise the tier's \
+                      epsilon";
+        done[j] = Some(calibrate(targets[j], tier_epsilon, &field, remedy)?);
     }
     Ok(done.into_iter().map(|e| e.unwrap_or(0.0)).collect())
 }
@@ -255,16 +260,15 @@ fn score_noise(sigma: Option<f64>, candidate_epsilon: f64, delta: f64) -> Result
 /// The largest candidate ε in (0, target] whose search ε (`search_epsilon`, increasing) is at
 /// most `target`: halving from the target until one fits (candidates below about 10⁻⁴ of it,
 /// or candidates whose own configs refuse so small an ε, put the target out of reach, named
-/// by `field`, with `also` as a further remedy), then bisection to 10⁻⁴ relative.
-fn calibrate(target: f64, search_epsilon: impl Fn(f64) -> Result<f64>, field: &str, also: &str) -> Result<f64> {
+/// by `field`, with `remedy` as what to do), then bisection to 10⁻⁴ relative.
+fn calibrate(target: f64, search_epsilon: impl Fn(f64) -> Result<f64>, field: &str, remedy: &str) -> Result<f64> {
     let mut hi = target;
     let out_of_reach = |lo: f64, why: String| {
         Error::config(
             field,
             format!(
                 "a search within epsilon = {target} is out of reach: candidates at epsilon = {lo:.3e} {why} (the choice \
-                 among a random number of runs costs this much on its own): raise --epsilon, or lower \
-                 search.candidates.mean{also}"
+                 among a random number of runs costs this much on its own): {remedy}"
             ),
         )
     };
