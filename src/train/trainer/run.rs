@@ -79,16 +79,7 @@ impl<'a> Run<'a> {
     /// As [`Trainer::resume_or_init`], [`Trainer::step`] and [`Trainer::finish`]; another
     /// rank failed (every rank stops, naming it).
     pub fn train(self) -> Result<RunSummary> {
-        let (mut silent, mut solo) = (Silent, Solo);
-        let observer: &mut dyn Observer = match self.observer {
-            Some(o) => o,
-            None => &mut silent,
-        };
-        let comm: &mut dyn Collective = match self.comm {
-            Some(c) => c,
-            None => &mut solo,
-        };
-        train_config_model(self.cfg, self.data, self.dir, &self.opts, observer, comm)
+        self.with_defaults(|cfg, parts, observer, comm| train_config_model(cfg, parts, observer, comm))
     }
 
     /// Trains `engine`'s model (e.g. a [`BurnEngine`](crate::per_example::BurnEngine) around
@@ -101,6 +92,14 @@ impl<'a> Run<'a> {
     /// As [`Trainer::with_engine`] and [`train`](Self::train); a finished run (its parameters
     /// are in its folder's model file).
     pub fn train_model<E: TrainModel>(self, engine: E) -> Result<Trained<E>> {
+        self.with_defaults(|cfg, parts, observer, comm| train_model(cfg, engine, parts, observer, comm))
+    }
+
+    /// Calls `train` with the run's parts, a silent observer and one process where none is set.
+    fn with_defaults<R>(
+        self,
+        train: impl FnOnce(&ValidConfig, Parts<'_>, &mut dyn Observer, &mut dyn Collective) -> R,
+    ) -> R {
         let (mut silent, mut solo) = (Silent, Solo);
         let observer: &mut dyn Observer = match self.observer {
             Some(o) => o,
@@ -110,9 +109,12 @@ impl<'a> Run<'a> {
             Some(c) => c,
             None => &mut solo,
         };
-        train_model(self.cfg, engine, (self.data, self.dir, &self.opts), observer, comm)
+        train(self.cfg, (self.data, self.dir, &self.opts), observer, comm)
     }
 }
+
+/// The data, folder and options of a run.
+type Parts<'a> = (&'a Dataset, &'a Path, &'a RunOptions);
 
 /// Trains per `cfg` on `data` in `dir`, on one process: [`Run`] with `opts` and `observer`.
 ///
@@ -132,9 +134,7 @@ pub fn run(
 /// engine for `train.engine = "burn"` or a kind the fast engine lacks) and trains it.
 fn train_config_model(
     cfg: &ValidConfig,
-    data: &Dataset,
-    dir: &Path,
-    opts: &RunOptions,
+    (data, dir, opts): Parts<'_>,
     observer: &mut dyn Observer,
     comm: &mut dyn Collective,
 ) -> Result<RunSummary> {
@@ -169,7 +169,7 @@ fn train_config_model(
 fn train_model<E: TrainModel>(
     cfg: &ValidConfig,
     engine: E,
-    (data, dir, opts): (&Dataset, &Path, &RunOptions),
+    (data, dir, opts): Parts<'_>,
     observer: &mut dyn Observer,
     comm: &mut dyn Collective,
 ) -> Result<Trained<E>> {
