@@ -117,13 +117,10 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
         }
         let overrides = overrides(&sweep, &point);
         // The overrides are the sweep file's [set], cases and grid, not the command line's.
-        let from_sweep = format!(" (set in {})", path.display());
-        let config = TrainConfig::from_file(&sweep.base, &overrides).and_then(|c| c.validate()).map_err(|e| {
-            Error::config(
-                format!("sweep run {id}"),
-                e.to_string().replace(crate::train::SET_ON_COMMAND_LINE, &from_sweep),
-            )
-        })?;
+        let origin = format!("in {}", path.display());
+        let config = TrainConfig::from_file_set(&sweep.base, &overrides, &origin)
+            .and_then(|c| c.validate())
+            .map_err(|e| Error::config(format!("sweep run {id}"), e.to_string()))?;
         ids.insert(id.clone(), point.clone());
         runs.push(PlannedRun { id, point, config });
     }

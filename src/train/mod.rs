@@ -21,12 +21,12 @@ pub mod tiers;
 mod trainer;
 pub mod update;
 
+pub(crate) use config::field_differences;
 pub use config::{
     AUTO_RELEASE_SHARE, ActiveRelease, BudgetsConfig, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig,
     Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, Resolved, StopRule, StoppingConfig, TrainConfig,
     TrainSettings, ValidConfig, resumable_fields,
 };
-pub(crate) use config::{SET_ON_COMMAND_LINE, field_differences};
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};
 pub use privacy::significant;

@@ -97,7 +97,11 @@ pub fn write(
 /// and the `budget` (a shard behind the state, or more than one step ahead, is damage).
 fn read(path: &Path, shard: &Shard, budget: f64, at: usize) -> Result<Vec<f64>> {
     let bad = |message: String| Error::RunState { path: path.into(), message };
-    let v1 = std::fs::read(path).ok().is_some_and(|b| b.starts_with(MAGIC_V1));
+    // The version from the magic alone: the length is checked before the file is read whole.
+    let mut magic = [0u8; 8];
+    let v1 = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|()| &magic == MAGIC_V1);
     let expected = HEAD + shard.range.len() * 8 * if v1 { 1 } else { 2 } + 32;
     let len = std::fs::metadata(path).map_err(Error::io(path))?.len();
     if len != expected as u64 {

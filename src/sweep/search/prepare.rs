@@ -237,7 +237,8 @@ fn conversion_delta(delta: f64, epsilon: f64, repetitions: Repetitions) -> Resul
             ),
         ));
     }
-    Ok((delta - sampling, sampling))
+    // Rounded down: a larger δ would understate ε.
+    Ok((crate::accounting::numeric::sub_down(delta, sampling), sampling))
 }
 
 /// The score's noise: `sigma` as given, or the σ whose ρ = 1/(2σ²) converts to the

@@ -16,7 +16,6 @@ use crate::data::{Dataset, HoldOut, Normalize, Split};
 use crate::device::DeviceKind;
 use crate::error::{Error, Result};
 use crate::noise::NoiseSampler;
-pub(crate) use parse::SET_ON_COMMAND_LINE;
 pub use parse::{Override, RENAMED};
 pub use resolved::Resolved;
 pub use valid::ValidConfig;

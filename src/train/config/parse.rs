@@ -80,10 +80,20 @@ impl TrainConfig {
     /// The file cannot be read, is not TOML, or has an unknown, missing or mistyped field
     /// (named, with the file).
     pub fn from_file(path: &Path, overrides: &[Override]) -> Result<Self> {
+        Self::from_file_set(path, overrides, COMMAND_LINE)
+    }
+
+    /// As [`from_file`](Self::from_file), the `overrides` coming from `origin` (where an error
+    /// says a key was set: `on the command line`, `in sweep.toml`).
+    ///
+    /// # Errors
+    /// As [`from_file`](Self::from_file).
+    pub fn from_file_set(path: &Path, overrides: &[Override], origin: &str) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-        Self::from_toml(&text, overrides).map_err(|e| match e {
-            // A key set on the command line is not in the file: the file is not named for it.
-            Error::Config { field, message } if !field.ends_with(SET_ON_COMMAND_LINE) => {
+        let set_elsewhere = set_at(origin);
+        Self::from_toml_set(&text, overrides, origin).map_err(|e| match e {
+            // A key set by an override is not in the file: the file is not named for it.
+            Error::Config { field, message } if !field.ends_with(&set_elsewhere) => {
                 Error::Config { field, message: format!("{message} (in {})", path.display()) }
             }
             other => other,
@@ -97,6 +107,11 @@ impl TrainConfig {
     /// with its line in `text` when it is there, and suggest the nearest valid name for a
     /// misspelt one.
     pub fn from_toml(text: &str, overrides: &[Override]) -> Result<Self> {
+        Self::from_toml_set(text, overrides, COMMAND_LINE)
+    }
+
+    /// As [`from_toml`](Self::from_toml), the `overrides` coming from `origin`.
+    fn from_toml_set(text: &str, overrides: &[Override], origin: &str) -> Result<Self> {
         let mut table: toml::Table =
             text.parse().map_err(|e: toml::de::Error| Error::config("(file)", e.to_string()))?;
         let renamed = RENAMED.iter().any(|(s, old, _)| table.get(*s).and_then(|t| t.get(*old)).is_some());
@@ -130,7 +145,7 @@ impl TrainConfig {
         let mut config: TrainConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
-            config_error(text, overrides, &path, inner.message())
+            config_error(text, (overrides, origin), &path, inner.message())
         })?;
         // Defaults that depend on other fields are written out, so that a run's recorded config
         // says what it did.
@@ -143,13 +158,18 @@ impl TrainConfig {
     }
 }
 
-/// Where an error places a key that an override set (a sweep file's overrides say so instead:
-/// [`crate::sweep::plan`]).
-pub(crate) const SET_ON_COMMAND_LINE: &str = " (set on the command line)";
+/// Where overrides come from unless a caller says otherwise ([`TrainConfig::from_file_set`]).
+const COMMAND_LINE: &str = "on the command line";
+
+/// How an error places a key that an override from `origin` set.
+fn set_at(origin: &str) -> String {
+    format!(" (set {origin})")
+}
 
 /// A deserialisation error as a config error: the full dotted key (the unknown field itself for
-/// an unknown field), its line in `text` or "set on the command line", and a suggestion.
-fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -> Error {
+/// an unknown field), its line in `text` or where the override that set it came from
+/// (`origin`), and a suggestion.
+fn config_error(text: &str, (overrides, origin): (&[Override], &str), path: &str, message: &str) -> Error {
     let unknown = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next());
     let parent = path.trim_end_matches('.');
     let key = match unknown {
@@ -178,7 +198,7 @@ fn config_error(text: &str, overrides: &[Override], path: &str, message: &str) -
         k == key || k.starts_with(&format!("{key}."))
     };
     let place = if overrides.iter().any(set_here) {
-        SET_ON_COMMAND_LINE.to_string()
+        set_at(origin)
     } else {
         line_of(text, &key).map_or(String::new(), |l| format!(" (line {l})"))
     };
