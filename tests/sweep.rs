@@ -144,6 +144,10 @@ fn bad_sweep_files_fail_before_any_run_naming_the_field() {
         let e = plan(&sweep).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in: {e}");
     }
+    // A misspelt field set by the sweep file is placed there, not on the command line.
+    let sweep = setup(tmp.path(), "\"train.lrr\" = [1.0]\n");
+    let e = plan(&sweep).unwrap_err().to_string();
+    assert!(e.contains(&format!("(set in {})", sweep.display())) && !e.contains("command line"), "{e}");
     let sweep = tmp.path().join("bad.toml");
     std::fs::write(&sweep, "name = \"x\"\nbase = \"b.toml\"\ngird = 1\n").unwrap();
     assert!(plan(&sweep).unwrap_err().to_string().contains("gird"));
