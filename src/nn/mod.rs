@@ -26,8 +26,8 @@
 //! assert_eq!(net.forward(Tensor::zeros([3, 1, 4, 4], &device)).dims(), [3, 2]);
 //! ```
 //!
-//! **Layers**: [`Linear`], [`Conv2d`] (stride, padding, dilation, groups), [`Embedding`],
-//! [`LayerNorm`], [`GroupNorm`] — burn's field names, so records and safetensors files are
+//! **Layers** ([`TRAINABLE`]): [`Linear`], [`Conv2d`] (stride, padding, dilation, groups),
+//! [`Embedding`], [`LayerNorm`], [`GroupNorm`] — burn's field names, so records and safetensors files are
 //! interchangeable with burn's, and `From<burn::nn::X>` converts (all but LayerNorm, whose
 //! epsilon burn keeps private: build it from [`LayerNormConfig`]). Parameter-free operations
 //! (activations, pooling, dropout, flatten, residual adds) stay plain burn code; [`MaxPool2d`]
@@ -60,10 +60,24 @@ mod norm;
 mod pool;
 mod tape;
 
-pub use conv2d::{Conv2d, Conv2dConfig};
-pub use embedding::{Embedding, EmbeddingConfig};
-pub use linear::{Linear, LinearConfig};
-pub use norm::{GroupNorm, GroupNormConfig, LayerNorm, LayerNormConfig};
+/// Registers the trainable layers, once each: the type and its config are exported, and the
+/// layer's name joins [`TRAINABLE`], from which every list of them is derived.
+macro_rules! trainable_layers {
+    ($($file:ident::{$layer:ident, $config:ident}),* $(,)?) => {
+        $(pub use $file::{$layer, $config};)*
+        /// dpgd's trainable layers (each with its per-example rule), in registration order:
+        /// what the burn engine's refusals offer in place of burn's.
+        pub const TRAINABLE: &[&str] = &[$(stringify!($layer)),*];
+    };
+}
+
+trainable_layers! {
+    linear::{Linear, LinearConfig},
+    conv2d::{Conv2d, Conv2dConfig},
+    embedding::{Embedding, EmbeddingConfig},
+    norm::{LayerNorm, LayerNormConfig},
+    norm::{GroupNorm, GroupNormConfig},
+}
 pub use pool::{MaxPool2d, MaxPool2dConfig};
 pub use tape::{Tape, record};
 

@@ -613,16 +613,16 @@ const MIXING_CHECK_BATCH: usize = 4;
 
 /// Why a trainable parameter cannot be trained privately.
 fn uncovered(path: &str, types: &[String]) -> String {
-    const DPGD_LAYERS: [&str; 5] = ["Linear", "Conv2d", "Embedding", "LayerNorm", "GroupNorm"];
     let owner = types.iter().rev().find_map(|t| t.strip_prefix("Struct:")).unwrap_or("module");
-    let fix = if DPGD_LAYERS.contains(&owner) {
+    let fix = if crate::nn::TRAINABLE.contains(&owner) {
         format!("use dpgd::nn::{owner} instead of burn::nn::{owner}")
     } else {
         "build it from dpgd::nn layers".to_string()
     };
+    let layers = crate::nn::TRAINABLE.join(", ");
     format!(
         "{path} (in a {owner}) is trainable but no dpgd layer used it in the forward: per-example gradients exist \
-         only for dpgd::nn layers (Linear, Conv2d, Embedding, LayerNorm, GroupNorm); {fix}, or freeze the parameter \
+         only for dpgd::nn layers ({layers}); {fix}, or freeze the parameter \
          (set_require_grad(false)), or train with BurnEngine::with_fallback (one backward per example: any layer, \
          much slower)"
     )

@@ -9,10 +9,9 @@ use std::sync::{Mutex, PoisonError};
 use rayon::prelude::*;
 
 use super::config::ValidConfig;
-pub use super::method::Selection;
+pub use super::method::{ChargeRule, Selection};
 pub use super::update::{ClippedSum, UpdateRule, add_noise, apply_update};
 use crate::accounting::filter::{IndividualFilter, LedgerSlot};
-use crate::accounting::individual_sgd::IndividualSgd;
 use crate::accounting::sampling::DiscreteGaussian;
 use crate::clip::{
     BlockStats, DeviceGrid, MAX_CLIPPED_PARAMS, NonFinitePolicy, Rows, RowsAt, SumGrid, axpy, clip_block_with_norms,
@@ -443,8 +442,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
             Held::Device(kept) => RowsAt::Device(kept, DeviceGrid::new(grid, clip, c)),
         };
         let mut block = BlockStats::default();
-        let clipped = if let Selection::ChargedSample(sample, acc) = selection {
-            charged_sample(rows, &s.norms, batch, (sample, acc), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
+        let clipped = if let Selection::ChargedSample(sample, rule) = selection {
+            charged_sample(rows, &s.norms, batch, (sample, rule), (clip, on_nonfinite, grid), &mut s.grid, &mut block)
         } else {
             let mut slots: Vec<&mut LedgerSlot<'_>> = batch.iter_mut().map(|(_, slot)| &mut **slot).collect();
             let which: Vec<usize> = (0..b).collect();
@@ -457,8 +456,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
     }
 }
 
-/// One micro-batch of DP-SGD with individual accounting: every example of `batch` (row j of
-/// `rows`) pays its Rényi charge in its own ledger ([`charge_individually`]); the clip kernel
+/// One micro-batch of a method that charges every example ([`Selection::ChargedSample`]): every
+/// example of `batch` (row j of `rows`) pays its method's charge in its own ledger ([`ChargeRule`]); the clip kernel
 /// adds the sampled rows within the squared norm that charge paid for. The others add nothing,
 /// so the kernel never sees them: a non-finite one (charged in full) is not the kernel's to
 /// skip or refuse, as it would not be in plain DP-SGD. On a non-finite row under
@@ -467,7 +466,7 @@ fn charged_sample(
     rows: RowsAt<'_, '_>,
     norms: &[f64],
     batch: &mut [(usize, &mut LedgerSlot<'_>)],
-    (sample, acc): (&[bool], &IndividualSgd),
+    (sample, rule): (&[bool], &dyn ChargeRule),
     (clip, policy, grid): (f64, NonFinitePolicy, SumGrid),
     sum: &mut [i64],
     block: &mut BlockStats,
@@ -475,7 +474,7 @@ fn charged_sample(
     let (mut kept, mut caps) = (Vec::new(), Vec::new());
     for (j, (i, slot)) in batch.iter_mut().enumerate() {
         debug_assert!(rows.is_squared_norm_of(j, norms[j]), "the norm of row {j}");
-        let cap = charge_individually(norms[j], slot, clip, acc);
+        let cap = rule.charge(norms[j], slot, clip);
         if sample[*i] {
             kept.push(j);
             caps.push(cap);
@@ -486,27 +485,4 @@ fn charged_sample(
         caps.iter().zip(spent.iter_mut()).map(|(&cap, sp)| LedgerSlot::with_budget(cap, sp)).collect();
     let mut slots: Vec<&mut LedgerSlot<'_>> = slots.iter_mut().collect();
     clip_block_with_norms(rows, &kept, norms, &mut slots, clip, policy, grid, sum, block).map_err(|k| kept[k])
-}
-
-/// Charges one example the Rényi DP of this step for its clipped gradient, of squared norm
-/// `squared_norm` ([`IndividualSgd::charge`] of min(‖row‖, C)/C; a non-finite row pays as a full one) from its
-/// ledger `slot`; where that does not fit, all it has left, for the largest ratio whose charge
-/// fits. Returns the squared norm the example's row may add, (ratio·C)² rounded down (0 for a non-finite row).
-fn charge_individually(squared_norm: f64, slot: &mut LedgerSlot<'_>, clip: f64, acc: &IndividualSgd) -> f64 {
-    let norm = squared_norm.sqrt();
-    let ratio = if norm.is_finite() { (norm / clip).min(1.0) } else { 1.0 };
-    let remaining = slot.remaining();
-    // Where the charge does not fit, the example pays all it has left (at least the charge of
-    // the ratio it is capped to) and is dropped from the next step on.
-    let (ratio, cost) = match acc.charge(ratio) {
-        c if c <= remaining => (ratio, c),
-        _ => (acc.largest_ratio_within(remaining), remaining),
-    };
-    slot.grant(cost);
-    if !norm.is_finite() {
-        return 0.0;
-    }
-    // (ratio·C)², lowered by a few ulps so that rounding never lets a row exceed what was paid.
-    let r = ratio * clip;
-    r * r * (1.0 - 4.0 * f64::EPSILON)
 }

@@ -30,7 +30,7 @@ use super::privacy::{Accounting, RunSession};
 use super::releases::ScheduledRelease;
 use super::tiers::Tier;
 use crate::accounting::event::{DpEvent, RdpAccountant};
-use crate::accounting::individual_sgd::IndividualSgd;
+use crate::accounting::filter::LedgerSlot;
 use crate::accounting::{Conversion, GaussianDp, Rdp, positive};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed, Stream};
@@ -299,9 +299,21 @@ pub enum Selection<'s> {
     All,
     /// DP-SGD: the examples a Poisson sample includes (one flag per example), clipped to C.
     Sample(&'s [bool]),
-    /// DP-SGD with individual accounting: every active example is computed and charged the
-    /// step's Rényi DP for its own clipped norm (sampled or not); the sampled ones are summed.
-    ChargedSample(&'s [bool], &'s IndividualSgd),
+    /// DP-SGD with individual accounting: every active example is computed and charged by the
+    /// method's rule for its own clipped norm (sampled or not); the sampled ones are summed.
+    ChargedSample(&'s [bool], &'s dyn ChargeRule),
+}
+
+/// How a method that charges every example at every step ([`Selection::ChargedSample`]) charges
+/// one: the step's kernel hands it each example's squared gradient norm and ledger slot, and
+/// sums the sampled rows within the squared norm the rule returns.
+pub trait ChargeRule: std::fmt::Debug + Sync {
+    /// Charges the example whose row has squared norm `squared_norm` (non-finite: the row is
+    /// charged in full and never summed) from its ledger `slot`, at clip `clip`; returns the
+    /// squared norm its row may add, never above what the charge paid for (0 for a non-finite
+    /// row). Where the charge does not fit what the slot has left, the example pays all of it
+    /// and is dropped from the next step on.
+    fn charge(&self, squared_norm: f64, slot: &mut LedgerSlot<'_>, clip: f64) -> f64;
 }
 
 impl Selection<'_> {
