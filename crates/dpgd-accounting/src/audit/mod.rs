@@ -38,6 +38,8 @@
 //! [NHSBTJCT23]: https://arxiv.org/abs/2302.07956
 //! [DRS19]: https://arxiv.org/abs/1905.02383
 
+pub mod one_run;
+
 use super::convert::gaussian_epsilon;
 use super::error::{AccountingError, Result};
 use super::numeric::{ROUNDING_MARGIN, log_normal_cdf, mul_up, sub_down};
