@@ -86,6 +86,12 @@ impl Stream {
     pub fn sample(step: usize) -> Self {
         Stream((1u64 << 62) - step as u64)
     }
+    /// The stream of a one-run audit's coins (which canaries are included): between the
+    /// search's streams (below 2⁶¹ + 2⁶⁰) and the samples' (above 2⁶² − 2⁶⁰).
+    #[must_use]
+    pub fn canaries() -> Self {
+        Stream(3 << 60)
+    }
     /// The stream of a release made after step `step`, for a mechanism whose streams count
     /// down from `base` (far above any step number).
     #[must_use]

@@ -3,7 +3,7 @@
 
 pub mod budget;
 mod config;
-mod distributed;
+pub(crate) mod distributed;
 pub mod folder;
 pub mod method;
 pub mod observer;

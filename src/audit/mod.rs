@@ -29,6 +29,8 @@
 //!
 //! [NHSBTJCT23]: https://arxiv.org/abs/2302.07956
 
+pub mod one_run;
+
 use serde::{Deserialize, Serialize};
 
 use crate::accounting::audit::{AuditBound, AuditOptions, audit_scores};
@@ -266,6 +268,30 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
 pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
     use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
     let (a, b) = &report.scores;
+    let hist = densities(a, b);
+    let panel = Panel {
+        title: format!(
+            "audit: claimed eps {:.3} (training {:.3}), audited lower bound {:.3} at {:.0}% confidence",
+            report.claimed_epsilon,
+            report.training_epsilon,
+            report.epsilon_lower_bound,
+            100.0 * report.confidence
+        ),
+        x_label: format!("statistic `{}` (projection of the noisy updates on the canary, / σC)", report.statistic),
+        y_label: "density".into(),
+        series: vec![
+            Series { label: "with the canary".into(), points: hist[0].clone() },
+            Series { label: format!("without ({})", report.neighbours), points: hist[1].clone() },
+        ],
+        markers: vec![],
+        y_range: YRange::FromZero,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    line_charts(path, &[panel])
+}
+
+/// The densities of two samples over one grid of 60 bins spanning both: (bin centre, density).
+pub(crate) fn densities(a: &[f64], b: &[f64]) -> [Vec<(f64, f64)>; 2] {
     let (lo, hi) = a.iter().chain(b).fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
     let bins = 60usize;
     let width = ((hi - lo) / bins as f64).max(1e-12);
@@ -280,25 +306,7 @@ pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
             .map(|(i, &c)| (lo + (i as f64 + 0.5) * width, c as f64 / (xs.len().max(1) as f64 * width)))
             .collect()
     };
-    let panel = Panel {
-        title: format!(
-            "audit: claimed eps {:.3} (training {:.3}), audited lower bound {:.3} at {:.0}% confidence",
-            report.claimed_epsilon,
-            report.training_epsilon,
-            report.epsilon_lower_bound,
-            100.0 * report.confidence
-        ),
-        x_label: format!("statistic `{}` (projection of the noisy updates on the canary, / σC)", report.statistic),
-        y_label: "density".into(),
-        series: vec![
-            Series { label: "with the canary".into(), points: hist(a) },
-            Series { label: format!("without ({})", report.neighbours), points: hist(b) },
-        ],
-        markers: vec![],
-        y_range: YRange::FromZero,
-        legend: SeriesLabelPosition::UpperLeft,
-    };
-    line_charts(path, &[panel])
+    [hist(a), hist(b)]
 }
 
 /// One training schedule: returns the two statistics, each normalised to unit variance.

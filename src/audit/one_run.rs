@@ -1,0 +1,433 @@
+//! `dpgd audit --canaries M`: a one-run audit of a config's training mechanism ([SNJ23]), as the
+//! method, its noise, its sampling, its ledger and its tiers are configured — white-box, all
+//! iterates, gradient canaries.
+//!
+//! **The run.** M canaries, each included by a coin of probability ½ drawn from the run's noise
+//! seed (its own stream). Canary i is an image lighting pixel i alone, under a linear model
+//! without bias, so that its gradient lies on the two parameters W[·, i], which no other canary
+//! touches, with a norm far above C: every included canary is clipped to min(C, what its ledger
+//! has left) and charged by the method's own path ([`shard_sum`]: its sample, its selection and
+//! charge rule, the clip kernel, the ledger with each canary in a tier, tiers taken in turn). An
+//! excluded canary is its neighbour: a blank image (zero-out) or the same image with the other
+//! label (replace-one, the opposite gradient). Each step's sum goes through the method's own
+//! noise and update ([`step_rule`](crate::train::method::TrainingMethod::step_rule)) at learning rate 1 from θ = 0, and the
+//! auditor reads the noisy sum back from the update. θ stays at zero, so the canaries'
+//! directions never move.
+//!
+//! **The guess.** Each canary's score is its noisy sums projected on its direction, over the
+//! first k steps and over all steps (two pre-registered statistics, for a run that may go on
+//! past k); [`audit_guesses`] turns each into a lower bound on ε from the canaries of each
+//! tier, each test at its share of 1 − confidence, and the audit compares the best with that
+//! tier's guaranteed ε (or the run's).
+//!
+//! **What it sees and what it cannot.** It audits what the method does to gradients — the
+//! clip, the ledger and its tiers, the sampling, the noise as drawn — against the accountant's
+//! claim for them: a noise below what σ says, a ledger that does not stop an example, a tier's
+//! budget given to another tier's examples. It does not see the real data, model or engine (the
+//! canaries' gradients are computed by the fast engine on its own model), the releases (noisy
+//! counts), a search's composition or several ranks. One-run bounds are loose at small ε
+//! ([SNJ23] §6: with 1,000 canaries a correct ε = 2 run is bounded near 1): a bug is caught
+//! when it lifts the true ε well above the claim.
+//!
+//! [SNJ23]: https://arxiv.org/abs/2305.08846
+
+use rand::RngExt as _;
+use serde::{Deserialize, Serialize};
+
+use crate::accounting::Neighbours;
+use crate::accounting::audit::one_run::{OneRunBound, audit_guesses};
+use crate::accounting::filter::{Budgets, IndividualFilter};
+use crate::arch::{LayerSpec, ModelSpec};
+use crate::data::{Normalize, Split};
+use crate::error::{Error, Result};
+use crate::noise::Stream;
+use crate::per_example::Network;
+use crate::train::ValidConfig;
+use crate::train::distributed::shard_sum;
+use crate::train::step::{Aggregation, GradientPlan, UpdateRule};
+
+/// The most canaries an audit takes (each canary is a pixel of every canary's image).
+pub const MAX_CANARIES: usize = 10_000;
+
+/// How a one-run audit runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneRunSettings {
+    /// M, the canaries.
+    pub canaries: usize,
+    /// The confidence of every reported bound.
+    pub confidence: f64,
+    #[cfg(test)]
+    pub(crate) fault: Fault,
+}
+
+impl Default for OneRunSettings {
+    fn default() -> Self {
+        Self {
+            canaries: 1000,
+            confidence: 0.95,
+            #[cfg(test)]
+            fault: Fault::None,
+        }
+    }
+}
+
+/// Deliberate bugs, to check that the audit catches them (test builds only).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    None,
+    /// A quarter of the noise the accountant assumes.
+    QuarterNoise,
+    /// A fresh ledger every step: no canary is ever stopped.
+    IgnoreLedger,
+    /// Each tier's canaries get the budget of the tier after it.
+    ShiftTiers,
+}
+
+/// `audit.json` of a one-run audit: what was claimed, what the canaries showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneRunReport {
+    /// The threat model, in words.
+    pub threat_model: String,
+    /// The method audited, in words.
+    pub method: String,
+    /// M.
+    pub canaries: usize,
+    /// The steps run (`train.max_steps`, or k for a method that stops there).
+    pub steps: usize,
+    /// k.
+    pub worst_case_steps: usize,
+    /// The neighbouring relation (an excluded canary is this neighbour of an included one).
+    pub neighbours: Neighbours,
+    /// One audit per tier (or one for the run).
+    pub groups: Vec<GroupAudit>,
+    /// Whether every group's bound stays at or below its claim (as it must for a correct run,
+    /// but for probability 1 − confidence).
+    pub consistent: bool,
+    /// Each canary's all-steps score (in σC units) and whether it was included, for the plot.
+    #[serde(skip)]
+    pub scores: Vec<(f64, bool)>,
+}
+
+/// The audit of one tier's canaries (or the run's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupAudit {
+    /// "the run" or "tier ε = …".
+    pub group: String,
+    /// The ε the accountant claims for these canaries at the run's δ.
+    pub claimed_epsilon: f64,
+    /// The canaries of the group.
+    pub canaries: usize,
+    /// How many of them the coin included.
+    pub included: usize,
+    /// The best statistic's bound: `first-k` or `all-steps`.
+    pub statistic: String,
+    /// The lower bound and every test behind it.
+    pub bound: OneRunBound,
+    /// Whether the bound is at most the claim.
+    pub consistent: bool,
+}
+
+/// Audits `cfg`'s training mechanism with `settings.canaries` canaries in one run.
+///
+/// # Errors
+/// A non-private config (nothing to audit), a number of canaries out of range (`--canaries`),
+/// or a failing random source.
+pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<OneRunReport> {
+    let accounting = cfg
+        .accounting()
+        .ok_or_else(|| Error::config("privacy.method", "a non-private run has no guarantee to audit"))?;
+    let m = settings.canaries;
+    if !(2..=MAX_CANARIES).contains(&m) {
+        return Err(Error::config("--canaries", format!("give between 2 and {MAX_CANARIES} canaries")));
+    }
+    let mut coins = cfg.noise_seed().rng(Stream::canaries())?;
+    let included: Vec<bool> = (0..m).map(|_| coins.random_bool(0.5)).collect();
+    let tiers = accounting.tiers();
+    let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
+    let [first_k, all] = run_canaries(cfg, settings, &included, &tier_of)?;
+    let claims: Vec<(String, f64)> = if tiers.is_empty() {
+        vec![("the run".into(), cfg.epsilon().unwrap_or(f64::INFINITY))]
+    } else {
+        tiers.iter().map(|t| (format!("tier epsilon = {}", t.epsilon), t.guaranteed_epsilon)).collect()
+    };
+    let mut groups = Vec::new();
+    for (j, (group, claimed)) in claims.into_iter().enumerate() {
+        let of: Vec<usize> = (0..m).filter(|&i| usize::from(tier_of[i]) == j).collect();
+        let pick = |s: &[f64]| -> (Vec<f64>, Vec<bool>) { of.iter().map(|&i| (s[i], included[i])).unzip() };
+        let (mut best, mut statistic) = (None::<OneRunBound>, String::new());
+        for (name, scores) in [("first-k", &first_k), ("all-steps", &all)] {
+            let (s, inc) = pick(scores);
+            // Two statistics: each at half of 1 − confidence.
+            let each = 1.0 - (1.0 - settings.confidence) / 2.0;
+            let b = audit_guesses(&s, &inc, cfg.delta(), each)?;
+            if best.as_ref().is_none_or(|x| b.epsilon_lower > x.epsilon_lower) {
+                (best, statistic) = (Some(b), name.to_string());
+            }
+        }
+        let Some(mut bound) = best else { continue };
+        bound.confidence = settings.confidence;
+        let consistent = bound.epsilon_lower <= claimed;
+        let inc = of.iter().filter(|&&i| included[i]).count();
+        groups.push(GroupAudit {
+            group,
+            claimed_epsilon: claimed,
+            canaries: of.len(),
+            included: inc,
+            statistic,
+            bound,
+            consistent,
+        });
+    }
+    Ok(OneRunReport {
+        threat_model: "white-box, every noisy update, gradient canaries (a Dirac-like gradient on parameters no other \
+                       canary touches)"
+            .into(),
+        method: cfg.method().describe().into(),
+        canaries: m,
+        steps: cfg.max_steps(),
+        worst_case_steps: cfg.worst_case_steps(),
+        neighbours: cfg.config().privacy.neighbours,
+        consistent: groups.iter().all(|g| g.consistent),
+        groups,
+        scores: all.iter().copied().zip(included.iter().copied()).collect(),
+    })
+}
+
+/// `audit.png` of a one-run audit: the canaries' all-steps scores, included and excluded, and
+/// each group's claim and bound in the title.
+///
+/// # Errors
+/// If the image cannot be written.
+pub fn plot(report: &OneRunReport, path: &std::path::Path) -> Result<()> {
+    use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
+    let pick = |inc: bool| -> Vec<f64> { report.scores.iter().filter(|s| s.1 == inc).map(|s| s.0).collect() };
+    let [a, b] = super::densities(&pick(true), &pick(false));
+    let claims: Vec<String> = report
+        .groups
+        .iter()
+        .map(|g| format!("{}: claimed {:.3}, audited >= {:.3}", g.group, g.claimed_epsilon, g.bound.epsilon_lower))
+        .collect();
+    let panel = Panel {
+        title: format!(
+            "one-run audit, {} canaries ({}% confidence): {}",
+            report.canaries,
+            confidence_percent(report),
+            claims.join("; ")
+        ),
+        x_label: "all-steps score (projection of the noisy sums on the canary, / sigma C sqrt(steps))".into(),
+        y_label: "density".into(),
+        series: vec![
+            Series { label: "included canaries".into(), points: a },
+            Series { label: format!("excluded ({})", report.neighbours), points: b },
+        ],
+        markers: vec![],
+        y_range: YRange::FromZero,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    line_charts(path, &[panel])
+}
+
+fn confidence_percent(report: &OneRunReport) -> f64 {
+    report.groups.first().map_or(95.0, |g| 100.0 * g.bound.confidence)
+}
+
+/// The canaries' images: canary i lights pixel i (included), or is its neighbour.
+fn canaries(included: &[bool], neighbours: Neighbours) -> Split {
+    let m = included.len();
+    let mut images = vec![0u8; m * m];
+    let mut labels = vec![0u8; m];
+    for (i, &inc) in included.iter().enumerate() {
+        match (inc, neighbours) {
+            (true, _) => images[i * m + i] = 255,
+            // Zero-out: a blank image contributes a zero gradient.
+            (false, Neighbours::ZeroOut) => {}
+            // Replace-one: the same image with the other label, the opposite gradient.
+            (false, Neighbours::ReplaceOne) => {
+                images[i * m + i] = 255;
+                labels[i] = 1;
+            }
+        }
+    }
+    Split { images, features: Vec::new(), labels, rows: 1, cols: m, channels: 1 }
+}
+
+/// Runs the schedule once over the canaries; returns each canary's `[first-k, all-steps]`
+/// scores: its projected noisy sums over those steps, divided by σC·√steps.
+fn run_canaries(
+    cfg: &ValidConfig,
+    settings: &OneRunSettings,
+    included: &[bool],
+    tier_of: &[u8],
+) -> Result<[Vec<f64>; 2]> {
+    let m = included.len();
+    let accounting = cfg.accounting().ok_or_else(|| Error::State("no accounting to audit".into()))?;
+    let p = &cfg.config().privacy;
+    let spec = ModelSpec {
+        input: [1, 1, m],
+        classes: 2,
+        layers: vec![
+            LayerSpec::Flatten(crate::arch::kinds::Flatten),
+            LayerSpec::Linear(crate::arch::kinds::Linear { out_features: 2, bias: false }),
+        ],
+    };
+    let net = Network::new(&spec).map_err(|e| Error::State(e.to_string()))?;
+    let data = canaries(included, p.neighbours);
+    let aggregation = Aggregation::for_run(cfg, &net, m)?;
+    // Normalised, a lit pixel is 100: a gradient norm of 50√2 at θ = 0, far above any clip the
+    // audit is meant for.
+    let plan = GradientPlan::new(net.clone(), data.head(0), Normalize::all(0.0, 0.01), aggregation, 64);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|e| Error::Environment(e.to_string()))?;
+    let budgets = ledger_budgets(cfg, settings, tier_of)?;
+    let mut ledger = IndividualFilter::with_budgets(m, budgets.clone())?;
+    let sigma = accounting.sigma();
+    let mut rule = cfg.method().training().step_rule(cfg, Some(fault_sigma(settings, sigma)));
+    let theta = vec![0.0f32; net.num_params()];
+    let (k, steps) = (cfg.worst_case_steps(), cfg.max_steps());
+    let unit = sigma * p.clip * std::f64::consts::SQRT_2;
+    let mut scores = [vec![0.0; m], vec![0.0; m]];
+    for t in 1..=steps {
+        if fault_resets_ledger(settings) {
+            ledger = IndividualFilter::with_budgets(m, budgets.clone())?;
+        }
+        let (sample, _) = accounting.sample(t, m, cfg.noise_seed())?;
+        let (sum, _) = shard_sum(cfg, (&plan, &mut ledger), &pool, (&theta, t), sample.as_deref(), &(0..m))?;
+        // From θ = 0 at learning rate 1, divisor 1 and no momentum, θ is minus the noisy sum.
+        let mut moved = theta.clone();
+        rule.apply(t, &mut moved, sum, UpdateRule { lr: 1.0, divisor: 1.0, momentum: 0.0 })?;
+        for i in 0..m {
+            // The canary's direction (−1, +1)/√2 on (W[0, i], W[1, i]), of the noisy sum −θ.
+            let o = (f64::from(moved[i]) - f64::from(moved[m + i])) / unit;
+            scores[1][i] += o;
+            if t <= k {
+                scores[0][i] += o;
+            }
+        }
+    }
+    // In units of one step's noise: a statistic of s steps has standard deviation 1 without the canary.
+    for (stat, counted) in scores.iter_mut().zip([k.min(steps), steps]) {
+        stat.iter_mut().for_each(|x| *x /= (counted.max(1) as f64).sqrt());
+    }
+    Ok(scores)
+}
+
+/// The canaries' ledger: the run's budget for all, or tier `tier_of[i]`'s for canary i.
+fn ledger_budgets(cfg: &ValidConfig, settings: &OneRunSettings, tier_of: &[u8]) -> Result<Budgets> {
+    let tiers = cfg.tiers();
+    if tiers.is_empty() {
+        return Ok(Budgets::uniform(cfg.ledger_budget().unwrap_or(f64::MAX))?);
+    }
+    let mut budgets: Vec<f64> = tiers.iter().map(|t| t.budget).collect();
+    if fault_shifts_tiers(settings) {
+        budgets.rotate_left(1);
+    }
+    Ok(Budgets::tiered(budgets, tier_of.to_vec())?)
+}
+
+#[cfg(test)]
+fn fault_sigma(settings: &OneRunSettings, sigma: f64) -> f64 {
+    if settings.fault == Fault::QuarterNoise { sigma / 4.0 } else { sigma }
+}
+#[cfg(not(test))]
+fn fault_sigma(_: &OneRunSettings, sigma: f64) -> f64 {
+    sigma
+}
+#[cfg(test)]
+fn fault_resets_ledger(settings: &OneRunSettings) -> bool {
+    settings.fault == Fault::IgnoreLedger
+}
+#[cfg(not(test))]
+fn fault_resets_ledger(_: &OneRunSettings) -> bool {
+    false
+}
+#[cfg(test)]
+fn fault_shifts_tiers(settings: &OneRunSettings) -> bool {
+    settings.fault == Fault::ShiftTiers
+}
+#[cfg(not(test))]
+fn fault_shifts_tiers(_: &OneRunSettings) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::TrainConfig;
+
+    /// `method` at ε = 2, δ = 1e-5, k = 10, run to `max_steps`, with `extra` privacy fields.
+    fn config(method: &str, max_steps: usize, extra: &str) -> ValidConfig {
+        config_at(2.0, method, max_steps, extra)
+    }
+
+    fn config_at(epsilon: f64, method: &str, max_steps: usize, extra: &str) -> ValidConfig {
+        let text = format!(
+            "[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"{method}\"\nepsilon = {epsilon}\ndelta = 1e-5\n\
+             clip = 1.0\nworst_case_steps = 10\n{extra}\n[train]\nlr = 1.0\nmax_steps = {max_steps}\nseed = 1\n"
+        );
+        TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap()
+    }
+
+    fn audit(cfg: &ValidConfig, fault: Fault) -> OneRunReport {
+        audit_one_run(cfg, &OneRunSettings { canaries: 2000, confidence: 0.95, fault }).unwrap()
+    }
+
+    fn bounds(r: &OneRunReport) -> Vec<(f64, f64)> {
+        r.groups.iter().map(|g| (g.bound.epsilon_lower, g.claimed_epsilon)).collect()
+    }
+
+    /// Filtered GD, DP-SGD and DP-SGD with individual accounting, each as configured: the
+    /// bound stays below the claim, and sees something (above 0).
+    #[test]
+    fn correct_runs_are_audited_below_their_claims() {
+        for (method, steps, extra) in [
+            ("filtered", 160, ""),
+            ("filtered", 160, "neighbours = \"replace-one\""),
+            ("sgd", 10, "sample_rate = 0.5"),
+            ("sgd-filtered", 20, "sample_rate = 0.5"),
+        ] {
+            let r = audit(&config(method, steps, extra), Fault::None);
+            assert!(r.consistent, "{method} {extra}: {:?}", bounds(&r));
+            assert!(r.groups[0].bound.epsilon_lower > 0.0, "{method} {extra}: sees nothing: {:?}", bounds(&r));
+        }
+    }
+
+    #[test]
+    fn a_quarter_of_the_noise_is_caught() {
+        for (method, steps, extra) in [("filtered", 10, ""), ("sgd", 10, "sample_rate = 0.5")] {
+            let r = audit(&config(method, steps, extra), Fault::QuarterNoise);
+            assert!(!r.consistent, "{method}: {:?}", bounds(&r));
+        }
+    }
+
+    #[test]
+    fn an_unenforced_ledger_is_caught() {
+        let r = audit(&config("filtered", 160, ""), Fault::IgnoreLedger);
+        assert!(!r.consistent, "{:?}", bounds(&r));
+        assert_eq!(r.groups[0].statistic, "all-steps");
+    }
+
+    /// Each tier's canaries against that tier's ε; the strict tier's canaries given the loose
+    /// tier's budget (a hold-out that shifts rows, say) are caught.
+    #[test]
+    fn each_tier_is_audited_and_a_shifted_tier_is_caught() {
+        let tiers = "[privacy.budgets]\nepsilons = [0.5, 8.0]\nshares = [0.5, 0.5]";
+        let cfg = config_at(0.5, "filtered", 400, tiers);
+        let r = audit(&cfg, Fault::None);
+        assert_eq!(r.groups.len(), 2);
+        assert!(r.consistent, "{:?}", bounds(&r));
+        let r = audit(&cfg, Fault::ShiftTiers);
+        assert!(!r.groups[0].consistent, "{:?}", bounds(&r));
+    }
+
+    #[test]
+    fn non_private_runs_and_bad_counts_are_refused() {
+        let cfg = config("filtered", 10, "");
+        for m in [1, MAX_CANARIES + 1] {
+            let e = audit_one_run(&cfg, &OneRunSettings { canaries: m, ..OneRunSettings::default() }).unwrap_err();
+            assert!(e.to_string().contains("--canaries"), "{e}");
+        }
+        let text = "[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"non-private\"\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 10\n[train]\nlr = 1.0\n";
+        let cfg = TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap();
+        assert!(audit_one_run(&cfg, &OneRunSettings::default()).unwrap_err().to_string().contains("privacy.method"));
+    }
+}
