@@ -776,7 +776,8 @@ fn audit_mechanism(c: &Combo, what: &str) {
         return;
     }
     let cfg = TrainConfig::from_toml(&c.config(data()), &[]).unwrap().validate().unwrap();
-    let settings = OneRunSettings { canaries: 1000, confidence: 1.0 - 0.001 / 60.0, ..OneRunSettings::default() };
+    let mut settings = OneRunSettings::default();
+    (settings.canaries, settings.confidence) = (1000, 1.0 - 0.001 / 60.0);
     let report = audit_one_run(&cfg, &settings).unwrap();
     for g in &report.groups {
         assert!(

@@ -457,8 +457,8 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
 }
 
 /// One micro-batch of a method that charges every example ([`Selection::ChargedSample`]): every
-/// example of `batch` (row j of `rows`) pays its method's charge in its own ledger ([`ChargeRule`]); the clip kernel
-/// adds the sampled rows within the squared norm that charge paid for. The others add nothing,
+/// example of `batch` (row j of `rows`) pays its method's charge in its own ledger
+/// ([`ChargeRule`]); the clip kernel adds the sampled rows within the squared norm that charge paid for. The others add nothing,
 /// so the kernel never sees them: a non-finite one (charged in full) is not the kernel's to
 /// skip or refuse, as it would not be in plain DP-SGD. On a non-finite row under
 /// `on_nonfinite = "error"`, the position in `batch` of the example.

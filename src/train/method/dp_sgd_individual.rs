@@ -49,7 +49,7 @@ impl ChargeRule for IndividualSgd {
         let remaining = slot.remaining();
         // Where the charge does not fit, the example pays all it has left (at least the charge
         // of the ratio it is capped to) and is dropped from the next step on.
-        let (ratio, cost) = match self.charge(ratio) {
+        let (ratio, cost) = match IndividualSgd::charge(self, ratio) {
             c if c <= remaining => (ratio, c),
             _ => (self.largest_ratio_within(remaining), remaining),
         };

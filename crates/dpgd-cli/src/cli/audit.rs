@@ -92,7 +92,8 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
         a.config.display(),
         cfg.max_steps()
     );
-    let settings = OneRunSettings { canaries, confidence: a.confidence, ..OneRunSettings::default() };
+    let mut settings = OneRunSettings::default();
+    (settings.canaries, settings.confidence) = (canaries, a.confidence);
     let report = audit_one_run(cfg, &settings)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
     let json = serde_json::to_string_pretty(&report)?;
