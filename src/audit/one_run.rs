@@ -6,7 +6,7 @@
 //! seed (its own stream). Canary i is an image lighting pixel i alone, under a linear model
 //! without bias, so that its gradient lies on the two parameters W[·, i], which no other canary
 //! touches, with a norm far above C: every included canary is clipped to min(C, what its ledger
-//! has left) and charged by the method's own path ([`shard_sum`]: its sample, its selection and
+//! has left) and charged by the method's own path (the trainer's step: its sample, its selection and
 //! charge rule, the clip kernel, the ledger with each canary in a tier, tiers taken in turn). An
 //! excluded canary is its neighbour: a blank image (zero-out) or the same image with the other
 //! label (replace-one, the opposite gradient). Each step's sum goes through the method's own
