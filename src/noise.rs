@@ -92,6 +92,12 @@ impl Stream {
     pub fn canaries() -> Self {
         Stream(3 << 60)
     }
+    /// The stream of step `step`'s Poisson sample of a one-run audit's canaries: counting down
+    /// from the coins' stream.
+    #[must_use]
+    pub fn canary_sample(step: usize) -> Self {
+        Stream((3 << 60) - step as u64)
+    }
     /// The stream of a release made after step `step`, for a mechanism whose streams count
     /// down from `base` (far above any step number).
     #[must_use]

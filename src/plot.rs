@@ -265,6 +265,25 @@ fn above(points: &[(f64, f64)], floor: f64) -> Vec<Vec<(f64, f64)>> {
     parts
 }
 
+/// The densities of two samples over one grid of 60 bins spanning both: (bin centre, density).
+pub fn densities(a: &[f64], b: &[f64]) -> [Vec<(f64, f64)>; 2] {
+    let (lo, hi) = a.iter().chain(b).fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+    let bins = 60usize;
+    let width = ((hi - lo) / bins as f64).max(1e-12);
+    let hist = |xs: &[f64]| -> Vec<(f64, f64)> {
+        let mut counts = vec![0usize; bins];
+        for &x in xs {
+            counts[(((x - lo) / width) as usize).min(bins - 1)] += 1;
+        }
+        counts
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (lo + (i as f64 + 0.5) * width, c as f64 / (xs.len().max(1) as f64 * width)))
+            .collect()
+    };
+    [hist(a), hist(b)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,6 +96,13 @@ enum Seed {
     Fixed,
 }
 
+/// Whether the run audits itself in one run (`[audit]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Audit {
+    None,
+    Canaries,
+}
+
 /// One combination of every option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Combo {
@@ -111,14 +118,15 @@ struct Combo {
     conversion: Conversion,
     seed: Seed,
     counts: ActiveRelease,
+    audit: Audit,
 }
 
 /// The options, each with its values, in [`Combo`]'s order.
-const FACTORS: usize = 10;
+const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [5, 4, 2, 2, 2, devices, 2, 3, 2, 3]
+    [5, 4, 2, 2, 2, devices, 2, 3, 2, 3, 2]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -133,6 +141,7 @@ const NAMES: [&[&str]; FACTORS] = [
     &["privacy.conversion", "conversion"],
     &["train.seed", "seed"],
     &["release.active_count", "active count", "count"],
+    &["audit.canaries", "audit"],
 ];
 
 impl Combo {
@@ -152,6 +161,7 @@ impl Combo {
             conversion: [Conversion::GaussianExact, Conversion::Cks, Conversion::BunSteinke][v[7]],
             seed: [Seed::Os, Seed::Fixed][v[8]],
             counts: [ActiveRelease::None, ActiveRelease::Noisy, ActiveRelease::ExactNonPrivate][v[9]],
+            audit: [Audit::None, Audit::Canaries][v[10]],
         }
     }
 
@@ -208,13 +218,17 @@ impl Combo {
                 "[release]\nactive_count = \"exact-non-private\"\nactive_count_every = 2\n"
             }
         };
+        let audit = match self.audit {
+            Audit::None => "",
+            Audit::Canaries => "[audit]\ncanaries = 200\n",
+        };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
         format!(
             "name = \"combo\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n{hold_out}[model]\npreset = \
              \"logistic\"\n[privacy]\nmethod = \"{method}\"\n{private_steps}{target}delta = 1e-5\nclip = 0.1\nnoise = \
              \"{noise}\"\nconversion = \"{conversion}\"\n{budgets}[train]\nlr = 0.5\nmax_steps = {max_steps}\nchunk = \
-             8\nthreads = 1\neval_every = 3\n{engine}{seed}{counts}",
+             8\nthreads = 1\neval_every = 3\n{engine}{seed}{counts}{audit}",
             data.display()
         )
     }
@@ -223,7 +237,7 @@ impl Combo {
 /// A combination compatible with every single option value: filtered GD, no tiers, no search,
 /// no hold-out, one rank, the fast engine, Gaussian noise, the CKS conversion, a fixed seed, no
 /// counts.
-const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0];
+const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0];
 
 /// A pair of option values that may not meet, and why (the refusal must say it, naming both).
 struct Refusal {
@@ -236,7 +250,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 8] = [
+const REFUSED: [Refusal; 10] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
@@ -276,6 +290,14 @@ const REFUSED: [Refusal; 8] = [
     Refusal {
         why: "a private search runs its candidates in one process",
         pair: |c| (c.search == Search::Private && c.ranks == Ranks::Three).then_some((2, 4)),
+    },
+    Refusal {
+        why: "a non-private run has no guarantee to audit",
+        pair: |c| (c.audit == Audit::Canaries && c.method == Method::NonPrivate).then_some((0, 10)),
+    },
+    Refusal {
+        why: "a one-run audit runs on one process",
+        pair: |c| (c.audit == Audit::Canaries && c.ranks == Ranks::Three).then_some((4, 10)),
     },
 ];
 
@@ -698,7 +720,8 @@ fn check_publishable(dir: &Path, what: &str) {
         "search.json",
         "candidate-privacy.json",
     ];
-    const CONFIDENTIAL: [&str; 9] = [
+    const CONFIDENTIAL: [&str; 10] = [
+        "\"included\"",
         "\"loss",
         "\"seconds",
         "\"wall",
@@ -740,6 +763,7 @@ fn check(c: &Combo, dir: &Path, what: &str) {
                 "{what}: a candidate's folder names a publishable half"
             );
             check_budgets(c, &folder, &read(&folder.privacy()), what);
+            check_audit(c, &folder, what);
         }
         return;
     }
@@ -750,7 +774,20 @@ fn check(c: &Combo, dir: &Path, what: &str) {
     let result = read(&folder.result());
     assert_eq!(result["epsilon"], privacy["epsilon"], "{what}: result.json's epsilon");
     check_budgets(c, &folder, &privacy, what);
+    check_audit(c, &folder, what);
     check_publishable(&folder.publishable(), what);
+}
+
+/// A run with `[audit]` audited itself: every tier's bound at most its claim, in the
+/// confidential half.
+fn check_audit(c: &Combo, folder: &RunFolder, what: &str) {
+    assert_eq!(folder.audit().exists(), c.audit == Audit::Canaries, "{what}: confidential/audit.json");
+    if c.audit == Audit::Canaries {
+        let report = read(&folder.audit());
+        let tiers = if c.budgets == Budgets::None { 1 } else { TIERS.len() };
+        assert_eq!(report["groups"].as_array().map(Vec::len), Some(tiers), "{what}: one audit per tier");
+        assert_eq!(report["consistent"], true, "{what}: the run's own audit: {}", report["groups"]);
+    }
 }
 
 /// Every combination of the covering array runs (or the test names the pair to refuse), and

@@ -268,7 +268,7 @@ fn run_worlds(cfg: &ValidConfig, settings: &AuditSettings, noise_std: f64) -> Re
 pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
     use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
     let (a, b) = &report.scores;
-    let hist = densities(a, b);
+    let hist = crate::plot::densities(a, b);
     let panel = Panel {
         title: format!(
             "audit: claimed eps {:.3} (training {:.3}), audited lower bound {:.3} at {:.0}% confidence",
@@ -288,25 +288,6 @@ pub fn plot(report: &AuditReport, path: &std::path::Path) -> Result<()> {
         legend: SeriesLabelPosition::UpperLeft,
     };
     line_charts(path, &[panel])
-}
-
-/// The densities of two samples over one grid of 60 bins spanning both: (bin centre, density).
-pub(crate) fn densities(a: &[f64], b: &[f64]) -> [Vec<(f64, f64)>; 2] {
-    let (lo, hi) = a.iter().chain(b).fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-    let bins = 60usize;
-    let width = ((hi - lo) / bins as f64).max(1e-12);
-    let hist = |xs: &[f64]| -> Vec<(f64, f64)> {
-        let mut counts = vec![0usize; bins];
-        for &x in xs {
-            counts[(((x - lo) / width) as usize).min(bins - 1)] += 1;
-        }
-        counts
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| (lo + (i as f64 + 0.5) * width, c as f64 / (xs.len().max(1) as f64 * width)))
-            .collect()
-    };
-    [hist(a), hist(b)]
 }
 
 /// One training schedule: returns the two statistics, each normalised to unit variance.

@@ -32,10 +32,8 @@
 //! [SNJ23]: https://arxiv.org/abs/2305.08846
 
 use rand::RngExt as _;
-use serde::{Deserialize, Serialize};
 
 use crate::accounting::Neighbours;
-use crate::accounting::audit::one_run::{OneRunBound, audit_guesses};
 use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::arch::{LayerSpec, ModelSpec};
 use crate::data::{Normalize, Split};
@@ -43,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::noise::Stream;
 use crate::per_example::Network;
 use crate::train::ValidConfig;
+pub use crate::train::canaries::{GroupAudit, OneRunReport, group_audits, plot};
 use crate::train::distributed::shard_sum;
 use crate::train::step::{Aggregation, GradientPlan, UpdateRule};
 
@@ -86,50 +85,6 @@ pub(crate) enum Fault {
     ShiftTiers,
 }
 
-/// `audit.json` of a one-run audit: what was claimed, what the canaries showed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OneRunReport {
-    /// The threat model, in words.
-    pub threat_model: String,
-    /// The method audited, in words.
-    pub method: String,
-    /// M.
-    pub canaries: usize,
-    /// The steps run (`train.max_steps`, or k for a method that stops there).
-    pub steps: usize,
-    /// k.
-    pub worst_case_steps: usize,
-    /// The neighbouring relation (an excluded canary is this neighbour of an included one).
-    pub neighbours: Neighbours,
-    /// One audit per tier (or one for the run).
-    pub groups: Vec<GroupAudit>,
-    /// Whether every group's bound stays at or below its claim (as it must for a correct run,
-    /// but for probability 1 − confidence).
-    pub consistent: bool,
-    /// Each canary's all-steps score (in σC units) and whether it was included, for the plot.
-    #[serde(skip)]
-    pub scores: Vec<(f64, bool)>,
-}
-
-/// The audit of one tier's canaries (or the run's).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GroupAudit {
-    /// "the run" or "tier ε = …".
-    pub group: String,
-    /// The ε the accountant claims for these canaries at the run's δ.
-    pub claimed_epsilon: f64,
-    /// The canaries of the group.
-    pub canaries: usize,
-    /// How many of them the coin included.
-    pub included: usize,
-    /// The best statistic's bound: `first-k` or `all-steps`.
-    pub statistic: String,
-    /// The lower bound and every test behind it.
-    pub bound: OneRunBound,
-    /// Whether the bound is at most the claim.
-    pub consistent: bool,
-}
-
 /// Audits `cfg`'s training mechanism with `settings.canaries` canaries in one run.
 ///
 /// # Errors
@@ -148,39 +103,7 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
     let tiers = accounting.tiers();
     let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
     let [first_k, all] = run_canaries(cfg, settings, &included, &tier_of)?;
-    let claims: Vec<(String, f64)> = if tiers.is_empty() {
-        vec![("the run".into(), cfg.epsilon().unwrap_or(f64::INFINITY))]
-    } else {
-        tiers.iter().map(|t| (format!("tier epsilon = {}", t.epsilon), t.guaranteed_epsilon)).collect()
-    };
-    let mut groups = Vec::new();
-    for (j, (group, claimed)) in claims.into_iter().enumerate() {
-        let of: Vec<usize> = (0..m).filter(|&i| usize::from(tier_of[i]) == j).collect();
-        let pick = |s: &[f64]| -> (Vec<f64>, Vec<bool>) { of.iter().map(|&i| (s[i], included[i])).unzip() };
-        let (mut best, mut statistic) = (None::<OneRunBound>, String::new());
-        for (name, scores) in [("first-k", &first_k), ("all-steps", &all)] {
-            let (s, inc) = pick(scores);
-            // Two statistics: each at half of 1 − confidence.
-            let each = 1.0 - (1.0 - settings.confidence) / 2.0;
-            let b = audit_guesses(&s, &inc, cfg.delta(), each)?;
-            if best.as_ref().is_none_or(|x| b.epsilon_lower > x.epsilon_lower) {
-                (best, statistic) = (Some(b), name.to_string());
-            }
-        }
-        let Some(mut bound) = best else { continue };
-        bound.confidence = settings.confidence;
-        let consistent = bound.epsilon_lower <= claimed;
-        let inc = of.iter().filter(|&&i| included[i]).count();
-        groups.push(GroupAudit {
-            group,
-            claimed_epsilon: claimed,
-            canaries: of.len(),
-            included: inc,
-            statistic,
-            bound,
-            consistent,
-        });
-    }
+    let groups = group_audits(cfg, [&first_k, &all], &included, &tier_of, settings.confidence)?;
     Ok(OneRunReport {
         threat_model: "white-box, every noisy update, gradient canaries (a Dirac-like gradient on parameters no other \
                        canary touches)"
@@ -193,45 +116,8 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
         consistent: groups.iter().all(|g| g.consistent),
         groups,
         scores: all.iter().copied().zip(included.iter().copied()).collect(),
+        included,
     })
-}
-
-/// `audit.png` of a one-run audit: the canaries' all-steps scores, included and excluded, and
-/// each group's claim and bound in the title.
-///
-/// # Errors
-/// If the image cannot be written.
-pub fn plot(report: &OneRunReport, path: &std::path::Path) -> Result<()> {
-    use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
-    let pick = |inc: bool| -> Vec<f64> { report.scores.iter().filter(|s| s.1 == inc).map(|s| s.0).collect() };
-    let [a, b] = super::densities(&pick(true), &pick(false));
-    let claims: Vec<String> = report
-        .groups
-        .iter()
-        .map(|g| format!("{}: claimed {:.3}, audited >= {:.3}", g.group, g.claimed_epsilon, g.bound.epsilon_lower))
-        .collect();
-    let panel = Panel {
-        title: format!(
-            "one-run audit, {} canaries ({}% confidence): {}",
-            report.canaries,
-            confidence_percent(report),
-            claims.join("; ")
-        ),
-        x_label: "all-steps score (projection of the noisy sums on the canary, / sigma C sqrt(steps))".into(),
-        y_label: "density".into(),
-        series: vec![
-            Series { label: "included canaries".into(), points: a },
-            Series { label: format!("excluded ({})", report.neighbours), points: b },
-        ],
-        markers: vec![],
-        y_range: YRange::FromZero,
-        legend: SeriesLabelPosition::UpperLeft,
-    };
-    line_charts(path, &[panel])
-}
-
-fn confidence_percent(report: &OneRunReport) -> f64 {
-    report.groups.first().map_or(95.0, |g| 100.0 * g.bound.confidence)
 }
 
 /// The canaries' images: canary i lights pixel i (included), or is its neighbour.

@@ -149,6 +149,16 @@ impl RunFolder {
     pub fn resumes(&self) -> PathBuf {
         self.confidential().join("resumes.jsonl")
     }
+    /// A one-run audit's report (`[audit]`; confidential: it holds the coins).
+    #[must_use]
+    pub fn audit(&self) -> PathBuf {
+        self.confidential().join("audit.json")
+    }
+    /// A one-run audit's plot of the canaries' scores (confidential).
+    #[must_use]
+    pub fn audit_plot(&self) -> PathBuf {
+        self.confidential().join("audit.png")
+    }
     /// The per-example budget report (confidential).
     #[must_use]
     pub fn budget(&self) -> PathBuf {

@@ -2,6 +2,7 @@
 //! the privacy session, and the [`Trainer`] that runs them.
 
 pub mod budget;
+pub mod canaries;
 mod config;
 pub(crate) mod distributed;
 pub mod folder;
@@ -23,9 +24,9 @@ pub mod update;
 
 pub(crate) use config::field_differences;
 pub use config::{
-    AUTO_RELEASE_SHARE, ActiveRelease, BudgetsConfig, DataConfig, Engine, MAX_STEPS, MAX_THREADS, Method, ModelConfig,
-    Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, Resolved, StopRule, StoppingConfig, TrainConfig,
-    TrainSettings, ValidConfig, resumable_fields,
+    AUTO_RELEASE_SHARE, ActiveRelease, AuditConfig, BudgetsConfig, DataConfig, Engine, MAX_CANARIES, MAX_STEPS,
+    MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, Resolved,
+    StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig, resumable_fields,
 };
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};

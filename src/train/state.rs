@@ -68,6 +68,9 @@ pub struct Meta {
     /// files of a run on N ranks ([`super::shards`]), each at this step or one ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_ranks: Option<usize>,
+    /// A one-run audit's canaries (`[audit]`): their coordinates, ledger and coins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canaries: Option<super::canaries::CanaryState>,
 }
 
 /// The most ranks a run's ledger may be sharded over.
@@ -313,6 +316,7 @@ mod tests {
         };
         let best = Some(Best { step: 2, noisy_train_accuracy: 0.75, stale: 1 });
         Meta {
+            canaries: None,
             step,
             identity,
             budget: 2.0,

@@ -201,6 +201,12 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         &self.norm
     }
 
+    /// How the per-example gradients are combined.
+    #[must_use]
+    pub fn aggregation(&self) -> Aggregation {
+        self.aggregation
+    }
+
     /// The number of training examples the plan sums over.
     #[must_use]
     pub fn examples(&self) -> usize {
@@ -454,6 +460,68 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
         }
         s.stats.skipped_nonfinite += block.skipped_nonfinite;
     }
+}
+
+/// The canaries' part of a step (a one-run audit, [`crate::train::canaries`]): canary i's
+/// gradient is `signs[i]`·2C on a coordinate of its own (a row of one value). Each active canary
+/// that `selection` sums — and, for a method that charges every example, every active one — is
+/// charged and clipped by this step's own kernel and rules onto the aggregation's grid, as an
+/// example would be. Returns the grid sum, one value per canary.
+///
+/// # Errors
+/// [`Error::State`]: a run without a clip, or a ledger or sample that is not one per canary.
+pub(crate) fn canary_sum(
+    aggregation: Aggregation,
+    ledger: &mut IndividualFilter,
+    selection: Selection<'_>,
+    signs: &[f32],
+) -> Result<Vec<i64>> {
+    let Aggregation::Clip { clip, on_nonfinite, grid } = aggregation else {
+        return Err(Error::State("canaries in a run without a clip".into()));
+    };
+    let m = signs.len();
+    if ledger.len() != m || selection.sample().is_some_and(|s| s.len() != m) {
+        return Err(Error::State(format!("a ledger of {} and a sample for {m} canaries", ledger.len())));
+    }
+    let value = (2.0 * clip) as f32;
+    let (mut sum, mut block) = (vec![0i64; m], BlockStats::default());
+    let mut slots: Vec<(usize, LedgerSlot<'_>)> = ledger.slots_mut(0..m).enumerate().collect();
+    for (i, slot) in &mut slots {
+        let (i, slot) = (*i, slot);
+        // As in a block: an exhausted canary would add nothing.
+        if slot.remaining() <= 0.0 {
+            continue;
+        }
+        let row = [signs[i] * value];
+        let norm = f64::from(row[0]) * f64::from(row[0]);
+        let rows = Rows::dense(&row, 1);
+        let acc = &mut sum[i..=i];
+        let clipped = match selection {
+            Selection::Sample(flags) if !flags[i] => Ok(()),
+            Selection::All | Selection::Sample(_) => clip_block_with_norms(
+                RowsAt::Host(&rows),
+                &[0],
+                &[norm],
+                &mut [slot],
+                clip,
+                on_nonfinite,
+                grid,
+                acc,
+                &mut block,
+            ),
+            Selection::ChargedSample(flags, rule) => charged_sample(
+                RowsAt::Host(&rows),
+                &[norm],
+                &mut [(0, slot)],
+                (&flags[i..=i], rule),
+                (clip, on_nonfinite, grid),
+                acc,
+                &mut block,
+            ),
+        };
+        clipped.map_err(|_| Error::State(format!("canary {i}'s gradient is not finite")))?;
+    }
+    Ok(sum)
 }
 
 /// One micro-batch of a method that charges every example ([`Selection::ChargedSample`]): every

@@ -393,6 +393,18 @@ impl Default for ReleaseConfig {
     }
 }
 
+/// The `[audit]` section: a one-run audit of the run itself ([`crate::train::canaries`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// M, the gradient canaries trained beside the examples, each included with probability ½.
+    pub canaries: usize,
+}
+
+/// The most canaries a run's audit takes (each is one coordinate of the noisy sum and a few
+/// values of state).
+pub const MAX_CANARIES: usize = 100_000;
+
 /// A whole training configuration as written in TOML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -416,6 +428,9 @@ pub struct TrainConfig {
     /// Stopping rule.
     #[serde(default)]
     pub stopping: StoppingConfig,
+    /// A one-run audit of this run (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditConfig>,
 }
 
 fn default_dir() -> PathBuf {

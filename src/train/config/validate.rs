@@ -153,6 +153,24 @@ impl TrainConfig {
     }
 
     /// The checks of single fields, each on its own.
+    /// `[audit]`: a private method, and a number of canaries the audit can bound anything with.
+    fn check_audit(&self, a: &super::AuditConfig) -> Result<()> {
+        if !self.privacy.method.training().is_private() {
+            return Err(Error::config(
+                "audit.canaries",
+                "privacy.method = \"non-private\": a non-private run has no guarantee to audit; remove [audit] or \
+                 choose a private method",
+            ));
+        }
+        if !(2..=super::MAX_CANARIES).contains(&a.canaries) {
+            return Err(Error::config(
+                "audit.canaries",
+                format!("{} canaries: give between 2 and {} (1,000 is a good start)", a.canaries, super::MAX_CANARIES),
+            ));
+        }
+        Ok(())
+    }
+
     fn field_checks(&self) -> Vec<Result<()>> {
         let (p, t) = (&self.privacy, &self.train);
         vec![
@@ -191,6 +209,7 @@ impl TrainConfig {
             // Its backend must be compiled in: found now, not when the finished run is saved.
             t.device.device().map(|_| ()),
             p.budgets.as_ref().map_or(Ok(()), |b| b.check(p.method, &self.data)),
+            self.audit.as_ref().map_or(Ok(()), |a| self.check_audit(a)),
             match (p.sample_rate, p.method.training().samples()) {
                 (Some(q), false) => Err(Error::config(
                     "privacy.sample_rate",

@@ -10,6 +10,9 @@ use crate::model::export::ModelInput;
 use crate::per_example::count_correct;
 use crate::train::distributed::Message;
 use crate::train::folder::write_json;
+
+/// The confidence of a run's own one-run audit (`[audit]`).
+pub const AUDIT_CONFIDENCE: f64 = 0.95;
 use crate::train::observer::{FinishInfo, StartInfo};
 use crate::train::outputs::{ActiveAfterK, Diagnostics, RunResult};
 use crate::train::shards;
@@ -162,6 +165,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if self.cfg.ledger_budget().is_some() {
             let b = crate::train::budget::summarise(ledger, self.cfg.tiers(), self.step, &self.record.confidential);
             crate::train::budget::write(&self.folder, &b)?;
+        }
+        if let Some(c) = &self.canaries {
+            let report = c.report(self.cfg, self.step, AUDIT_CONFIDENCE)?;
+            write_json(&self.folder.audit(), &report)?;
+            crate::train::canaries::plot(&report, &self.folder.audit_plot())?;
         }
         Ok(())
     }

@@ -33,6 +33,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use super::canaries::Canaries;
 use super::config::{ActiveRelease, Engine, ValidConfig};
 use super::distributed::{self, Message};
 use super::folder::{Record, RunFolder};
@@ -217,6 +218,16 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             last_test: None,
             stop_at: usize::MAX,
             warned_collapse: false,
+            canaries: match &c.audit {
+                Some(a) if ranks > 1 => {
+                    return Err(Error::config(
+                        "audit.canaries",
+                        format!("a one-run audit runs on one process, not {ranks} ranks: remove [audit] or run on one"),
+                    ));
+                }
+                Some(a) => Some(Canaries::new(cfg, a.canaries)?),
+                None => None,
+            },
             observer,
         })
     }
@@ -269,7 +280,17 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.active = active;
         // The method's noise and update (independent Gaussian noise and heavy-ball by default).
         let update = UpdateRule { lr: self.cfg.lr_at(t), divisor, momentum: self.cfg.config().train.momentum };
-        self.rule.apply(t, &mut self.theta, sum, update)?;
+        match &mut self.canaries {
+            // A one-run audit's canaries: their sum appended, their coordinates updated with θ's.
+            Some(c) => {
+                let sum = c.add_to(self.cfg, self.plan.aggregation(), t, sum)?;
+                let mut extended = c.extend(&self.theta);
+                self.rule.apply(t, &mut extended, sum, update)?;
+                c.absorb(&mut extended, self.theta.len(), t, self.cfg.worst_case_steps());
+                self.theta = extended;
+            }
+            None => self.rule.apply(t, &mut self.theta, sum, update)?,
+        }
         self.step = t;
         let cost = StepCost {
             seconds: start.elapsed().as_secs_f64(),
@@ -316,9 +337,13 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             unflushed: self.record.unflushed(self.flushed.0),
             releases_in_state: true,
             ledger_ranks,
+            canaries: None,
         };
         let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
-        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, self.rule.state())?;
+        // The method's state covers the canaries' coordinates after θ's: theirs go with them.
+        let (velocity, canary_velocity) = self.rule.state().split_at(self.rule.state().len().min(self.theta.len()));
+        let meta = Meta { canaries: self.canaries.as_ref().map(|c| c.state(canary_velocity)), ..meta };
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, velocity)?;
         if self.ledger_on_disk != ledger_ranks {
             // The state no longer points at the shards of the ranks this run was resumed from.
             shards::remove_others(&self.folder, ledger_ranks);

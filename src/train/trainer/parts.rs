@@ -8,6 +8,7 @@ use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::collective::Collective;
 use crate::data::{Examples, Normalize};
 use crate::per_example::Network;
+use crate::train::canaries::Canaries;
 use crate::train::config::ValidConfig;
 use crate::train::folder::{Record, RunFolder, RunLock};
 use crate::train::method::StepRule;
@@ -64,5 +65,7 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     pub(super) last_test: Option<f64>,
     pub(super) stop_at: usize,
     pub(super) warned_collapse: bool,
+    /// A one-run audit's canaries (`[audit]`), trained beside the examples.
+    pub(super) canaries: Option<Canaries>,
     pub(super) observer: &'a mut dyn Observer,
 }

@@ -7,6 +7,7 @@ use super::parts::Trainer;
 use super::setup::{open_session, resolved_config};
 use crate::accounting::filter::IndividualFilter;
 use crate::error::{Error, Result};
+use crate::train::canaries::Canaries;
 use crate::train::folder::Record;
 use crate::train::observer::Warning;
 use crate::train::shards;
@@ -55,7 +56,25 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.ledger_on_disk = ledger_ranks;
         self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
-        self.rule.restore(snap.velocity);
+        let mut velocity = snap.velocity;
+        if c.audit.is_some() != snap.meta.canaries.is_some() {
+            return Err(Error::RunState {
+                path: self.folder.state(),
+                message: "its audit canaries do not match the config's [audit]: the file is corrupt".into(),
+            });
+        }
+        if let (Some(a), Some(saved)) = (&c.audit, snap.meta.canaries) {
+            // The canaries' part of the method's state goes back after θ's.
+            let own = saved.velocity.clone();
+            self.canaries = Some(Canaries::restore(self.cfg, a.canaries, saved).map_err(|e| Error::RunState {
+                path: self.folder.state(),
+                message: format!("{e}: the file is corrupt"),
+            })?);
+            if !velocity.is_empty() {
+                velocity.extend(own);
+            }
+        }
+        self.rule.restore(velocity);
         self.step = snap.meta.step;
         if !snap.meta.releases_in_state {
             return Err(Error::RunState {

@@ -102,26 +102,8 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        for g in &report.groups {
-            let best = g.bound.tests.iter().max_by(|x, y| x.1.total_cmp(&y.1)).map(|t| t.0);
-            let (r, v) = best.map_or((0, 0), |b| (b.guesses, b.correct));
-            println!(
-                "{}: audited epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic); claimed {:.3} at \
-                 delta = {}: {}",
-                g.group,
-                g.bound.epsilon_lower,
-                g.canaries,
-                g.statistic,
-                g.claimed_epsilon,
-                cfg.config().privacy.delta,
-                if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
-            );
-        }
-        println!(
-            "  {:.0}% confidence, any (epsilon, delta)-DP mechanism; {}",
-            100.0 * a.confidence,
-            a.out.join("audit.json").display()
-        );
+        print_groups(&report, cfg);
+        println!("  {}", a.out.join("audit.json").display());
     }
     if !report.consistent {
         anyhow::bail!(
@@ -129,4 +111,24 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
         );
     }
     Ok(())
+}
+
+/// One line per group of a one-run audit: its bound, the guesses behind it, its claim.
+pub(crate) fn print_groups(report: &one_run::OneRunReport, cfg: &dpgd::train::ValidConfig) {
+    for g in &report.groups {
+        let best = g.bound.tests.iter().max_by(|x, y| x.1.total_cmp(&y.1)).map(|t| t.0);
+        let (r, v) = best.map_or((0, 0), |b| (b.guesses, b.correct));
+        println!(
+            "one-run audit, {}: epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic, {:.0}% \
+             confidence); claimed {:.3} at delta = {}: {}",
+            g.group,
+            g.bound.epsilon_lower,
+            g.canaries,
+            g.statistic,
+            100.0 * g.bound.confidence,
+            g.claimed_epsilon,
+            cfg.config().privacy.delta,
+            if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
+        );
+    }
 }

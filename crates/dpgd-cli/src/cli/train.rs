@@ -32,6 +32,11 @@ pub(crate) struct TrainArgs {
     /// Hide the progress bar (warnings and the end summary are still shown).
     #[arg(long)]
     quiet: bool,
+    /// Audit the run itself in one run: canaries=M trains M gradient canaries beside the examples
+    /// (each in with probability 1/2) and writes confidential/audit.json (the same as --set
+    /// audit.canaries=M).
+    #[arg(long, value_name = "canaries=M", value_parser = parse_audit)]
+    audit: Option<usize>,
     /// Stop after this many steps (the run can be resumed later).
     #[arg(long, hide = true)]
     stop_after: Option<usize>,
@@ -93,6 +98,10 @@ fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
         return Ok(());
     }
     if summary.finished {
+        let audit = RunFolder::new(&dir).audit();
+        if audit.is_file() {
+            super::audit::print_groups(&dpgd::train::read_json(&audit)?, &cfg);
+        }
         eprintln!(
             "publishable: {}  (confidential: {})",
             RunFolder::new(&dir).publishable().display(),
@@ -112,6 +121,9 @@ fn config_and_folder(a: &TrainArgs, rank0: bool) -> Result<(Vec<Override>, PathB
     let mut overrides: Vec<Override> = a.unset.iter().map(|k| Override::Unset(k.trim().to_string())).collect();
     for o in &a.overrides {
         overrides.push(Override::parse_set(o)?);
+    }
+    if let Some(m) = a.audit {
+        overrides.push(Override::parse_set(&format!("audit.canaries={m}"))?);
     }
     let (config_path, dir) = match (&a.resume, &a.config) {
         (Some(dir), _) => {
@@ -189,4 +201,11 @@ fn load_or_fetch(data: &dpgd::train::DataConfig) -> Result<Dataset> {
         fetch::fetch(k.name, dir, None).with_context(|| format!("fetching {}", k.name))?;
     }
     Ok(data.load()?)
+}
+
+/// `--audit canaries=M`.
+fn parse_audit(s: &str) -> std::result::Result<usize, String> {
+    s.strip_prefix("canaries=")
+        .and_then(|m| m.trim().parse().ok())
+        .ok_or_else(|| format!("{s:?}: write --audit canaries=M, e.g. --audit canaries=1000"))
 }

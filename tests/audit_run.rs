@@ -1,0 +1,126 @@
+//! A run's own one-run audit (`[audit] canaries = M`): it leaves the run's publishable files as
+//! they are, bounds every tier below its claim, survives a kill and a resume bit for bit, and is
+//! refused where it cannot run.
+
+mod common;
+
+use std::path::Path;
+
+use common::{fixture_config, train, try_train};
+use dpgd::audit::one_run::OneRunReport;
+use dpgd::collective::InProcess;
+use dpgd::train::{Run, RunFolder, TrainConfig, read_json};
+
+/// `method` on 300 fixture examples, logistic, ε = 4, k = 6, a fixed seed, momentum (so the
+/// method's state covers the canaries), with `extra` privacy fields and `audit` after.
+fn config(method: &str, extra: &str, audit: &str) -> String {
+    let privacy =
+        format!("method = \"{method}\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 6\n{extra}");
+    // Plain DP-SGD runs exactly k steps; the others go on to 9.
+    let steps = if method == "sgd" { "" } else { "max_steps = 9\n" };
+    fixture_config(
+        "audit",
+        "logistic",
+        (300, 100),
+        &privacy,
+        &format!("lr = 0.5\n{steps}momentum = 0.5\nseed = 5\n{audit}"),
+    )
+}
+
+const AUDIT: &str = "[audit]\ncanaries = 600\n";
+
+fn report(dir: &Path) -> OneRunReport {
+    read_json(&RunFolder::new(dir).audit()).unwrap()
+}
+
+fn bytes(path: impl AsRef<Path>) -> Vec<u8> {
+    std::fs::read(path.as_ref()).unwrap_or_else(|e| panic!("{}: {e}", path.as_ref().display()))
+}
+
+/// With the same seed, the audited run trains the same model and releases the same values: its
+/// publishable files (but the config, which names the audit) are the unaudited run's.
+#[test]
+fn the_audit_leaves_the_run_as_it_is() {
+    for (method, extra) in [("filtered", ""), ("sgd", "sample_rate = 0.2\n"), ("sgd-filtered", "sample_rate = 0.2\n")] {
+        let (plain, audited) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        train(&config(method, extra, ""), plain.path(), None);
+        train(&config(method, extra, AUDIT), audited.path(), None);
+        let (a, b) = (RunFolder::new(plain.path()), RunFolder::new(audited.path()));
+        for (x, y) in [
+            (a.model_safetensors(), b.model_safetensors()),
+            (a.privacy(), b.privacy()),
+            (a.result(), b.result()),
+            (a.metrics_jsonl(), b.metrics_jsonl()),
+        ] {
+            assert!(bytes(&x) == bytes(&y), "{method}: {} differs with the audit", x.display());
+        }
+        assert!(!a.audit().exists());
+        let r = report(audited.path());
+        assert_eq!((r.canaries, r.included.len(), r.groups.len()), (600, 600, 1), "{method}");
+        assert!(r.consistent, "{method}: {:?}", r.groups);
+        let inc = r.included.iter().filter(|&&b| b).count();
+        assert!((200..400).contains(&inc), "{method}: {inc} of 600 included");
+        assert!(!b.publishable().join("audit.json").exists(), "the coins are confidential");
+    }
+}
+
+/// Each tier's canaries against its own ε.
+#[test]
+fn each_tier_is_audited_against_its_own_epsilon() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiers = "[privacy.budgets]\nepsilons = [2.0, 4.0]\nshares = [0.5, 0.5]\n";
+    train(&config("filtered", tiers, AUDIT), dir.path(), None);
+    let r = report(dir.path());
+    let groups: Vec<(&str, usize)> = r.groups.iter().map(|g| (g.group.as_str(), g.canaries)).collect();
+    assert_eq!(groups, [("tier epsilon = 2", 300), ("tier epsilon = 4", 300)]);
+    assert!(r.consistent, "{:?}", r.groups);
+    assert!(r.groups[0].claimed_epsilon <= 2.0 && r.groups[1].claimed_epsilon <= 4.0);
+}
+
+/// Stopped after 4 steps and resumed, the run's audit is the uninterrupted run's, bit for bit
+/// (coins, canaries' coordinates, ledger and momentum come back from the state).
+#[test]
+fn a_resumed_audit_is_the_uninterrupted_one() {
+    let text = config("sgd-filtered", "sample_rate = 0.2\n", AUDIT);
+    let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    train(&text, whole.path(), None);
+    let first = train(&text, parts.path(), Some(4));
+    assert!(!first.finished);
+    assert!(!RunFolder::new(parts.path()).audit().exists(), "nothing before the end");
+    train(&text, parts.path(), None);
+    assert!(bytes(RunFolder::new(whole.path()).audit()) == bytes(RunFolder::new(parts.path()).audit()));
+    let (a, b) = (RunFolder::new(whole.path()), RunFolder::new(parts.path()));
+    assert!(bytes(a.model_safetensors()) == bytes(b.model_safetensors()));
+}
+
+#[test]
+fn an_audit_is_refused_where_it_cannot_run() {
+    let bad = |text: &str| TrainConfig::from_toml(text, &[]).and_then(|c| c.validate()).unwrap_err().to_string();
+    let e = bad(&config("filtered", "", "[audit]\ncanaries = 1\n"));
+    assert!(e.contains("audit.canaries") && e.contains("between 2"), "{e}");
+    let text = fixture_config(
+        "audit",
+        "logistic",
+        (300, 100),
+        "method = \"non-private\"\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 6",
+        &format!("lr = 0.5\nmax_steps = 9\n{AUDIT}"),
+    );
+    let e = bad(&text);
+    assert!(e.contains("audit.canaries") && e.contains("non-private"), "{e}");
+    // Several ranks: refused on every rank, naming the field.
+    let cfg = TrainConfig::from_toml(&config("filtered", "", AUDIT), &[]).unwrap().validate().unwrap();
+    let data = cfg.config().data.load().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let outcomes: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = InProcess::group(2)
+            .into_iter()
+            .map(|mut comm| {
+                let (cfg, data, dir) = (&cfg, &data, dir.path());
+                s.spawn(move || Run::new(cfg, data, dir).ranks(&mut comm).train().map(|_| ()))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap().unwrap_err().to_string()).collect()
+    });
+    assert!(outcomes[0].contains("audit.canaries") && outcomes[0].contains("one process"), "{outcomes:?}");
+    assert!(try_train(&config("filtered", "", "[audit]\ncanaries = 0\n"), dir.path(), None).is_err());
+}
