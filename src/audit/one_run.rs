@@ -16,7 +16,7 @@
 //!
 //! **The guess.** Each canary's score is its noisy sums projected on its direction, over the
 //! first k steps and over all steps (two pre-registered statistics, for a run that may go on
-//! past k); [`audit_guesses`] turns each into a lower bound on ε from the canaries of each
+//! past k); [`group_audits`] turns each into a lower bound on ε from the canaries of each
 //! tier, each test at its share of 1 − confidence, and the audit compares the best with that
 //! tier's guaranteed ε (or the run's).
 //!

@@ -143,7 +143,7 @@ impl Canaries {
 
     /// Step `step`'s clipped sum `sum` of the examples with the canaries' part appended: each
     /// canary sampled as the method samples, charged by its rule to its own ledger and clipped by
-    /// the step's kernel onto the same grid ([`super::step::canary_sum`]).
+    /// the step's kernel onto the same grid.
     ///
     /// # Errors
     /// A failing random source; a sum that is not on a grid (a non-private run).
