@@ -58,6 +58,12 @@ fn the_audit_leaves_the_run_as_it_is() {
         let r = report(audited.path());
         assert_eq!((r.canaries, r.included.len(), r.groups.len()), (600, 600, 1), "{method}");
         assert!(r.consistent, "{method}: {:?}", r.groups);
+        // Full-batch GD's scores are Gaussian: the tighter bound, below the claim too.
+        match (method, r.groups[0].gaussian) {
+            ("filtered", Some(g)) => assert!(g.epsilon_lower <= r.groups[0].claimed_epsilon, "{g:?}"),
+            ("filtered", None) => panic!("no Gaussian bound for filtered GD"),
+            (_, g) => assert!(g.is_none(), "{method}: sampled scores are a mixture"),
+        }
         let inc = r.included.iter().filter(|&&b| b).count();
         assert!((200..400).contains(&inc), "{method}: {inc} of 600 included");
         assert!(!b.publishable().join("audit.json").exists(), "the coins are confidential");

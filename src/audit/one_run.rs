@@ -79,6 +79,8 @@ pub(crate) enum Fault {
     None,
     /// A quarter of the noise the accountant assumes.
     QuarterNoise,
+    /// Half the noise the accountant assumes.
+    HalfNoise,
     /// A fresh ledger every step: no canary is ever stopped.
     IgnoreLedger,
     /// Each tier's canaries get the budget of the tier after it.
@@ -214,7 +216,11 @@ fn ledger_budgets(cfg: &ValidConfig, settings: &OneRunSettings, tier_of: &[u8]) 
 
 #[cfg(test)]
 fn fault_sigma(settings: &OneRunSettings, sigma: f64) -> f64 {
-    if settings.fault == Fault::QuarterNoise { sigma / 4.0 } else { sigma }
+    match settings.fault {
+        Fault::QuarterNoise => sigma / 4.0,
+        Fault::HalfNoise => sigma / 2.0,
+        _ => sigma,
+    }
 }
 #[cfg(not(test))]
 fn fault_sigma(_: &OneRunSettings, sigma: f64) -> f64 {
@@ -274,6 +280,11 @@ mod tests {
             ("sgd-filtered", 20, "sample_rate = 0.5"),
         ] {
             let r = audit(&config(method, steps, extra), Fault::None);
+            // The Gaussian model's bound: below the claim, and within a factor of 2 of it.
+            if let Some(g) = r.groups[0].gaussian {
+                assert!(g.epsilon_lower <= 2.0 && g.epsilon_lower > 1.0, "{method} {extra}: {g:?}");
+            }
+            assert_eq!(r.groups[0].gaussian.is_some(), !method.starts_with("sgd"), "{method}");
             assert!(r.consistent, "{method} {extra}: {:?}", bounds(&r));
             assert!(r.groups[0].bound.epsilon_lower > 0.0, "{method} {extra}: sees nothing: {:?}", bounds(&r));
         }
@@ -285,6 +296,15 @@ mod tests {
             let r = audit(&config(method, steps, extra), Fault::QuarterNoise);
             assert!(!r.consistent, "{method}: {:?}", bounds(&r));
         }
+    }
+
+    /// Half the noise at ε = 2 (true ε about 5): below what the distribution-free bound sees
+    /// at 2,000 canaries, caught by the Gaussian model's.
+    #[test]
+    fn half_the_noise_is_caught_by_the_gaussian_bound() {
+        let r = audit(&config("filtered", 10, ""), Fault::HalfNoise);
+        let g = r.groups[0].gaussian.unwrap();
+        assert!(g.epsilon_lower > r.groups[0].claimed_epsilon, "{g:?}");
     }
 
     #[test]

@@ -37,7 +37,8 @@ use super::config::ValidConfig;
 use super::sgd::poisson_sample;
 use super::step::{Aggregation, ClippedSum};
 use crate::accounting::Neighbours;
-use crate::accounting::audit::one_run::{OneRunBound, audit_guesses};
+use crate::accounting::audit::one_run::{OneRunBound, audit_guesses, gaussian_mu_lower};
+use crate::accounting::convert::gaussian_epsilon;
 use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::error::{Error, Result};
 use crate::noise::Stream;
@@ -303,6 +304,20 @@ pub struct GroupAudit {
     pub bound: OneRunBound,
     /// Whether the bound is at most the claim.
     pub consistent: bool,
+    /// For a method without sampling, the tighter bound that assumes the canaries' first-k
+    /// scores are Gaussian with one variance (as full-batch GD's are; not distribution-free):
+    /// [`gaussian_mu_lower`] at the same confidence, and its ε at δ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gaussian: Option<GaussianAudit>,
+}
+
+/// A bound that assumes Gaussian scores ([`gaussian_mu_lower`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GaussianAudit {
+    /// The lower bound on the Gaussian-DP μ.
+    pub mu_lower: f64,
+    /// Its ε at the run's δ (the exact Gaussian-DP curve).
+    pub epsilon_lower: f64,
 }
 
 /// Each tier's audit (one for a run without tiers) from every canary's two scores
@@ -326,6 +341,7 @@ pub fn group_audits(
         tiers.iter().map(|t| (format!("tier epsilon = {}", t.epsilon), t.guaranteed_epsilon)).collect()
     };
     let each = 1.0 - (1.0 - confidence) / 2.0;
+    let included_of = |i: usize| included[i];
     let mut groups = Vec::new();
     for (j, (group, claimed)) in claims.into_iter().enumerate() {
         let of: Vec<usize> = (0..included.len()).filter(|&i| usize::from(tier_of[i]) == j).collect();
@@ -342,6 +358,14 @@ pub fn group_audits(
         bound.confidence = confidence;
         let consistent = bound.epsilon_lower <= claimed;
         let included = inc.iter().filter(|&&b| b).count();
+        let gaussian = if cfg.accounting().and_then(|a| a.sample_rate()).is_none() {
+            let side = |want: bool| -> Vec<f64> {
+                of.iter().filter(|&&i| included_of(i) == want).map(|&i| first_k[i]).collect()
+            };
+            gaussian_bound(&side(true), &side(false), cfg.delta(), confidence)
+        } else {
+            None
+        };
         groups.push(GroupAudit {
             group,
             claimed_epsilon: claimed,
@@ -350,9 +374,19 @@ pub fn group_audits(
             statistic: statistic.into(),
             bound,
             consistent,
+            gaussian,
         });
     }
     Ok(groups)
+}
+
+/// [`gaussian_mu_lower`] of `inn` against `out` and its ε at `delta` (μ lowered by 10⁻¹² of
+/// itself first, so the curve's upward rounding cannot lift the bound); `None` where the scores
+/// are too few or all equal.
+fn gaussian_bound(inn: &[f64], out: &[f64], delta: f64, confidence: f64) -> Option<GaussianAudit> {
+    let mu_lower = gaussian_mu_lower(inn, out, confidence).ok()?;
+    let epsilon_lower = if mu_lower > 0.0 { gaussian_epsilon(mu_lower * (1.0 - 1e-12), delta) } else { 0.0 };
+    epsilon_lower.is_finite().then_some(GaussianAudit { mu_lower, epsilon_lower })
 }
 
 #[cfg(test)]

@@ -130,5 +130,17 @@ pub(crate) fn print_groups(report: &one_run::OneRunReport, cfg: &dpgd::train::Va
             cfg.config().privacy.delta,
             if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
         );
+        if let Some(gauss) = g.gaussian {
+            println!(
+                "  assuming the canaries' scores are Gaussian (as full-batch GD's are): mu >= {:.4}, epsilon >= {:.3}{}",
+                gauss.mu_lower,
+                gauss.epsilon_lower,
+                if gauss.epsilon_lower > g.claimed_epsilon {
+                    ": ABOVE THE CLAIM (a 5% chance for a correct run; otherwise a leak)"
+                } else {
+                    ""
+                }
+            );
+        }
     }
 }
