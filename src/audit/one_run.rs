@@ -72,9 +72,9 @@ impl Default for OneRunSettings {
     }
 }
 
-/// Deliberate bugs, to check that the audit catches them (test builds only).
-#[cfg(test)]
+/// Deliberate bugs, to check that the audit catches them (set in test builds only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum Fault {
     None,
     /// A quarter of the noise the accountant assumes.
@@ -171,13 +171,20 @@ fn run_canaries(
     let budgets = ledger_budgets(cfg, settings, tier_of)?;
     let mut ledger = IndividualFilter::with_budgets(m, budgets.clone())?;
     let sigma = accounting.sigma();
-    let mut rule = cfg.method().training().step_rule(cfg, Some(fault_sigma(settings, sigma)));
+    let mut rule = cfg.method().training().step_rule(
+        cfg,
+        Some(match fault(settings) {
+            Fault::QuarterNoise => sigma / 4.0,
+            Fault::HalfNoise => sigma / 2.0,
+            _ => sigma,
+        }),
+    );
     let theta = vec![0.0f32; net.num_params()];
     let (k, steps) = (cfg.worst_case_steps(), cfg.max_steps());
     let unit = sigma * p.clip * std::f64::consts::SQRT_2;
     let mut scores = [vec![0.0; m], vec![0.0; m]];
     for t in 1..=steps {
-        if fault_resets_ledger(settings) {
+        if fault(settings) == Fault::IgnoreLedger {
             ledger = IndividualFilter::with_budgets(m, budgets.clone())?;
         }
         let (sample, _) = accounting.sample(t, m, cfg.noise_seed())?;
@@ -208,39 +215,20 @@ fn ledger_budgets(cfg: &ValidConfig, settings: &OneRunSettings, tier_of: &[u8]) 
         return Ok(Budgets::uniform(cfg.ledger_budget().unwrap_or(f64::MAX))?);
     }
     let mut budgets: Vec<f64> = tiers.iter().map(|t| t.budget).collect();
-    if fault_shifts_tiers(settings) {
+    if fault(settings) == Fault::ShiftTiers {
         budgets.rotate_left(1);
     }
     Ok(Budgets::tiered(budgets, tier_of.to_vec())?)
 }
 
+/// The deliberate bug of a test build (none otherwise).
 #[cfg(test)]
-fn fault_sigma(settings: &OneRunSettings, sigma: f64) -> f64 {
-    match settings.fault {
-        Fault::QuarterNoise => sigma / 4.0,
-        Fault::HalfNoise => sigma / 2.0,
-        _ => sigma,
-    }
+fn fault(settings: &OneRunSettings) -> Fault {
+    settings.fault
 }
 #[cfg(not(test))]
-fn fault_sigma(_: &OneRunSettings, sigma: f64) -> f64 {
-    sigma
-}
-#[cfg(test)]
-fn fault_resets_ledger(settings: &OneRunSettings) -> bool {
-    settings.fault == Fault::IgnoreLedger
-}
-#[cfg(not(test))]
-fn fault_resets_ledger(_: &OneRunSettings) -> bool {
-    false
-}
-#[cfg(test)]
-fn fault_shifts_tiers(settings: &OneRunSettings) -> bool {
-    settings.fault == Fault::ShiftTiers
-}
-#[cfg(not(test))]
-fn fault_shifts_tiers(_: &OneRunSettings) -> bool {
-    false
+fn fault(_: &OneRunSettings) -> Fault {
+    Fault::None
 }
 
 #[cfg(test)]
