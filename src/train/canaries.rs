@@ -54,7 +54,8 @@ pub struct CanaryState {
     pub at_k: Vec<f32>,
     /// Each canary's spent budget.
     pub spent: Vec<f64>,
-    /// The canaries' part of the method's state (a momentum buffer; empty without).
+    /// The method's whole state over θ and the canaries' coordinates (a momentum buffer; empty
+    /// without): in an audited run it is kept here, not in the state's own field.
     pub velocity: Vec<f32>,
 }
 
@@ -84,6 +85,7 @@ impl Canaries {
     /// # Errors
     /// [`Error::State`] naming what does not fit `m` canaries.
     pub fn restore(cfg: &ValidConfig, m: usize, state: CanaryState) -> Result<Self> {
+        // The method's state (`velocity`) is the trainer's to check and restore.
         let CanaryState { coin_seed, theta, at_k, spent, velocity: _ } = state;
         if theta.len() != m || spent.len() != m || !(at_k.is_empty() || at_k.len() == m) {
             return Err(Error::State(format!(
@@ -130,7 +132,7 @@ impl Canaries {
         self.included.is_empty()
     }
 
-    /// What a resume needs, with the canaries' part `velocity` of the method's state.
+    /// What a resume needs, with the method's whole state `velocity`.
     #[must_use]
     pub fn state(&self, velocity: &[f32]) -> CanaryState {
         CanaryState {

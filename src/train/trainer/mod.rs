@@ -340,9 +340,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             canaries: None,
         };
         let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
-        // The method's state covers the canaries' coordinates after θ's: theirs go with them.
-        let (velocity, canary_velocity) = self.rule.state().split_at(self.rule.state().len().min(self.theta.len()));
-        let meta = Meta { canaries: self.canaries.as_ref().map(|c| c.state(canary_velocity)), ..meta };
+        // With canaries the method's state covers their coordinates too: it goes with them.
+        let (meta, velocity) = match &self.canaries {
+            Some(c) => (Meta { canaries: Some(c.state(self.rule.state())), ..meta }, &[][..]),
+            None => (meta, self.rule.state()),
+        };
         state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, velocity)?;
         if self.ledger_on_disk != ledger_ranks {
             // The state no longer points at the shards of the ranks this run was resumed from.

@@ -64,15 +64,18 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             });
         }
         if let (Some(a), Some(saved)) = (&c.audit, snap.meta.canaries) {
-            // The canaries' part of the method's state goes back after θ's.
-            let own = saved.velocity.clone();
-            self.canaries = Some(Canaries::restore(self.cfg, a.canaries, saved).map_err(|e| Error::RunState {
+            // The method's state over θ and the canaries' coordinates is kept with the canaries.
+            let corrupt = |why: String| Error::RunState {
                 path: self.folder.state(),
-                message: format!("{e}: the file is corrupt"),
-            })?);
-            if !velocity.is_empty() {
-                velocity.extend(own);
+                message: format!("{why}: the file is corrupt"),
+            };
+            if !(saved.velocity.is_empty() || saved.velocity.len() == self.theta.len() + a.canaries)
+                || !velocity.is_empty()
+            {
+                return Err(corrupt(format!("the audit's momentum buffer has {} values", saved.velocity.len())));
             }
+            velocity.clone_from(&saved.velocity);
+            self.canaries = Some(Canaries::restore(self.cfg, a.canaries, saved).map_err(|e| corrupt(e.to_string()))?);
         }
         self.rule.restore(velocity);
         self.step = snap.meta.step;
