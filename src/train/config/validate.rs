@@ -152,7 +152,6 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The checks of single fields, each on its own.
     /// `[audit]`: a private method, and a number of canaries the audit can bound anything with.
     fn check_audit(&self, a: &super::AuditConfig) -> Result<()> {
         if !self.privacy.method.training().is_private() {
@@ -160,6 +159,15 @@ impl TrainConfig {
                 "audit.canaries",
                 "privacy.method = \"non-private\": a non-private run has no guarantee to audit; remove [audit] or \
                  choose a private method",
+            ));
+        }
+        if !(1e-30..=1e30).contains(&self.privacy.clip) {
+            return Err(Error::config(
+                "audit.canaries",
+                format!(
+                    "privacy.clip = {}: an audit's canary gradients (2C in f32) need a clip in 1e-30 to 1e30",
+                    self.privacy.clip
+                ),
             ));
         }
         if !(2..=super::MAX_CANARIES).contains(&a.canaries) {
@@ -171,6 +179,7 @@ impl TrainConfig {
         Ok(())
     }
 
+    /// The checks of single fields, each on its own.
     fn field_checks(&self) -> Vec<Result<()>> {
         let (p, t) = (&self.privacy, &self.train);
         vec![

@@ -10,12 +10,12 @@ use crate::model::export::ModelInput;
 use crate::per_example::count_correct;
 use crate::train::distributed::Message;
 use crate::train::folder::write_json;
-
-/// The confidence of a run's own one-run audit (`[audit]`).
-pub const AUDIT_CONFIDENCE: f64 = 0.95;
 use crate::train::observer::{FinishInfo, StartInfo};
 use crate::train::outputs::{ActiveAfterK, Diagnostics, RunResult};
 use crate::train::shards;
+
+/// The confidence of a run's own one-run audit (`[audit]`).
+pub const AUDIT_CONFIDENCE: f64 = 0.95;
 
 impl<'a, E: TrainModel> Trainer<'a, E> {
     pub(super) fn start_info(&self) -> StartInfo {

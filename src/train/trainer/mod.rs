@@ -219,7 +219,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             stop_at: usize::MAX,
             warned_collapse: false,
             canaries: match &c.audit {
-                Some(a) if ranks > 1 => {
+                Some(_) if ranks > 1 => {
                     return Err(Error::config(
                         "audit.canaries",
                         format!("a one-run audit runs on one process, not {ranks} ranks: remove [audit] or run on one"),

@@ -102,7 +102,7 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print_groups(&report, cfg);
+        audit_lines(&report, cfg).iter().for_each(|l| println!("{l}"));
         println!("  {}", a.out.join("audit.json").display());
     }
     if !report.consistent {
@@ -113,12 +113,14 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
     Ok(())
 }
 
-/// One line per group of a one-run audit: its bound, the guesses behind it, its claim.
-pub(crate) fn print_groups(report: &one_run::OneRunReport, cfg: &dpgd::train::ValidConfig) {
+/// A one-run audit in words, a line or two per group: its bound, the guesses behind it, its
+/// claim, and the Gaussian model's bound where there is one.
+pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::ValidConfig) -> Vec<String> {
+    let mut lines = Vec::new();
     for g in &report.groups {
         let best = g.bound.tests.iter().max_by(|x, y| x.1.total_cmp(&y.1)).map(|t| t.0);
         let (r, v) = best.map_or((0, 0), |b| (b.guesses, b.correct));
-        println!(
+        lines.push(format!(
             "one-run audit, {}: epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic, {:.0}% \
              confidence); claimed {:.3} at delta = {}: {}",
             g.group,
@@ -129,9 +131,9 @@ pub(crate) fn print_groups(report: &one_run::OneRunReport, cfg: &dpgd::train::Va
             g.claimed_epsilon,
             cfg.config().privacy.delta,
             if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
-        );
+        ));
         if let Some(gauss) = g.gaussian {
-            println!(
+            lines.push(format!(
                 "  assuming the canaries' scores are Gaussian (as full-batch GD's are): mu >= {:.4}, epsilon >= {:.3}{}",
                 gauss.mu_lower,
                 gauss.epsilon_lower,
@@ -140,7 +142,8 @@ pub(crate) fn print_groups(report: &one_run::OneRunReport, cfg: &dpgd::train::Va
                 } else {
                     ""
                 }
-            );
+            ));
         }
     }
+    lines
 }

@@ -100,7 +100,7 @@ fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
     if summary.finished {
         let audit = RunFolder::new(&dir).audit();
         if audit.is_file() {
-            super::audit::print_groups(&dpgd::train::read_json(&audit)?, &cfg);
+            super::audit::audit_lines(&dpgd::train::read_json(&audit)?, &cfg).iter().for_each(|l| eprintln!("{l}"));
         }
         eprintln!(
             "publishable: {}  (confidential: {})",
