@@ -29,7 +29,7 @@ const FLOAT_FIELDS: [&str; 10] = [
     "privacy.sigma",
 ];
 
-const INT_FIELDS: [&str; 11] = [
+const INT_FIELDS: [&str; 12] = [
     "privacy.worst_case_steps",
     "train.max_steps",
     "train.chunk",
@@ -41,6 +41,7 @@ const INT_FIELDS: [&str; 11] = [
     "data.train_subset",
     "data.test_subset",
     "model.init_seed",
+    "audit.canaries",
 ];
 
 /// Validates `base()` with one override: an answer or an error naming a field, quickly.
