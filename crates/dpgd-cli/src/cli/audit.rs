@@ -17,6 +17,9 @@ pub(crate) struct AuditArgs {
     /// Override a config field, e.g. --set privacy.epsilon=0.5 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Remove a config field so its default applies, e.g. --unset privacy.sigma --set privacy.epsilon=2.
+    #[arg(long = "unset", value_name = "KEY")]
+    unset: Vec<String>,
     /// Training schedules per world (with and without the canary).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
     trials: u64,
@@ -36,7 +39,9 @@ pub(crate) struct AuditArgs {
 }
 
 pub(crate) fn run(a: AuditArgs) -> Result<()> {
-    let overrides = a.overrides.iter().map(|o| Override::parse_set(o)).collect::<Result<Vec<_>, _>>()?;
+    let unset = a.unset.iter().map(|k| Override::Unset(k.trim().to_string()));
+    let set = a.overrides.iter().map(|o| Override::parse_set(o)).collect::<Result<Vec<_>, _>>()?;
+    let overrides: Vec<Override> = unset.chain(set).collect();
     let cfg = TrainConfig::from_file(&a.config, &overrides)?.validate()?;
     if let Some(m) = a.canaries {
         return run_one(&a, &cfg, m as usize);
