@@ -5,8 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use dpgd::sweep::{ExecuteOptions, QuietSweep, execute, plan, report};
-use dpgd::train::{RunOptions, Silent, run};
+use dpgd::sweep::{ExecuteOptions, QuietSweep, execute, plan, plan_with, report};
+use dpgd::train::{Override, RunFolder, RunOptions, Silent, run};
 
 fn setup(dir: &Path, grid: &str) -> PathBuf {
     let base = dir.join("base.toml");
@@ -108,6 +108,25 @@ fn cases_cross_the_grid_run_two_at_a_time_and_are_reused_by_other_sweeps() {
     let opts = ExecuteOptions { reuse: file.reuse.clone(), ..Default::default() };
     assert_eq!(execute(&tmp.path().join("other"), &runs, &opts, &QuietSweep).unwrap(), 0, "both runs were copied");
     assert_eq!(std::fs::read_to_string(tmp.path().join("other/results.jsonl")).unwrap().lines().count(), 2);
+}
+
+/// `dpgd sweep --audit canaries=M`: every run audits itself, the sweep file unchanged.
+#[test]
+fn every_run_of_an_audited_sweep_audits_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("results");
+    let sweep = setup(tmp.path(), "\"privacy.method\" = [\"plain\", \"filtered\"]\nseeds = [1]\n");
+    let audit = [Override::parse_set("audit.canaries=100").unwrap()];
+    let (_, runs) = plan_with(&sweep, &audit).unwrap();
+    assert!(runs.iter().all(|r| r.config.config().audit.as_ref().is_some_and(|a| a.canaries == 100)));
+    execute(&out, &runs, &ExecuteOptions::default(), &QuietSweep).unwrap();
+    for r in &runs {
+        let folder = RunFolder::new(out.join("runs").join(&r.id));
+        let report: serde_json::Value = dpgd::train::read_json(&folder.audit()).unwrap();
+        assert_eq!(report["consistent"], true, "{}: {report}", r.id);
+    }
+    let (_, plain) = plan(&sweep).unwrap();
+    assert!(plain.iter().all(|r| r.config.config().audit.is_none()));
 }
 
 #[test]

@@ -29,7 +29,7 @@ mod report;
 pub mod search;
 
 pub use execute::{ExecuteOptions, QuietSweep, SweepObserver, execute};
-pub use plan::{MAX_RUNS, PlannedRun, SweepFile, default_results, plan, value_text};
+pub use plan::{MAX_RUNS, PlannedRun, SweepFile, default_results, plan, plan_with, value_text};
 pub use report::{ResultRow, report, write_results};
 
 /// Refuses a sweep launched as one of `ranks` > 1 processes (`mpirun -np N dpgd sweep …`):

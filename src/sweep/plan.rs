@@ -89,6 +89,15 @@ pub fn value_text(v: &toml::Value) -> String {
 /// [`MAX_RUNS`] runs; two runs whose folder names would coincide; or an invalid run config
 /// (the run named).
 pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
+    plan_with(path, &[])
+}
+
+/// As [`plan`], with `extra` overrides (the command line's, e.g. `--audit`) applied to every run
+/// after the sweep file's own.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_with(path: &Path, extra: &[Override]) -> Result<(SweepFile, Vec<PlannedRun>)> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     let mut sweep: SweepFile = toml::from_str(&text)
         .map_err(|e: toml::de::Error| Error::config(format!("sweep {}", path.display()), e.message().to_string()))?;
@@ -115,7 +124,8 @@ pub fn plan(path: &Path) -> Result<(SweepFile, Vec<PlannedRun>)> {
                 ),
             ));
         }
-        let overrides = overrides(&sweep, &point);
+        let mut overrides = overrides(&sweep, &point);
+        overrides.extend(extra.iter().cloned());
         // The overrides are the sweep file's [set], cases and grid, not the command line's.
         let origin = format!("in {}", path.display());
         let config = TrainConfig::from_file_set(&sweep.base, &overrides, &origin)

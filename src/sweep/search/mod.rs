@@ -42,7 +42,7 @@ mod run;
 mod section;
 mod types;
 
-pub use prepare::prepare;
+pub use prepare::{prepare, prepare_with};
 pub use run::run_search;
 pub use section::{CandidatesSection, Distribution, SearchSection};
 pub use types::{Chosen, GridPoint, Search, SearchGuarantee, SearchObserver, SearchResult, SearchState, SearchTier};

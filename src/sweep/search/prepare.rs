@@ -13,7 +13,7 @@ use crate::accounting::{Conversion, Rdp, ToApproxDp};
 use crate::data::HoldOut;
 use crate::error::{Error, Result};
 use crate::noise::NoiseSeed;
-use crate::sweep::plan::{PlannedRun, SweepFile, plan};
+use crate::sweep::plan::{PlannedRun, SweepFile, plan_with};
 use crate::train::{TrainConfig, ValidConfig};
 
 /// What every candidate shares: the grid's configurations (holding out the validation split),
@@ -83,13 +83,22 @@ impl Grid<'_> {
 /// that tier's examples within their own ε; the search's ε is then the loosest tier's.
 ///
 /// # Errors
-/// As [`plan`]; a `seeds` list, a `reuse` list or a grid of one point; a grid field that the
+/// As [`plan_with`]; a `seeds` list, a `reuse` list or a grid of one point; a grid field that the
 /// search sets (`privacy.epsilon`, `privacy.sigma`, `privacy.delta`, `privacy.budgets`,
 /// `train.seed`, `data.*`); a method without a Rényi DP curve; points with different data
 /// sections; a validation split that leaves nothing to train on; a K whose sampling costs
 /// more than half of δ; or a target (or a tier) that no candidate ε meets.
 pub fn prepare(path: &Path, target: (f64, f64)) -> Result<Search> {
-    let (sweep, planned) = plan(path)?;
+    prepare_with(path, target, &[])
+}
+
+/// As [`prepare`], with `extra` overrides (the command line's, e.g. `--audit`) applied to every
+/// candidate after the sweep file's own.
+///
+/// # Errors
+/// As [`prepare`].
+pub fn prepare_with(path: &Path, target: (f64, f64), extra: &[crate::train::Override]) -> Result<Search> {
+    let (sweep, planned) = plan_with(path, extra)?;
     let section = check_file(&sweep, &planned, path)?;
     let repetitions = section.candidates.repetitions()?;
     let (epsilon, delta) = target;

@@ -34,6 +34,10 @@ pub(crate) struct SweepArgs {
     /// The whole search's epsilon (with --select private).
     #[arg(long, requires = "select")]
     epsilon: Option<f64>,
+    /// Every run (every candidate of a private search) audits itself in one run: canaries=M, as
+    /// `dpgd train --audit` (each against its own epsilon; a search as a whole is not audited).
+    #[arg(long, value_name = "canaries=M", value_parser = super::train::parse_audit)]
+    audit: Option<usize>,
     /// The whole search's delta (with --select private).
     #[arg(long, requires = "select")]
     delta: Option<f64>,
@@ -64,7 +68,7 @@ pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
     if a.select == Some(Select::Private) {
         return run_search(a);
     }
-    let (sweep, runs) = dpgd::sweep::plan(&a.file)?;
+    let (sweep, runs) = dpgd::sweep::plan_with(&a.file, &audit_override(a.audit)?)?;
     let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
     if let Some((k, _)) = a.only.iter().find(|(k, _)| !fields.contains(k)) {
@@ -107,7 +111,7 @@ fn run_search(a: SweepArgs) -> Result<()> {
     if !a.only.is_empty() || a.jobs != 1 {
         anyhow::bail!("--select private runs its candidates one after another: remove --only and --jobs");
     }
-    let search = dpgd::sweep::search::prepare(&a.file, (epsilon, delta))?;
+    let search = dpgd::sweep::search::prepare_with(&a.file, (epsilon, delta), &audit_override(a.audit)?)?;
     let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     eprintln!(
         "search {}: {} grid points, each candidate calibrated for epsilon = {} (how many candidates run, and their \
@@ -149,4 +153,12 @@ impl dpgd::sweep::search::SearchObserver for SearchProgress {
         }
         Box::new(super::progress::RunProgress::new(self.mode, None, format!("[candidate {}] ", i + 1)))
     }
+}
+
+/// `--audit canaries=M` as an override of every run's config.
+fn audit_override(audit: Option<usize>) -> Result<Vec<dpgd::train::Override>> {
+    Ok(match audit {
+        Some(m) => vec![dpgd::train::Override::parse_set(&format!("audit.canaries={m}"))?],
+        None => Vec::new(),
+    })
 }

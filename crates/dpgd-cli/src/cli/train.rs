@@ -204,7 +204,7 @@ fn load_or_fetch(data: &dpgd::train::DataConfig) -> Result<Dataset> {
 }
 
 /// `--audit canaries=M`.
-fn parse_audit(s: &str) -> std::result::Result<usize, String> {
+pub(crate) fn parse_audit(s: &str) -> std::result::Result<usize, String> {
     s.strip_prefix("canaries=")
         .and_then(|m| m.trim().parse().ok())
         .ok_or_else(|| format!("{s:?}: write --audit canaries=M, e.g. --audit canaries=1000"))
