@@ -104,6 +104,11 @@ fn an_audit_is_refused_where_it_cannot_run() {
     let bad = |text: &str| TrainConfig::from_toml(text, &[]).and_then(|c| c.validate()).unwrap_err().to_string();
     let e = bad(&config("filtered", "", "[audit]\ncanaries = 1\n"));
     assert!(e.contains("audit.canaries") && e.contains("between 2"), "{e}");
+    // Two per tier: every tier's canaries are guessed among themselves.
+    let tiers = "[privacy.budgets]\nepsilons = [2.0, 3.0, 4.0]\nshares = [0.3, 0.3, 0.4]\n";
+    let e = bad(&config("filtered", tiers, "[audit]\ncanaries = 5\n"));
+    assert!(e.contains("audit.canaries") && e.contains("between 6 (two per tier)"), "{e}");
+    train(&config("filtered", tiers, "[audit]\ncanaries = 6\n"), tempfile::tempdir().unwrap().path(), None);
     let text = fixture_config(
         "audit",
         "logistic",

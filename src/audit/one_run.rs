@@ -97,8 +97,12 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
         .accounting()
         .ok_or_else(|| Error::config("privacy.method", "a non-private run has no guarantee to audit"))?;
     let m = settings.canaries;
-    if !(2..=MAX_CANARIES).contains(&m) {
-        return Err(Error::config("--canaries", format!("give between 2 and {MAX_CANARIES} canaries")));
+    let least = 2 * accounting.tiers().len().max(1);
+    if !(least..=MAX_CANARIES).contains(&m) {
+        return Err(Error::config(
+            "--canaries",
+            format!("give between {least} (two per tier) and {MAX_CANARIES} canaries"),
+        ));
     }
     let mut coins = cfg.noise_seed().rng(Stream::canaries())?;
     let included: Vec<bool> = (0..m).map(|_| coins.random_bool(0.5)).collect();

@@ -170,10 +170,16 @@ impl TrainConfig {
                 ),
             ));
         }
-        if !(2..=super::MAX_CANARIES).contains(&a.canaries) {
+        // At least two canaries in each tier (the audit guesses within a tier).
+        let least = 2 * self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1));
+        if !(least..=super::MAX_CANARIES).contains(&a.canaries) {
             return Err(Error::config(
                 "audit.canaries",
-                format!("{} canaries: give between 2 and {} (1,000 is a good start)", a.canaries, super::MAX_CANARIES),
+                format!(
+                    "{} canaries: give between {least} (two per tier) and {} (1,000 is a good start)",
+                    a.canaries,
+                    super::MAX_CANARIES
+                ),
             ));
         }
         Ok(())
