@@ -26,7 +26,7 @@
 //! budget given to another tier's examples. It does not see the real data, model or engine (the
 //! canaries' gradients are computed by the fast engine on its own model), the releases (noisy
 //! counts), a search's composition or several ranks. One-run bounds are loose at small ε
-//! (measured: a correct ε = 2 run is bounded at 0.6–0.85 with 2,000–5,000 canaries): a bug is
+//! (measured: a correct ε = 2 run is bounded at 0.58–0.85 with 2,000–5,000 canaries): a bug is
 //! caught when it lifts the true ε well above the claim.
 //!
 //! [SNJ23]: https://arxiv.org/abs/2305.08846

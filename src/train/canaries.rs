@@ -28,7 +28,7 @@
 //! that computes a wrong gradient or norm is the engine contract test's to catch), and their
 //! tiers are the audit's, not read from the data (the examples' tiers are the composition test's
 //! to check); one process only. One-run bounds are loose at small ε: a correct ε = 2 run is
-//! bounded near 0.6–0.85 with 2,000–5,000 canaries.
+//! bounded at 0.58–0.85 with 2,000–5,000 canaries.
 
 use rand::RngExt as _;
 use serde::{Deserialize, Serialize};

@@ -328,6 +328,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let (stopping, best_theta) = self.stopping.saved();
         // On several ranks the ledger is in their shard files, each durable by now.
         let ledger_ranks = (self.comm.size() > 1).then_some(self.comm.size());
+        // With canaries the method's state covers their coordinates too: it goes with them.
+        let (canaries, velocity) = match &self.canaries {
+            Some(c) => (Some(c.state(self.rule.state())), &[][..]),
+            None => (None, self.rule.state()),
+        };
         let meta = Meta {
             step: self.step,
             identity: self.identity.clone(),
@@ -337,14 +342,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             unflushed: self.record.unflushed(self.flushed.0),
             releases_in_state: true,
             ledger_ranks,
-            canaries: None,
+            canaries,
         };
         let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
-        // With canaries the method's state covers their coordinates too: it goes with them.
-        let (meta, velocity) = match &self.canaries {
-            Some(c) => (Meta { canaries: Some(c.state(self.rule.state())), ..meta }, &[][..]),
-            None => (meta, self.rule.state()),
-        };
         state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, velocity)?;
         if self.ledger_on_disk != ledger_ranks {
             // The state no longer points at the shards of the ranks this run was resumed from.
