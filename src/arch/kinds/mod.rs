@@ -3,12 +3,13 @@
 //! written).
 //!
 //! **Adding a layer kind** is one file here — a `Copy` struct of the kind's fields (its config
-//! form, with serde) implementing [`Kind`] — and one registration line in the `kinds!` list at
-//! the end of this file. The kind then appears in configs as `kind = "<name>"`, and a model
-//! using it trains on the burn engine (a kind with parameters computes with a [`crate::nn`]
-//! layer, which gives the per-example rule), saves, exports and evaluates. For it to train on
-//! the fast CPU engine too, add its rule in one file of [`crate::per_example::layers`] and one
-//! line there; until then a model with it trains on the burn engine.
+//! form, with serde) implementing [`Kind`] — and its one registration line in `with_kinds!` at
+//! the end of this file, from which every list of kinds is derived. The kind then appears in
+//! configs as `kind = "<name>"`, and a model using it trains on the burn engine (a kind with
+//! parameters computes with a [`crate::nn`] layer, which gives the per-example rule), saves,
+//! exports and evaluates. For it to train on the fast CPU engine too, add its rule as one file
+//! of [`crate::per_example::layers`] and mark its line `fast`; until then a model with it
+//! trains on the burn engine.
 
 mod avg_pool2d;
 mod conv2d;
@@ -192,9 +193,9 @@ pub(crate) fn pooled(input: Shape, k: usize, stride: usize) -> std::result::Resu
     Ok(Shape::Spatial { c, h: (h - k) / stride + 1, w: (w - k) / stride + 1 })
 }
 
-/// Declares the layer kinds, one line each: `Variant(spec type) = "config name"`.
+/// Declares the config's layer kinds and their burn modules from [`with_kinds!`]'s list.
 macro_rules! kinds {
-    ($($variant:ident($ty:ty) = $name:literal),* $(,)?) => {
+    ($($variant:ident($ty:ty) = $name:literal $($fast:ident)?),* $(,)?) => {
         /// One layer of a sequential model (configs write `kind = "…"` and the kind's fields).
         #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "kind")]
@@ -274,17 +275,31 @@ macro_rules! kinds {
     };
 }
 
-kinds! {
-    Conv2d(Conv2d) = "conv2d",
-    Linear(Linear) = "linear",
-    Relu(Relu) = "relu",
-    Tanh(Tanh) = "tanh",
-    MaxPool2d(MaxPool2d) = "max_pool2d",
-    Flatten(Flatten) = "flatten",
-    GroupNorm(GroupNorm) = "group_norm",
-    AvgPool2d(AvgPool2d) = "avg_pool2d",
-    LayerNorm(LayerNorm) = "layer_norm",
+/// **The layer kinds, registered once**: `Variant(kind type) = "config name"`, followed by
+/// `fast` when the fast CPU engine has the kind's rule (a type of that variant's name in
+/// [`crate::per_example::layers`]). Every list of kinds is derived from this one: the config
+/// enum [`LayerSpec`] and its [`LayerSpec::KINDS`], the burn modules [`BurnLayer`], and the fast
+/// engine's `Layer`, its `KINDS` and its `supports` (`with_kinds!(layers)` there). A kind with
+/// parameters computes with a [`crate::nn`] layer, whose per-example rule serves the burn
+/// engine and user models alike.
+macro_rules! with_kinds {
+    ($then:ident) => {
+        $then! {
+            Conv2d(Conv2d) = "conv2d" fast,
+            Linear(Linear) = "linear" fast,
+            Relu(Relu) = "relu" fast,
+            Tanh(Tanh) = "tanh" fast,
+            MaxPool2d(MaxPool2d) = "max_pool2d" fast,
+            Flatten(Flatten) = "flatten" fast,
+            GroupNorm(GroupNorm) = "group_norm",
+            AvgPool2d(AvgPool2d) = "avg_pool2d",
+            LayerNorm(LayerNorm) = "layer_norm",
+        }
+    };
 }
+pub(crate) use with_kinds;
+
+with_kinds!(kinds);
 
 /// serde's default for `stride`.
 pub(crate) fn one() -> usize {

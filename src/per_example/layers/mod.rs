@@ -3,9 +3,10 @@
 //! (the shape rule is the kind's, in [`crate::arch::kinds`]).
 //!
 //! **Adding a layer kind to this engine** is one new file here implementing the `Rule` trait
-//! (with a `compile` from its spec) plus one registration line in the `layers!` list below;
-//! the kind itself (config form, shape rule, burn form) is one file of [`crate::arch::kinds`]
-//! and trains on the burn engine until it has a rule here.
+//! (with a `compile` from its spec), named as the kind's variant, and the word `fast` on the
+//! kind's one registration line (`with_kinds!` in [`crate::arch::kinds`]); the kind itself (config
+//! form, shape rule, burn form) is one file of [`crate::arch::kinds`] and trains on the burn
+//! engine until it has a rule here.
 //!
 //! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
 //! example after example.
@@ -184,12 +185,20 @@ pub(crate) trait Rule {
     }
 }
 
-/// The engine's layer kinds: each line registers one, `Variant(rule type)` for the
-/// [`LayerSpec`] variant of that name (the rule implements [`Rule`] and has a
-/// `compile(spec, input shape, output shape, layer index, parameter allocator)`; the shapes
-/// passed the kind's [`crate::arch::Kind::out_shape`]).
+/// The engine's layer kinds: the kinds marked `fast` in the one registration
+/// ([`crate::arch::kinds::with_kinds`]), each with the rule of its variant's name here (which
+/// implements [`Rule`] and has a `compile(spec, input shape, output shape, layer index,
+/// parameter allocator)`; the shapes passed the kind's [`crate::arch::Kind::out_shape`]).
 macro_rules! layers {
-    ($($variant:ident($ty:ident)),* $(,)?) => {
+    // Keeps the `fast` kinds of the registration, then declares them.
+    (@keep [$($kept:ident = $named:literal)*]) => { layers!(@declare $($kept($kept) = $named),*); };
+    (@keep [$($kept:tt)*] $variant:ident($ty:ty) = $name:literal fast $(, $($rest:tt)*)?) => {
+        layers!(@keep [$($kept)* $variant = $name] $($($rest)*)?);
+    };
+    (@keep [$($kept:tt)*] $variant:ident($ty:ty) = $name:literal $(, $($rest:tt)*)?) => {
+        layers!(@keep [$($kept)*] $($($rest)*)?);
+    };
+    (@declare $($variant:ident($ty:ident) = $name:literal),*) => {
         /// A compiled layer (static dispatch over its kinds).
         #[derive(Debug, Clone, Copy, PartialEq)]
         pub enum Layer {
@@ -200,9 +209,9 @@ macro_rules! layers {
         }
 
         impl Layer {
-            /// The engine's layer kinds (the [`LayerSpec`] variants it has a rule for), in
-            /// registration order.
-            pub const KINDS: &'static [&'static str] = &[$(stringify!($variant)),*];
+            /// The engine's layer kinds as configs write them (the [`LayerSpec`] kinds it has a
+            /// rule for), in registration order.
+            pub const KINDS: &'static [&'static str] = &[$($name),*];
 
             /// Compiles `spec` for `input` (the layer at index `at`), allocating its parameters.
             pub(crate) fn compile(spec: LayerSpec, input: Shape, output: Shape, at: usize, alloc: &mut Alloc) -> Result<Layer, ShapeError> {
@@ -271,11 +280,49 @@ macro_rules! layers {
     };
 }
 
-layers! {
-    Conv2d(Conv2d),
-    Linear(Linear),
-    Relu(Relu),
-    Tanh(Tanh),
-    MaxPool2d(MaxPool2d),
-    Flatten(Flatten),
+// Entry from the registration's list (its last comma and all).
+macro_rules! fast_kinds {
+    ($($all:tt)*) => { layers!(@keep [] $($all)*); };
+}
+
+crate::arch::kinds::with_kinds!(fast_kinds);
+
+#[cfg(test)]
+mod tests {
+    use super::Layer;
+    use crate::arch::LayerSpec;
+
+    /// The fast engine's kinds, the config's kinds and the configuration page's list all come
+    /// from the one registration: each fast kind is a config kind, `supports` says the same as
+    /// `KINDS` for every kind, and the page names every kind and says which are the fast
+    /// engine's.
+    #[test]
+    fn every_list_of_kinds_is_the_registrations() {
+        assert!(Layer::KINDS.iter().all(|k| LayerSpec::KINDS.contains(k)), "{:?}", Layer::KINDS);
+        assert!(Layer::KINDS.len() < LayerSpec::KINDS.len(), "some kinds train on the burn engine only");
+        let page = include_str!("../../../docs/configuration.md").replace(['\n', ' '], "");
+        let fast: Vec<String> = Layer::KINDS.iter().map(|k| format!("`{k}`")).collect();
+        assert!(
+            page.contains(&format!("{}(thefastCPUengine'skinds)", fast.join(","))),
+            "docs/configuration.md: {fast:?}"
+        );
+        for kind in LayerSpec::KINDS {
+            assert!(page.contains(&format!("`{kind}`")), "docs/configuration.md does not name `{kind}`");
+        }
+        // `supports` is `KINDS`, for a spec of each kind (from its config form with defaults).
+        for (kind, fields) in [
+            ("conv2d", r#","out_channels":2,"kernel":1"#),
+            ("linear", r#","out_features":2"#),
+            ("max_pool2d", r#","kernel":2,"stride":2"#),
+            ("avg_pool2d", r#","kernel":2,"stride":2"#),
+            ("group_norm", r#","groups":1"#),
+            ("relu", ""),
+            ("tanh", ""),
+            ("flatten", ""),
+            ("layer_norm", ""),
+        ] {
+            let spec: LayerSpec = serde_json::from_str(&format!(r#"{{"kind":"{kind}"{fields}}}"#)).unwrap();
+            assert_eq!(Layer::supports(&spec), Layer::KINDS.contains(&kind), "{kind}");
+        }
+    }
 }

@@ -56,27 +56,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.ledger_on_disk = ledger_ranks;
         self.stopping = StoppingRule::restore(c.stop_rule(), c.stopping.patience, snap.meta.stopping, snap.best_theta);
         self.theta = snap.theta;
-        let mut velocity = snap.velocity;
-        if c.audit.is_some() != snap.meta.canaries.is_some() {
-            return Err(Error::RunState {
-                path: self.folder.state(),
-                message: "its audit canaries do not match the config's [audit]: the file is corrupt".into(),
-            });
-        }
-        if let (Some(a), Some(saved)) = (&c.audit, snap.meta.canaries) {
-            // The method's state over θ and the canaries' coordinates is kept with the canaries.
-            let corrupt = |why: String| Error::RunState {
-                path: self.folder.state(),
-                message: format!("{why}: the file is corrupt"),
-            };
-            if !(saved.velocity.is_empty() || saved.velocity.len() == self.theta.len() + a.canaries)
-                || !velocity.is_empty()
-            {
-                return Err(corrupt(format!("the audit's momentum buffer has {} values", saved.velocity.len())));
-            }
-            velocity.clone_from(&saved.velocity);
-            self.canaries = Some(Canaries::restore(self.cfg, a.canaries, saved).map_err(|e| corrupt(e.to_string()))?);
-        }
+        let velocity = self.restore_canaries(snap.velocity, snap.meta.canaries)?;
         self.rule.restore(velocity);
         self.step = snap.meta.step;
         if !snap.meta.releases_in_state {
@@ -89,10 +69,45 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                         .into(),
             });
         }
+        self.restore_record(snap.meta.unflushed)?;
+        self.session = open_session(self.cfg, self.step)?;
+        self.flush()
+    }
+
+    /// The audit's canaries from the state (`saved`), checked against the config's `[audit]`;
+    /// gives back the method's state to restore (the canaries keep it over θ and their own
+    /// coordinates when the run is audited).
+    fn restore_canaries(
+        &mut self,
+        velocity: Vec<f32>,
+        saved: Option<crate::train::canaries::CanaryState>,
+    ) -> Result<Vec<f32>> {
+        let audit = self.cfg.config().audit.as_ref().map(|a| a.canaries);
+        let corrupt =
+            |why: String| Error::RunState { path: self.folder.state(), message: format!("{why}: the file is corrupt") };
+        match (audit, saved) {
+            (None, None) => Ok(velocity),
+            (Some(canaries), Some(saved)) => {
+                if !(saved.velocity.is_empty() || saved.velocity.len() == self.theta.len() + canaries)
+                    || !velocity.is_empty()
+                {
+                    return Err(corrupt(format!("the audit's momentum buffer has {} values", saved.velocity.len())));
+                }
+                let velocity = saved.velocity.clone();
+                self.canaries = Some(Canaries::restore(self.cfg, canaries, saved).map_err(|e| corrupt(e.to_string()))?);
+                Ok(velocity)
+            }
+            _ => Err(corrupt("its audit canaries do not match the config's [audit]".into())),
+        }
+    }
+
+    /// The released records, continued from the state's unflushed rows: they must end at the
+    /// state's step.
+    fn restore_record(&mut self, unflushed: crate::train::state::Unflushed) -> Result<()> {
         self.record = Record::load(&self.folder)?;
         self.record.confidential.truncate(self.record.metrics.len());
-        self.check_record_continues(&snap.meta.unflushed)?;
-        self.record.append_unflushed(snap.meta.unflushed).map_err(|message| Error::RunState {
+        self.check_record_continues(&unflushed)?;
+        self.record.append_unflushed(unflushed).map_err(|message| Error::RunState {
             path: self.folder.state(),
             message: format!("{message}: the folder was edited; start the run in a new folder"),
         })?;
@@ -108,8 +123,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                 ),
             });
         }
-        self.session = open_session(self.cfg, self.step)?;
-        self.flush()
+        Ok(())
     }
 
     /// Refuses a record file that lost rows the state says it held: the state keeps only the
