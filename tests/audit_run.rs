@@ -107,8 +107,30 @@ fn an_audit_is_refused_where_it_cannot_run() {
     // Two per tier: every tier's canaries are guessed among themselves.
     let tiers = "[privacy.budgets]\nepsilons = [2.0, 3.0, 4.0]\nshares = [0.3, 0.3, 0.4]\n";
     let e = bad(&config("filtered", tiers, "[audit]\ncanaries = 5\n"));
-    assert!(e.contains("audit.canaries") && e.contains("between 6 (two per tier)"), "{e}");
+    assert!(e.contains("audit.canaries") && e.contains("between 6 (two per tier"), "{e}");
     train(&config("filtered", tiers, "[audit]\ncanaries = 6\n"), tempfile::tempdir().unwrap().path(), None);
+    // Gradient norms: fractions of the clip in (0, 1], each once, two canaries per tier and norm,
+    // and below 1 only for the full-batch methods.
+    let norms = |n: &str| format!("[audit]\ncanaries = 12\ngradient_norms = {n}\n");
+    for (n, why) in [
+        ("[]", "0 norms"),
+        ("[1.0, 0.0]", "0: each norm is a fraction"),
+        ("[1.5]", "1.5: each norm"),
+        ("[nan]", "NaN: each norm"),
+        ("[0.5, 0.5]", "names a norm twice"),
+        ("[1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]", "9 norms"),
+    ] {
+        let e = bad(&config("filtered", "", &norms(n)));
+        assert!(e.contains("audit.gradient_norms") && e.contains(why), "{n}: {e}");
+    }
+    let e = bad(&config("filtered", tiers, &norms("[1.0, 0.5]").replace("12", "11")));
+    assert!(e.contains("audit.canaries") && e.contains("between 12 (two per tier and gradient norm)"), "{e}");
+    let e = bad(&config("sgd-filtered", "sample_rate = 0.2\n", &norms("[1.0, 0.5]")));
+    assert!(e.contains("audit.gradient_norms") && e.contains("full-batch"), "{e}");
+    TrainConfig::from_toml(&config("sgd-filtered", "sample_rate = 0.2\n", &norms("[1.0]")), &[])
+        .and_then(|c| c.validate())
+        .unwrap();
+    train(&config("filtered", tiers, &norms("[1.0, 0.5]")), tempfile::tempdir().unwrap().path(), None);
     let text = fixture_config(
         "audit",
         "logistic",

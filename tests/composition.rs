@@ -101,6 +101,9 @@ enum Seed {
 enum Audit {
     None,
     Canaries,
+    /// Canaries at the clip and at C/4, the small ones audited against the ε of what they
+    /// spent (the full-batch methods only).
+    Norms,
 }
 
 /// One combination of every option.
@@ -126,7 +129,7 @@ const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [5, 4, 2, 2, 2, devices, 2, 3, 2, 3, 2]
+    [5, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -161,7 +164,7 @@ impl Combo {
             conversion: [Conversion::GaussianExact, Conversion::Cks, Conversion::BunSteinke][v[7]],
             seed: [Seed::Os, Seed::Fixed][v[8]],
             counts: [ActiveRelease::None, ActiveRelease::Noisy, ActiveRelease::ExactNonPrivate][v[9]],
-            audit: [Audit::None, Audit::Canaries][v[10]],
+            audit: [Audit::None, Audit::Canaries, Audit::Norms][v[10]],
         }
     }
 
@@ -221,6 +224,7 @@ impl Combo {
         let audit = match self.audit {
             Audit::None => "",
             Audit::Canaries => "[audit]\ncanaries = 200\n",
+            Audit::Norms => "[audit]\ncanaries = 200\ngradient_norms = [1.0, 0.25]\n",
         };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
@@ -250,7 +254,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 10] = [
+const REFUSED: [Refusal; 11] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
@@ -293,11 +297,15 @@ const REFUSED: [Refusal; 10] = [
     },
     Refusal {
         why: "a non-private run has no guarantee to audit",
-        pair: |c| (c.audit == Audit::Canaries && c.method == Method::NonPrivate).then_some((0, 10)),
+        pair: |c| (c.audit != Audit::None && c.method == Method::NonPrivate).then_some((0, 10)),
+    },
+    Refusal {
+        why: "a canary group below the clip is audited against what it spent, built for full-batch methods",
+        pair: |c| (c.audit == Audit::Norms && sgd(c.method)).then_some((0, 10)),
     },
     Refusal {
         why: "a one-run audit runs on one process",
-        pair: |c| (c.audit == Audit::Canaries && c.ranks == Ranks::Three).then_some((4, 10)),
+        pair: |c| (c.audit != Audit::None && c.ranks == Ranks::Three).then_some((4, 10)),
     },
 ];
 
@@ -781,11 +789,20 @@ fn check(c: &Combo, dir: &Path, what: &str) {
 /// A run with `[audit]` audited itself: every tier's bound at most its claim, in the
 /// confidential half.
 fn check_audit(c: &Combo, folder: &RunFolder, what: &str) {
-    assert_eq!(folder.audit().exists(), c.audit == Audit::Canaries, "{what}: confidential/audit.json");
-    if c.audit == Audit::Canaries {
+    assert_eq!(folder.audit().exists(), c.audit != Audit::None, "{what}: confidential/audit.json");
+    if c.audit != Audit::None {
         let report = read(&folder.audit());
         let tiers = if c.budgets == Budgets::None { 1 } else { TIERS.len() };
-        assert_eq!(report["groups"].as_array().map(Vec::len), Some(tiers), "{what}: one audit per tier");
+        let norms = if c.audit == Audit::Norms { 2 } else { 1 };
+        let groups = report["groups"].as_array().map(Vec::len);
+        assert_eq!(groups, Some(tiers * norms), "{what}: one audit per tier and gradient norm");
+        // Gradients of C/4 spend a sixteenth of a full step's: their claim is below their tier's.
+        if let (Audit::Norms, Some(groups)) = (c.audit, report["groups"].as_array()) {
+            for pair in groups.chunks(2) {
+                let claim = |g: &serde_json::Value| g["claimed_epsilon"].as_f64().unwrap();
+                assert!(claim(&pair[1]) < claim(&pair[0]), "{what}: C/4 canaries' claim: {pair:?}");
+            }
+        }
         assert_eq!(report["consistent"], true, "{what}: the run's own audit: {}", report["groups"]);
     }
 }

@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::noise::Stream;
 use crate::per_example::Network;
 use crate::train::ValidConfig;
-pub use crate::train::canaries::{GroupAudit, OneRunReport, group_audits, plot};
+pub use crate::train::canaries::{CanaryGroup, GroupAudit, OneRunReport, group_audits, plot, tier_groups};
 use crate::train::distributed::shard_sum;
 use crate::train::step::{Aggregation, GradientPlan, UpdateRule};
 
@@ -109,7 +109,7 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
     let tiers = accounting.tiers();
     let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
     let [first_k, all] = run_canaries(cfg, settings, &included, &tier_of)?;
-    let groups = group_audits(cfg, [&first_k, &all], &included, &tier_of, settings.confidence)?;
+    let groups = group_audits(cfg, [&first_k, &all], &included, &tier_groups(cfg, &tier_of), settings.confidence)?;
     Ok(OneRunReport {
         threat_model: "white-box, every noisy update, gradient canaries (a Dirac-like gradient on parameters no other \
                        canary touches)"

@@ -65,6 +65,10 @@ pub struct Canaries {
     coin_seed: u64,
     included: Vec<bool>,
     tier_of: Vec<u8>,
+    /// Each canary's gradient norm, an index of `norms`.
+    norm_of: Vec<u8>,
+    /// `audit.gradient_norms`: fractions of the clip.
+    norms: Vec<f64>,
     ledger: IndividualFilter,
     theta: Vec<f32>,
     at_k: Vec<f32>,
@@ -109,7 +113,10 @@ impl Canaries {
         let mut coins = <rand_chacha::ChaCha20Rng as rand::SeedableRng>::seed_from_u64(coin_seed);
         let included: Vec<bool> = (0..m).map(|_| coins.random_bool(0.5)).collect();
         let tiers = cfg.tiers();
-        let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
+        let n_tiers = tiers.len().max(1);
+        let tier_of: Vec<u8> = (0..m).map(|i| (i % n_tiers) as u8).collect();
+        let norms = cfg.config().audit.as_ref().map_or_else(|| vec![1.0], |a| a.gradient_norms.clone());
+        let norm_of: Vec<u8> = (0..m).map(|i| ((i / n_tiers) % norms.len().max(1)) as u8).collect();
         let budgets = if tiers.is_empty() {
             Budgets::uniform(cfg.ledger_budget().unwrap_or(f64::MAX))?
         } else {
@@ -117,7 +124,7 @@ impl Canaries {
         };
         let ledger = IndividualFilter::from_spent_with(budgets, spent)
             .map_err(|e| Error::State(format!("the audit's ledger: {e}")))?;
-        Ok(Self { coin_seed, included, tier_of, ledger, theta, at_k })
+        Ok(Self { coin_seed, included, tier_of, norm_of, norms, ledger, theta, at_k })
     }
 
     /// M.
@@ -170,16 +177,33 @@ impl Canaries {
         if tests::FORGET_SPENT.with(std::cell::Cell::get) {
             self.ledger = IndividualFilter::from_spent_with(self.ledger.budgets().clone(), vec![0.0; self.len()])?;
         }
-        let signs: Vec<f32> = self
-            .included
-            .iter()
-            .map(|&inc| match (inc, cfg.config().privacy.neighbours) {
-                (true, _) => 1.0,
-                (false, Neighbours::ZeroOut) => 0.0,
-                (false, Neighbours::ReplaceOne) => -1.0,
+        let clip = cfg.config().privacy.clip;
+        let gradients: Vec<f32> = (0..self.len())
+            .map(|i| {
+                let sign = match (self.included[i], cfg.config().privacy.neighbours) {
+                    (true, _) => 1.0,
+                    (false, Neighbours::ZeroOut) => 0.0,
+                    (false, Neighbours::ReplaceOne) => -1.0,
+                };
+                // A full-norm canary's gradient is beyond the clip (2C), a smaller one inside it.
+                let norm = self.norms[usize::from(self.norm_of[i])];
+                sign * if norm >= 1.0 { (2.0 * clip) as f32 } else { (norm * clip) as f32 }
             })
             .collect();
-        values.extend(super::step::canary_sum(aggregation, &mut self.ledger, selection, &signs)?);
+        #[cfg(test)]
+        let before = self.ledger.spent_all().to_vec();
+        values.extend(super::step::canary_sum(aggregation, &mut self.ledger, selection, &gradients)?);
+        #[cfg(test)]
+        if tests::CHARGE_SQUARED.with(std::cell::Cell::get) {
+            // The bug: a canary of norm s·C charged s⁴C² a step instead of s²C².
+            let spent: Vec<f64> = (0..self.len())
+                .map(|i| {
+                    let s = self.norms[usize::from(self.norm_of[i])].min(1.0);
+                    before[i] + (self.ledger.spent_all()[i] - before[i]) * s * s
+                })
+                .collect();
+            self.ledger = IndividualFilter::from_spent_with(self.ledger.budgets().clone(), spent)?;
+        }
         Ok(ClippedSum::Grid { values, gamma })
     }
 
@@ -198,7 +222,36 @@ impl Canaries {
         }
     }
 
-    /// The audit after the run's `steps` steps: each tier's bound at `confidence` against its
+    /// The canaries' groups: each tier's (the run's without tiers) at its guaranteed ε, or with
+    /// several gradient norms, each tier's canaries of each norm — a group below the clip at the
+    /// ε of the most any of them spent ([`RunAccounting::spent_epsilon`], never above its
+    /// tier's).
+    ///
+    /// [`RunAccounting::spent_epsilon`]: crate::train::method::RunAccounting::spent_epsilon
+    fn groups(&self, cfg: &ValidConfig) -> Vec<CanaryGroup> {
+        let tiers = tier_groups(cfg, &self.tier_of);
+        if self.norms.len() == 1 {
+            return tiers;
+        }
+        let spent = self.ledger.spent_all();
+        let mut out = Vec::new();
+        for tier in tiers {
+            for (j, &norm) in self.norms.iter().enumerate() {
+                let members: Vec<usize> =
+                    tier.members.iter().copied().filter(|&i| usize::from(self.norm_of[i]) == j).collect();
+                let most = members.iter().map(|&i| spent[i]).fold(0.0, f64::max);
+                let own = (norm < 1.0)
+                    .then(|| cfg.accounting().and_then(|a| a.spent_epsilon(cfg, most)))
+                    .flatten()
+                    .map_or(tier.claimed, |e| e.min(tier.claimed));
+                let name = format!("{}, gradients of {norm} C", tier.name);
+                out.push(CanaryGroup { name, claimed: own, gradient_norm: Some(norm), members });
+            }
+        }
+        out
+    }
+
+    /// The audit after the run's `steps` steps: each group's bound at `confidence` against its
     /// claim.
     ///
     /// # Errors
@@ -207,7 +260,7 @@ impl Canaries {
         let end: Vec<f64> = self.theta.iter().map(|&x| -f64::from(x)).collect();
         let first_k =
             if self.at_k.is_empty() { end.clone() } else { self.at_k.iter().map(|&x| -f64::from(x)).collect() };
-        let groups = group_audits(cfg, [&first_k, &end], &self.included, &self.tier_of, confidence)?;
+        let groups = group_audits(cfg, [&first_k, &end], &self.included, &self.groups(cfg), confidence)?;
         Ok(OneRunReport {
             threat_model: "white-box, every noisy update, gradient canaries on coordinates of their own".into(),
             method: cfg.method().describe().into(),
@@ -289,13 +342,17 @@ pub struct OneRunReport {
     pub scores: Vec<(f64, bool)>,
 }
 
-/// The audit of one tier's canaries (or the run's).
+/// The audit of one group's canaries: a tier's (or the run's), or a tier's of one gradient norm.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupAudit {
     /// "the run" or "tier epsilon = …".
     pub group: String,
     /// The ε the accountant claims for these canaries at the run's δ.
     pub claimed_epsilon: f64,
+    /// Their gradient norm as a fraction of the clip, where the audit has several
+    /// (`audit.gradient_norms`): below 1, the claim is the ε of what they spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gradient_norm: Option<f64>,
     /// The canaries of the group.
     pub canaries: usize,
     /// How many of them the coin included.
@@ -322,31 +379,58 @@ pub struct GaussianAudit {
     pub epsilon_lower: f64,
 }
 
-/// Each tier's audit (one for a run without tiers) from every canary's two scores
-/// (`[first-k, all-steps]`, higher: more likely included), its coin and its tier: per tier,
-/// each statistic at half of 1 − `confidence` ([`audit_guesses`]), the better bound kept and
-/// compared with the tier's guaranteed ε (the run's headline ε without tiers).
-///
-/// # Errors
-/// A tier with fewer than 2 canaries, or scores that are not one per canary.
-pub fn group_audits(
-    cfg: &ValidConfig,
-    [first_k, all]: [&[f64]; 2],
-    included: &[bool],
-    tier_of: &[u8],
-    confidence: f64,
-) -> Result<Vec<GroupAudit>> {
+/// Canaries audited together against one claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanaryGroup {
+    /// "the run", "tier epsilon = …", with the gradient norm where there are several.
+    pub name: String,
+    /// The ε the accountant claims for each of them at the run's δ.
+    pub claimed: f64,
+    /// Their gradient norm as a fraction of the clip, where the audit has several.
+    pub gradient_norm: Option<f64>,
+    /// Their indices.
+    pub members: Vec<usize>,
+}
+
+/// One group per tier (one for a run without tiers), canary i in tier `tier_of[i]`, each at its
+/// tier's guaranteed ε (the run's headline ε without tiers).
+#[must_use]
+pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
     let tiers = cfg.tiers();
     let claims: Vec<(String, f64)> = if tiers.is_empty() {
         vec![("the run".into(), cfg.epsilon().unwrap_or(f64::INFINITY))]
     } else {
         tiers.iter().map(|t| (format!("tier epsilon = {}", t.epsilon), t.guaranteed_epsilon)).collect()
     };
+    claims
+        .into_iter()
+        .enumerate()
+        .map(|(j, (name, claimed))| CanaryGroup {
+            name,
+            claimed,
+            gradient_norm: None,
+            members: (0..tier_of.len()).filter(|&i| usize::from(tier_of[i]) == j).collect(),
+        })
+        .collect()
+}
+
+/// Each group's audit from every canary's two scores (`[first-k, all-steps]`, higher: more
+/// likely included) and its coin: per group, each statistic at half of 1 − `confidence`
+/// ([`audit_guesses`]), the better bound kept and compared with the group's claim.
+///
+/// # Errors
+/// A group with fewer than 2 canaries, or scores that are not one per canary.
+pub fn group_audits(
+    cfg: &ValidConfig,
+    [first_k, all]: [&[f64]; 2],
+    included: &[bool],
+    groups: &[CanaryGroup],
+    confidence: f64,
+) -> Result<Vec<GroupAudit>> {
     let each = 1.0 - (1.0 - confidence) / 2.0;
-    let included_of = |i: usize| included[i];
-    let mut groups = Vec::new();
-    for (j, (group, claimed)) in claims.into_iter().enumerate() {
-        let of: Vec<usize> = (0..included.len()).filter(|&i| usize::from(tier_of[i]) == j).collect();
+    let mut out = Vec::new();
+    for g in groups {
+        let of = &g.members;
         let inc: Vec<bool> = of.iter().map(|&i| included[i]).collect();
         let mut best: Option<(OneRunBound, &str)> = None;
         for (name, scores) in [("first-k", first_k), ("all-steps", all)] {
@@ -358,28 +442,26 @@ pub fn group_audits(
         }
         let Some((mut bound, statistic)) = best else { continue };
         bound.confidence = confidence;
-        let consistent = bound.epsilon_lower <= claimed;
-        let included = inc.iter().filter(|&&b| b).count();
         let gaussian = if cfg.accounting().and_then(|a| a.sample_rate()).is_none() {
-            let side = |want: bool| -> Vec<f64> {
-                of.iter().filter(|&&i| included_of(i) == want).map(|&i| first_k[i]).collect()
-            };
+            let side =
+                |want: bool| -> Vec<f64> { of.iter().filter(|&&i| included[i] == want).map(|&i| first_k[i]).collect() };
             gaussian_bound(&side(true), &side(false), cfg.delta(), confidence)
         } else {
             None
         };
-        groups.push(GroupAudit {
-            group,
-            claimed_epsilon: claimed,
+        out.push(GroupAudit {
+            group: g.name.clone(),
+            claimed_epsilon: g.claimed,
+            gradient_norm: g.gradient_norm,
             canaries: of.len(),
-            included,
+            included: inc.iter().filter(|&&b| b).count(),
             statistic: statistic.into(),
+            consistent: bound.epsilon_lower <= g.claimed,
             bound,
-            consistent,
             gaussian,
         });
     }
-    Ok(groups)
+    Ok(out)
 }
 
 /// [`gaussian_mu_lower`] of `inn` against `out` and its ε at `delta` (μ lowered by 10⁻¹² of
@@ -400,6 +482,52 @@ mod tests {
     thread_local! {
         /// A deliberate bug (test builds only): the canaries' ledger forgets every charge.
         pub(super) static FORGET_SPENT: Cell<bool> = const { Cell::new(false) };
+        /// Another: a gradient of norm s·C below the clip charged s⁴C², not s²C² (exact at the
+        /// clip, so invisible to canaries whose gradients reach it).
+        pub(super) static CHARGE_SQUARED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Filtered GD at ε = 4, k = 2, run to 96 steps (no noisy accuracies, which the canaries' claims
+    /// would include though they take no part in them), with 4,000 canaries: half at the clip, half
+    /// at C/8. Correctly charged, the small ones spend 96·C²/64 = 1.5 C² of the 2 C² budget and
+    /// are audited against that spent ε (lower than the run's): consistent. A ledger that charges
+    /// them s⁴C² claims 64 times less spent: the small group's audit catches it, while the full
+    /// group, charged exactly C² either way, does not.
+    #[test]
+    fn a_ledger_that_undercharges_small_gradients_is_caught_by_the_small_canaries() {
+        let data = tempfile::tempdir().unwrap();
+        crate::data::synthetic::Synthetic::default().write(data.path()).unwrap();
+        let text = format!(
+            "[data]\ndir = \"{}\"\ntrain_subset = 200\ntest_subset = 50\n[model]\npreset = \"logistic\"\n\
+             [privacy]\nmethod = \"filtered\"\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 2\n\
+             [train]\nlr = 0.5\nmax_steps = 96\nlr_after_k = 0.5\nseed = 9\n[stopping]\nrule = \"max-steps\"\n\
+             [audit]\ncanaries = 4000\ngradient_norms = [1.0, 0.125]\n",
+            data.path().display()
+        );
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let set = cfg.config().data.load().unwrap();
+        let mut reports = Vec::new();
+        for bug in [false, true] {
+            CHARGE_SQUARED.with(|f| f.set(bug));
+            let dir = tempfile::tempdir().unwrap();
+            let ran = run(&cfg, &set, dir.path(), &RunOptions::default(), &mut Silent);
+            CHARGE_SQUARED.with(|f| f.set(false));
+            ran.unwrap();
+            let report: super::OneRunReport = read_json(&RunFolder::new(dir.path()).audit()).unwrap();
+            reports.push(report);
+        }
+        let run_epsilon = cfg.epsilon().unwrap();
+        let [full, small] = &reports[0].groups[..] else { panic!("{:?}", reports[0].groups) };
+        assert_eq!((full.gradient_norm, small.gradient_norm), (Some(1.0), Some(0.125)));
+        assert_eq!(full.claimed_epsilon, run_epsilon);
+        // 96·(C/8)² = 1.5 C² spent: the Gaussian mechanism of sensitivity √1.5·C at noise σC, by hand.
+        let by_hand = crate::accounting::convert::gaussian_epsilon(1.5f64.sqrt() / cfg.sigma().unwrap(), 1e-5);
+        assert!(small.claimed_epsilon >= by_hand && small.claimed_epsilon < by_hand * (1.0 + 1e-9), "{small:?}");
+        assert!(small.claimed_epsilon < run_epsilon, "{small:?}");
+        assert!(reports[0].consistent, "{:?}", reports[0].groups);
+        let [full, small] = &reports[1].groups[..] else { panic!("{:?}", reports[1].groups) };
+        assert!(full.consistent, "{full:?}");
+        assert!(!small.consistent && small.claimed_epsilon < 1.0, "{small:?}");
     }
 
     /// Filtered GD at ε = 4 with k = 2 run to 40 steps, 2,000 canaries: the run's own audit is

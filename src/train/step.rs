@@ -463,7 +463,7 @@ impl<'a, E: PerExample> GradientPlan<'a, E> {
 }
 
 /// The canaries' part of a step (a one-run audit, [`crate::train::canaries`]): canary i's
-/// gradient is `signs[i]`·2C on a coordinate of its own (a row of one value). Each active canary
+/// gradient is `gradients[i]` on a coordinate of its own (a row of one value). Each active canary
 /// that `selection` sums — and, for a method that charges every example, every active one — is
 /// charged and clipped by this step's own kernel and rules onto the aggregation's grid, as an
 /// example would be. Returns the grid sum, one value per canary.
@@ -474,16 +474,15 @@ pub(crate) fn canary_sum(
     aggregation: Aggregation,
     ledger: &mut IndividualFilter,
     selection: Selection<'_>,
-    signs: &[f32],
+    gradients: &[f32],
 ) -> Result<Vec<i64>> {
     let Aggregation::Clip { clip, on_nonfinite, grid } = aggregation else {
         return Err(Error::State("canaries in a run without a clip".into()));
     };
-    let m = signs.len();
+    let m = gradients.len();
     if ledger.len() != m || selection.sample().is_some_and(|s| s.len() != m) {
         return Err(Error::State(format!("a ledger of {} and a sample for {m} canaries", ledger.len())));
     }
-    let value = (2.0 * clip) as f32;
     let (mut sum, mut block) = (vec![0i64; m], BlockStats::default());
     let mut slots: Vec<(usize, LedgerSlot<'_>)> = ledger.slots_mut(0..m).enumerate().collect();
     for (i, slot) in &mut slots {
@@ -492,7 +491,7 @@ pub(crate) fn canary_sum(
         if slot.remaining() <= 0.0 {
             continue;
         }
-        let row = [signs[i] * value];
+        let row = [gradients[i]];
         let norm = f64::from(row[0]) * f64::from(row[0]);
         let rows = Rows::dense(&row, 1);
         let acc = &mut sum[i..=i];

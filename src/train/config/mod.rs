@@ -399,6 +399,24 @@ impl Default for ReleaseConfig {
 pub struct AuditConfig {
     /// M, the gradient canaries trained beside the examples, each included with probability ½.
     pub canaries: usize,
+    /// The canaries' gradient norms, as fractions of the clip C, dealt in turn within each tier
+    /// (default `[1.0]`: every canary's gradient is 2C, which the clip cuts to C). A group below
+    /// 1 spends less than a full step's C² each step and is audited against the ε of what it
+    /// spent — an empirical check of individual accounting (full-batch methods only).
+    #[serde(default = "full_norm", skip_serializing_if = "is_full_norm")]
+    pub gradient_norms: Vec<f64>,
+}
+
+/// The most canary gradient norms an audit takes (each a group of its own in every tier).
+pub const MAX_CANARY_NORMS: usize = 8;
+
+/// serde's default for `audit.gradient_norms`: one group, gradients beyond the clip.
+fn full_norm() -> Vec<f64> {
+    vec![1.0]
+}
+
+fn is_full_norm(norms: &[f64]) -> bool {
+    norms == [1.0]
 }
 
 /// The most canaries a run's audit takes (each is one coordinate of the noisy sum and a few

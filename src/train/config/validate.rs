@@ -170,17 +170,48 @@ impl TrainConfig {
                 ),
             ));
         }
-        // At least two canaries in each tier (the audit guesses within a tier).
-        let least = 2 * self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1));
+        self.check_canary_norms(&a.gradient_norms)?;
+        // At least two canaries in each group (the audit guesses within a tier and norm).
+        let groups = self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1)) * a.gradient_norms.len();
+        let least = 2 * groups;
         if !(least..=super::MAX_CANARIES).contains(&a.canaries) {
             return Err(Error::config(
                 "audit.canaries",
                 format!(
-                    "{} canaries: give between {least} (two per tier) and {} (1,000 is a good start)",
+                    "{} canaries: give between {least} (two per tier and gradient norm) and {} (1,000 is a good \
+                     start)",
                     a.canaries,
                     super::MAX_CANARIES
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// `audit.gradient_norms`: 1 to [`super::MAX_CANARY_NORMS`] distinct fractions of the clip
+    /// in (0, 1]; below 1 only where the ledger charges a full step's gradient as such.
+    fn check_canary_norms(&self, norms: &[f64]) -> Result<()> {
+        let bad = |why: String| Error::config("audit.gradient_norms", why);
+        if norms.is_empty() || norms.len() > super::MAX_CANARY_NORMS {
+            return Err(bad(format!(
+                "{} norms: give 1 to {} fractions of the clip, e.g. [1.0, 0.5, 0.25]",
+                norms.len(),
+                super::MAX_CANARY_NORMS
+            )));
+        }
+        if let Some(x) = norms.iter().find(|x| !(**x > 0.0 && **x <= 1.0)) {
+            return Err(bad(format!("{x}: each norm is a fraction of the clip in (0, 1], e.g. [1.0, 0.5, 0.25]")));
+        }
+        if (1..norms.len()).any(|i| norms[..i].contains(&norms[i])) {
+            return Err(bad(format!("{norms:?} names a norm twice: give each once")));
+        }
+        let full_batch = matches!(self.privacy.method, super::Method::Plain | super::Method::Filtered);
+        if norms.iter().any(|&x| x < 1.0) && !full_batch {
+            return Err(bad(format!(
+                "privacy.method = \"{}\": a canary group below the clip is audited against the epsilon of what it \
+                 spent, which is built for the full-batch methods (plain, filtered) only; use [1.0] with this method",
+                self.privacy.method.name()
+            )));
         }
         Ok(())
     }

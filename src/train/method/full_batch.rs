@@ -203,6 +203,23 @@ impl RunAccounting for FullBatch {
     fn ledger_unit(&self) -> String {
         CLIPPED_NORM_UNIT.into()
     }
+    /// s = `spent`/C² full steps' worth (rounded up) with every release the run makes. The
+    /// training part is the Gaussian mechanism of sensitivity √s·C at noise σC — s steps of
+    /// sensitivity C compose to it exactly ([DRS19] Cor. 3.3: μ² adds up), fractional or not —
+    /// so it is one step at multiplier σ/√s (rounded down).
+    ///
+    /// [DRS19]: https://arxiv.org/abs/1905.02383
+    fn spent_epsilon(&self, cfg: &Resolved, spent: f64) -> Option<f64> {
+        use crate::accounting::numeric::{div_down, div_up, mul_down, sqrt_up};
+        let p = &cfg.config().privacy;
+        let steps = div_up(spent, mul_down(p.clip, p.clip));
+        let mut plan = GdPlan::new(1.0).ok()?.with_neighbours(p.neighbours);
+        for r in cfg.releases() {
+            plan = plan.with_release(r.through(r.last).ok()?);
+        }
+        let sigma = div_down(self.sigma, sqrt_up(steps));
+        p.noise.epsilon(plan.guarantee(sigma).ok()?, cfg.delta(), p.conversion).ok()
+    }
     fn tiers(&self) -> &[Tier] {
         &self.tiers
     }

@@ -197,6 +197,17 @@ pub trait RunAccounting: Debug + Send + Sync {
     /// Each example's budget in the ledger that clips and drops it (`None`: the clip is C
     /// alone and no ledger stops examples).
     fn ledger_budget(&self) -> Option<f64>;
+    /// The ε at `cfg`'s δ, rounded up, of an example whose gradients are fixed — not chosen by
+    /// the data, as an audit's canary's are — and that spent `spent` of its ledger over the whole
+    /// run (with every release charged to it). For such an example the ledger's charge is the
+    /// exact sensitivity of each step it took part in, so what it spent is its guarantee; an
+    /// example whose gradients depend on the data holds its budget's ([FZ21] Thm 4.5), not its
+    /// spent's. `None` where the method has no such conversion.
+    ///
+    /// [FZ21]: https://arxiv.org/abs/2008.11193
+    fn spent_epsilon(&self, _cfg: &Resolved, _spent: f64) -> Option<f64> {
+        None
+    }
     /// What the ledger's budget and charges measure, in words.
     fn ledger_unit(&self) -> String;
     /// The budget and guarantee of each tier of `privacy.budgets`, in its order (empty without
