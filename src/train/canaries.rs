@@ -363,9 +363,11 @@ pub struct GroupAudit {
     pub bound: OneRunBound,
     /// Whether the bound is at most the claim.
     pub consistent: bool,
-    /// For a method without sampling, the tighter bound that assumes the canaries' first-k
-    /// scores are Gaussian with one variance (as full-batch GD's are; not distribution-free):
-    /// [`gaussian_mu_lower`] at the same confidence, and its ε at δ.
+    /// For a method without sampling, the tighter bound that assumes the canaries' scores are
+    /// Gaussian with one variance (as full-batch GD's are; not distribution-free):
+    /// [`gaussian_mu_lower`] at the same confidence, and its ε at δ. Its statistic is fixed in
+    /// advance: first-k for canaries at the clip (all spent by step k), all-steps for a group
+    /// below it (which goes on spending after k).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gaussian: Option<GaussianAudit>,
 }
@@ -443,8 +445,9 @@ pub fn group_audits(
         let Some((mut bound, statistic)) = best else { continue };
         bound.confidence = confidence;
         let gaussian = if cfg.accounting().and_then(|a| a.sample_rate()).is_none() {
+            let scores = if g.gradient_norm.is_some_and(|n| n < 1.0) { all } else { first_k };
             let side =
-                |want: bool| -> Vec<f64> { of.iter().filter(|&&i| included[i] == want).map(|&i| first_k[i]).collect() };
+                |want: bool| -> Vec<f64> { of.iter().filter(|&&i| included[i] == want).map(|&i| scores[i]).collect() };
             gaussian_bound(&side(true), &side(false), cfg.delta(), confidence)
         } else {
             None

@@ -127,13 +127,14 @@ pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::Val
         let (r, v) = best.map_or((0, 0), |b| (b.guesses, b.correct));
         lines.push(format!(
             "one-run audit, {}: epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic, {:.0}% \
-             confidence); claimed {:.3} at delta = {}: {}",
+             confidence); claimed {:.3}{} at delta = {}: {}",
             g.group,
             g.bound.epsilon_lower,
             g.canaries,
             g.statistic,
             100.0 * g.bound.confidence,
             g.claimed_epsilon,
+            if g.gradient_norm.is_some_and(|n| n < 1.0) { " (of what they spent)" } else { "" },
             cfg.config().privacy.delta,
             if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
         ));
@@ -143,9 +144,12 @@ pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::Val
                 gauss.mu_lower,
                 gauss.epsilon_lower,
                 if gauss.epsilon_lower > g.claimed_epsilon {
-                    ": ABOVE THE CLAIM (a 5% chance for a correct run; otherwise a leak)"
+                    format!(
+                        ": ABOVE THE CLAIM (a {:.0}% chance for a run that leaks what it claims; otherwise a leak)",
+                        100.0 * (1.0 - g.bound.confidence)
+                    )
                 } else {
-                    ""
+                    String::new()
                 }
             ));
         }
