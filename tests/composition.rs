@@ -129,7 +129,7 @@ const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [5, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
+    [6, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -150,8 +150,8 @@ const NAMES: [&[&str]; FACTORS] = [
 impl Combo {
     /// The combination whose factor f takes value `v[f]`.
     fn of(v: [usize; FACTORS]) -> Self {
-        const METHODS: [Method; 5] =
-            [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+        const METHODS: [Method; 6] =
+            [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::BandMf, Method::NonPrivate];
         Self {
             v,
             method: METHODS[v[0]],
@@ -177,6 +177,7 @@ impl Combo {
             Method::Filtered => ("filtered", "worst_case_steps = 4\n", 6),
             Method::Sgd => ("sgd", "sample_rate = 0.3\nworst_case_steps = 4\n", 4),
             Method::SgdFiltered => ("sgd-filtered", "sample_rate = 0.3\nworst_case_steps = 4\n", 6),
+            Method::BandMf => ("bandmf", "sample_rate = 0.6\nbands = 2\nworst_case_steps = 4\n", 4),
             Method::NonPrivate => ("non-private", "worst_case_steps = 4\n", 6),
         };
         let target = if self.method == Method::NonPrivate { String::new() } else { format!("epsilon = {EPSILON}\n") };
@@ -250,7 +251,7 @@ struct Refusal {
 }
 
 fn sgd(m: Method) -> bool {
-    matches!(m, Method::Sgd | Method::SgdFiltered)
+    matches!(m, Method::Sgd | Method::SgdFiltered | Method::BandMf)
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
@@ -258,8 +259,9 @@ const REFUSED: [Refusal; 11] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
-            (c.budgets != Budgets::None && matches!(c.method, Method::Plain | Method::Sgd | Method::NonPrivate))
-                .then_some((0, 1))
+            (c.budgets != Budgets::None
+                && matches!(c.method, Method::Plain | Method::Sgd | Method::BandMf | Method::NonPrivate))
+            .then_some((0, 1))
         },
     },
     Refusal {
@@ -518,8 +520,23 @@ fn run_curve(c: &Combo, privacy: &Value, steps_or_budget: f64) -> Rdp {
             let order = a["sampling"]["individual"]["order"].as_f64().unwrap();
             Rdp::new(vec![order], vec![steps_or_budget]).unwrap()
         }
+        Method::BandMf => {
+            let (q, rounds) = band_rounds(a);
+            let orders = dp_accounting_orders();
+            let mut acc = RdpAccountant::new(orders.clone(), Conversion::Cks).unwrap();
+            acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(rounds)).unwrap();
+            Rdp::new(orders, acc.rdp().to_vec()).unwrap()
+        }
         Method::NonPrivate => unreachable!("a non-private run has no curve"),
     }
+}
+
+/// BandMF's rate and rounds from its published T and b: ⌈T/b⌉ rounds of DP-SGD at the
+/// partition's rate (Choquette-Choo, Ganesh, Steinke & Thakurta 2023's reduction).
+fn band_rounds(accounting: &Value) -> (f64, u64) {
+    let s = &accounting["sampling"];
+    let (steps, bands) = (s["steps"].as_u64().unwrap(), s["correlated"]["bands"].as_u64().unwrap());
+    (s["rate"].as_f64().unwrap(), steps.div_ceil(bands))
 }
 
 /// (a) for a single run: the headline and each tier, from `privacy.json`'s published numbers.
@@ -547,6 +564,12 @@ fn check_run_epsilon(c: &Combo, privacy: &Value, what: &str) {
         Method::SgdFiltered => {
             let order = a["sampling"]["individual"]["order"].as_f64().unwrap();
             Rdp::new(vec![order], vec![steps_or_budget]).unwrap().epsilon(delta, c.conversion).unwrap()
+        }
+        Method::BandMf => {
+            let (q, rounds) = band_rounds(a);
+            let mut acc = RdpAccountant::new(dp_accounting_orders(), c.conversion).unwrap();
+            acc.compose(&DpEvent::poisson_sampled(q, DpEvent::gaussian(sigma)).repeated(rounds)).unwrap();
+            acc.epsilon(delta).unwrap()
         }
         Method::NonPrivate => unreachable!(),
     };

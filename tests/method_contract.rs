@@ -21,10 +21,16 @@ use dpgd::train::{Method, RunFolder, TrainConfig, ValidConfig};
 
 /// Every method; a new one fails to compile here until it is listed (and so tested).
 fn every_method() -> Vec<Method> {
-    let all = vec![Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+    let all =
+        vec![Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::BandMf, Method::NonPrivate];
     for m in &all {
         match m {
-            Method::Plain | Method::Filtered | Method::Sgd | Method::SgdFiltered | Method::NonPrivate => {}
+            Method::Plain
+            | Method::Filtered
+            | Method::Sgd
+            | Method::SgdFiltered
+            | Method::BandMf
+            | Method::NonPrivate => {}
         }
     }
     all
@@ -36,7 +42,11 @@ fn config(method: Method, noise: &str) -> String {
     let t = method.training();
     let name = serde_json::to_value(method).unwrap();
     let name = name.as_str().unwrap();
-    let rate = if t.samples() { "sample_rate = 0.2\n" } else { "" };
+    let rate = match method {
+        Method::BandMf => "sample_rate = 0.4\nbands = 2\n",
+        _ if t.samples() => "sample_rate = 0.2\n",
+        _ => "",
+    };
     // The discrete Gaussian is accounted through zCDP (no exact GDP curve).
     let conversion = if noise == "discrete-gaussian" { "conversion = \"cks\"\n" } else { "" };
     let privacy = format!(

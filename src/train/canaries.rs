@@ -34,7 +34,6 @@ use rand::RngExt as _;
 use serde::{Deserialize, Serialize};
 
 use super::config::ValidConfig;
-use super::sgd::poisson_sample;
 use super::step::{Aggregation, ClippedSum};
 use crate::accounting::Neighbours;
 use crate::accounting::audit::one_run::{OneRunBound, audit_guesses, gaussian_mu_lower};
@@ -168,8 +167,11 @@ impl Canaries {
             return Err(Error::State("canaries in a run without a clip".into()));
         };
         let accounting = cfg.accounting().ok_or_else(|| Error::State("canaries in a non-private run".into()))?;
+        // Sampled as the method samples its examples (at its rate, in its partitions).
         let flags = match accounting.sample_rate() {
-            Some(q) => Some(poisson_sample(self.len(), q, &mut cfg.noise_seed().rng(Stream::canary_sample(step))?)),
+            Some(_) => {
+                accounting.sample_with(step, self.len(), &mut cfg.noise_seed().rng(Stream::canary_sample(step))?)
+            }
             None => None,
         };
         let selection = accounting.selection(flags.as_deref());

@@ -276,6 +276,25 @@ pub struct SamplingReport {
     /// Individual accounting (`method = "sgd-filtered"`): the filter's order and budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual: Option<IndividualReport>,
+    /// Noise correlated across steps (`method = "bandmf"`): its matrix and partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlated: Option<CorrelatedReport>,
+}
+
+/// BandMF's correlation of the noise across steps and the partitions that make it private.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CorrelatedReport {
+    /// b: the bands of C and the number of partitions.
+    pub bands: usize,
+    /// C's Toeplitz coefficients c₀ … c_{b−1} (unit ℓ2 norm): row t of C holds c_{t−s} at
+    /// column s for 0 ≤ t − s < b.
+    pub coefficients: Vec<f64>,
+    /// ⌈T/b⌉: the rounds of DP-SGD the run is as private as.
+    pub rounds: usize,
+    /// How examples are partitioned and which partition each step samples.
+    pub partitions: String,
+    /// The noise each step adds, in words.
+    pub noise: String,
 }
 
 /// The individual Rényi filter of DP-SGD with individual accounting.

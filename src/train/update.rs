@@ -106,16 +106,23 @@ pub fn apply_update(
     rng: &mut rand_chacha::ChaCha20Rng,
 ) -> Result<()> {
     let noisy = add_noise(sum, sampler, noise_std, rng)?;
+    update_theta(theta, velocity, &noisy, rule);
+    Ok(())
+}
+
+/// θ moved by the released `noisy` sum: ĝ = noisy / divisor, then θ ← θ − η·ĝ, or with
+/// momentum μ > 0, v ← μ·v + ĝ and θ ← θ − η·v (`velocity` is v: empty means zeros, and it is
+/// left untouched when μ = 0). Post-processing of the noisy sum: no privacy cost.
+pub fn update_theta(theta: &mut [f32], velocity: &mut Vec<f32>, noisy: &[f32], rule: UpdateRule) {
     let scale = 1.0 / rule.divisor.max(f64::MIN_POSITIVE);
     if rule.momentum == 0.0 {
-        axpy(-rule.lr * scale, &noisy, theta);
-        return Ok(());
+        axpy(-rule.lr * scale, noisy, theta);
+        return;
     }
     velocity.resize(theta.len(), 0.0);
     let (mu, scale) = (rule.momentum as f32, scale as f32);
-    velocity.iter_mut().zip(&noisy).for_each(|(v, g)| *v = mu * *v + g * scale);
+    velocity.iter_mut().zip(noisy).for_each(|(v, g)| *v = mu * *v + g * scale);
     axpy(-rule.lr, velocity.as_slice(), theta);
-    Ok(())
 }
 
 #[cfg(test)]

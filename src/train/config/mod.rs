@@ -181,12 +181,17 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacyConfig {
-    /// `plain`, `filtered`, `sgd` or `non-private`.
+    /// `plain`, `filtered`, `sgd`, `sgd-filtered`, `bandmf` or `non-private`.
     pub method: Method,
-    /// DP-SGD's Poisson sampling rate q (each step includes each example with probability q);
-    /// `sgd` only.
+    /// DP-SGD's Poisson sampling rate q (each step includes each example with probability q;
+    /// with `bandmf`, each example of the step's partition); the sampling methods only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_rate: Option<f64>,
+    /// b, the bands of `bandmf`'s correlation matrix and the number of partitions its examples
+    /// are split into (each example takes part at most once in any b consecutive steps);
+    /// `bandmf` only. 1 is DP-SGD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bands: Option<usize>,
     /// Target ε (calibrates σ); give this or `sigma`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epsilon: Option<f64>,
@@ -278,6 +283,13 @@ pub enum Method {
     /// example's gradient is computed every step), and drops it when its budget — what
     /// `privacy.worst_case_steps` full steps cost — is spent; up to `train.max_steps` steps.
     SgdFiltered,
+    /// BandMF ([`crate::train::method`]'s `band_mf`; Choquette-Choo, Ganesh, Steinke &
+    /// Thakurta 2023): DP-SGD whose noise is correlated across steps by a b-banded matrix
+    /// (`privacy.bands`), so that it partly cancels in the running sum the model follows; the
+    /// examples in b fixed partitions taken in turn, each step a Poisson sample of rate
+    /// `privacy.sample_rate` of its partition; `privacy.worst_case_steps` steps.
+    #[serde(rename = "bandmf")]
+    BandMf,
     /// No clipping and no noise. NOT PRIVATE: for reference only.
     NonPrivate,
 }
@@ -285,8 +297,8 @@ pub enum Method {
 impl Method {
     /// Every method, in the order of its declaration (exhaustive on purpose: a new method must
     /// be placed in every test matrix, which match on it).
-    pub const ALL: [Method; 5] =
-        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::NonPrivate];
+    pub const ALL: [Method; 6] =
+        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::BandMf, Method::NonPrivate];
 
     /// The method's name in configs (`privacy.method`).
     #[must_use]
@@ -296,6 +308,7 @@ impl Method {
             Method::Filtered => "filtered",
             Method::Sgd => "sgd",
             Method::SgdFiltered => "sgd-filtered",
+            Method::BandMf => "bandmf",
             Method::NonPrivate => "non-private",
         }
     }

@@ -256,6 +256,13 @@ impl TrainConfig {
             t.device.device().map(|_| ()),
             p.budgets.as_ref().map_or(Ok(()), |b| b.check(p.method, &self.data)),
             self.audit.as_ref().map_or(Ok(()), |a| self.check_audit(a)),
+            match p.bands {
+                Some(b) if p.method != Method::BandMf => Err(Error::config(
+                    "privacy.bands",
+                    format!("{b}: only method = \"bandmf\" correlates its noise in bands; remove bands or use it"),
+                )),
+                _ => Ok(()),
+            },
             match (p.sample_rate, p.method.training().samples()) {
                 (Some(q), false) => Err(Error::config(
                     "privacy.sample_rate",

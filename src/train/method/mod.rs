@@ -12,6 +12,7 @@
 //! noise and update [`IndependentNoise`] or a [`StepRule`] of its own) plus one [`Method`] name
 //! and its line in [`Method::training`].
 
+mod band_mf;
 mod dp_sgd;
 mod dp_sgd_individual;
 mod filtered_gd;
@@ -240,6 +241,13 @@ pub trait RunAccounting: Debug + Send + Sync {
     fn sample(&self, _step: usize, n: usize, _seed: NoiseSeed) -> Result<(Option<Vec<bool>>, f64)> {
         Ok((None, n as f64))
     }
+    /// Which of `n` others (an audit's canaries) a step of this method's sampling includes,
+    /// drawn from `rng` (`None`: every one). By default a Poisson sample at
+    /// [`sample_rate`](Self::sample_rate); a method that samples otherwise says how here, so
+    /// that its canaries take part as its examples do.
+    fn sample_with(&self, _step: usize, n: usize, rng: &mut rand_chacha::ChaCha20Rng) -> Option<Vec<bool>> {
+        self.sample_rate().map(|q| crate::train::sgd::poisson_sample(n, q, rng))
+    }
     /// Which examples a step computes, charges and sums, given its `sample`.
     fn selection<'s>(&'s self, sample: Option<&'s [bool]>) -> Selection<'s> {
         sample.map_or(Selection::All, Selection::Sample)
@@ -365,6 +373,7 @@ mod tests {
                 (true, false, true, Best),
                 (true, true, false, Max),
                 (true, true, true, Max),
+                (true, true, false, Max),
                 (false, false, false, Max)
             ]
         );

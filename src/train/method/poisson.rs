@@ -27,6 +27,36 @@ use crate::train::tiers::Tier;
 /// exact GDP conversion, noisy counts, or an invalid ε or σ (each named).
 pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease], individual: bool) -> Result<SgdAccounting> {
     let p = &config.privacy;
+    let mut sgd = calibrate_rounds(config, releases, p.worst_case_steps, individual)?;
+    if individual {
+        sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
+    }
+    if let Some(b) = &p.budgets {
+        sgd = sgd.with_tiers(&b.targets(), typed_down(p.delta)).map_err(|e| {
+            Error::config(
+                "privacy.budgets.epsilons",
+                format!(
+                    "a tier is below what the filter's Renyi order and delta cost with no budget at all ({e}): raise \
+                     it, or lower privacy.epsilon so that the order suits stricter budgets"
+                ),
+            )
+        })?;
+    }
+    Ok(sgd)
+}
+
+/// σ and the accounting of `rounds` rounds of the Poisson-subsampled Gaussian at the config's
+/// rate (DP-SGD's steps, or BandMF's rounds), after refusing what it does not account for.
+///
+/// # Errors
+/// As [`calibrate`], without its individual accounting and tiers.
+pub fn calibrate_rounds(
+    config: &TrainConfig,
+    releases: &[ScheduledRelease],
+    rounds: usize,
+    individual: bool,
+) -> Result<SgdAccounting> {
+    let p = &config.privacy;
     let Some(q) = p.sample_rate else {
         return Err(Error::config(
             "privacy.sample_rate",
@@ -45,17 +75,23 @@ pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease], individual
              with n public); remove neighbours",
         );
     }
+    let name = p.method.name();
     if p.noise != NoiseSampler::Gaussian {
         return refuse(
             "privacy.noise",
-            "the subsampled discrete Gaussian has no accountant here; use noise = \"gaussian\" with method = \"sgd\"",
+            &format!(
+                "the subsampled discrete Gaussian has no accountant here; use noise = \"gaussian\" with method = \
+                 \"{name}\""
+            ),
         );
     }
     if p.conversion == Conversion::GaussianExact {
         return refuse(
             "privacy.conversion",
-            "DP-SGD is accounted in Renyi DP, which has no exact GDP curve: use conversion = \"cks\" (the \
-             default for sgd) or \"bun-steinke\"",
+            &format!(
+                "DP-SGD is accounted in Renyi DP, which has no exact GDP curve: use conversion = \"cks\" (the \
+                 default for {name}) or \"bun-steinke\""
+            ),
         );
     }
     if !releases.is_empty() || config.release.active_count != ActiveRelease::None {
@@ -64,30 +100,14 @@ pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease], individual
             "a DP-SGD run releases only its model: remove the noisy active count (every example stays active)",
         );
     }
-    let steps = p.worst_case_steps;
     let sigma = match Target::of(p)? {
         Target::Sigma(s) => s,
         Target::Epsilon { epsilon, delta } => {
-            SgdAccounting::calibrate(q, steps, (epsilon, delta), p.conversion, individual)
+            SgdAccounting::calibrate(q, rounds, (epsilon, delta), p.conversion, individual)
                 .map_err(|e| field("privacy.epsilon", e))?
         }
     };
-    let mut sgd = SgdAccounting::new(q, sigma, steps, p.conversion).map_err(|e| field("privacy.sigma", e))?;
-    if individual {
-        sgd = sgd.with_individual_accounting(typed_down(p.delta)).map_err(|e| field("privacy.sigma", e))?;
-    }
-    if let Some(b) = &p.budgets {
-        sgd = sgd.with_tiers(&b.targets(), typed_down(p.delta)).map_err(|e| {
-            Error::config(
-                "privacy.budgets.epsilons",
-                format!(
-                    "a tier is below what the filter's Renyi order and delta cost with no budget at all ({e}): raise \
-                     it, or lower privacy.epsilon so that the order suits stricter budgets"
-                ),
-            )
-        })?;
-    }
-    Ok(sgd)
+    SgdAccounting::new(q, sigma, rounds, p.conversion).map_err(|e| field("privacy.sigma", e))
 }
 
 impl RunAccounting for SgdAccounting {
@@ -318,5 +338,6 @@ fn sampling_report(
                      is clipped to the largest norm whose charge fits, and it is dropped once nothing is left"
                 .into(),
         }),
+        correlated: None,
     }
 }

@@ -1,7 +1,7 @@
 //! The registration of each method's implementation: the one place that names them, above the
 //! traits they implement (`method/mod.rs`) and the files that implement them.
 
-use super::{TrainingMethod, dp_sgd, dp_sgd_individual, filtered_gd, non_private, plain_gd};
+use super::{TrainingMethod, band_mf, dp_sgd, dp_sgd_individual, filtered_gd, non_private, plain_gd};
 use crate::train::config::Method;
 
 impl Method {
@@ -26,6 +26,7 @@ impl Method {
             Method::Filtered => &filtered_gd::FilteredGd,
             Method::Sgd => &dp_sgd::DpSgd,
             Method::SgdFiltered => &dp_sgd_individual::DpSgdIndividual,
+            Method::BandMf => &band_mf::BandMf,
             Method::NonPrivate => &non_private::NonPrivateGd,
         }
     }

@@ -1,0 +1,78 @@
+//! BandMF (`privacy.method = "bandmf"`): with one band it is DP-SGD bit for bit; with b bands an
+//! example takes part only in its partition's steps, the noise is C⁻¹z over the steps, the run is
+//! accounted as ⌈T/b⌉ rounds of DP-SGD (recomputed here from the published numbers), and the
+//! configuration refuses what that does not cover.
+
+mod common;
+
+use common::{fixture_config, snapshot, train};
+use dpgd::accounting::Conversion;
+use dpgd::accounting::event::{Accountant, DpEvent, RdpAccountant};
+use dpgd::accounting::subsampled::dp_accounting_orders;
+use dpgd::train::{RunFolder, TrainConfig, read_json};
+
+fn config(method: &str, privacy: &str) -> String {
+    let privacy = format!("method = \"{method}\"\n{privacy}\ndelta = 1e-5\nclip = 1.0\nworst_case_steps = 9");
+    fixture_config(&format!("band-{method}"), "logistic", (300, 100), &privacy, "lr = 0.5\nseed = 9\neval_every = 0")
+}
+
+#[test]
+fn one_band_is_dp_sgd_bit_for_bit() {
+    let (sgd_dir, band_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sgd = config("sgd", "sample_rate = 0.2\nepsilon = 4.0");
+    let band = config("bandmf", "sample_rate = 0.2\nbands = 1\nepsilon = 4.0");
+    train(&sgd, sgd_dir.path(), None);
+    train(&band, band_dir.path(), None);
+    assert_eq!(snapshot(&sgd, sgd_dir.path()).theta, snapshot(&band, band_dir.path()).theta);
+    let eps = |dir: &std::path::Path| {
+        let p: serde_json::Value = read_json(&RunFolder::new(dir).privacy()).unwrap();
+        p["accounting"]["epsilon"].as_f64().unwrap()
+    };
+    assert_eq!(eps(sgd_dir.path()), eps(band_dir.path()));
+}
+
+/// ⌈9/4⌉ = 3 rounds at the partition's rate, by hand from `privacy.json`'s σ and rate; the noise
+/// std and the batch each step divides by are the partition's.
+#[test]
+fn b_bands_are_accounted_as_t_over_b_rounds_of_dp_sgd() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config("bandmf", "sample_rate = 0.5\nbands = 4\nepsilon = 2.0");
+    train(&text, dir.path(), None);
+    let p: serde_json::Value = read_json(&RunFolder::new(dir.path()).privacy()).unwrap();
+    let a = &p["accounting"];
+    let sigma = a["training"]["sigma"].as_f64().unwrap();
+    assert_eq!(a["sampling"]["correlated"]["bands"], 4);
+    assert_eq!(a["sampling"]["correlated"]["rounds"], 3);
+    let mut acc = RdpAccountant::new(dp_accounting_orders(), Conversion::Cks).unwrap();
+    acc.compose(&DpEvent::poisson_sampled(0.5, DpEvent::gaussian(sigma)).repeated(3)).unwrap();
+    let by_hand = acc.epsilon(1e-5).unwrap();
+    let stated = a["epsilon"].as_f64().unwrap();
+    assert!(stated >= by_hand * (1.0 - 1e-12) && stated <= 2.0, "{stated} against {by_hand}");
+    assert!((stated - 2.0).abs() < 0.05, "sigma is calibrated for 3 rounds, not 9 steps: {stated}");
+    // More bands, fewer rounds at the same rate: less noise for the same epsilon.
+    let one = TrainConfig::from_toml(&config("bandmf", "sample_rate = 0.5\nbands = 1\nepsilon = 2.0"), &[])
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert!(sigma < one.sigma().unwrap(), "{sigma} against {}", one.sigma().unwrap());
+}
+
+#[test]
+fn what_bandmf_does_not_account_for_is_refused() {
+    let refused = |privacy: &str, field: &str, why: &str| {
+        let e = TrainConfig::from_toml(&config("bandmf", privacy), &[]).and_then(|c| c.validate()).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains(field) && e.contains(why), "{privacy}: {e}");
+    };
+    refused("sample_rate = 0.5\nepsilon = 2.0", "privacy.bands", "needs the bands");
+    refused("bands = 2\nepsilon = 2.0", "privacy.sample_rate", "within a step's partition");
+    refused("sample_rate = 0.5\nbands = 0\nepsilon = 2.0", "privacy.bands", "give 1 to 9 bands");
+    refused("sample_rate = 0.5\nbands = 10\nepsilon = 2.0", "privacy.bands", "give 1 to 9 bands");
+    refused("sample_rate = 0.5\nbands = 2\nepsilon = 2.0\nnoise = \"discrete-gaussian\"", "privacy.noise", "bandmf");
+    refused("sample_rate = 0.5\nbands = 2\nepsilon = 2.0\nconversion = \"gaussian-exact\"", "privacy.conversion", "");
+    let e = TrainConfig::from_toml(&config("sgd", "sample_rate = 0.5\nbands = 2\nepsilon = 2.0"), &[])
+        .and_then(|c| c.validate())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("privacy.bands") && e.contains("only method = \"bandmf\""), "{e}");
+}
