@@ -41,8 +41,8 @@ fn b_bands_are_accounted_as_t_over_b_rounds_of_dp_sgd() {
     let p: serde_json::Value = read_json(&RunFolder::new(dir.path()).privacy()).unwrap();
     let a = &p["accounting"];
     let sigma = a["training"]["sigma"].as_f64().unwrap();
-    assert_eq!(a["sampling"]["correlated"]["bands"], 4);
-    assert_eq!(a["sampling"]["correlated"]["rounds"], 3);
+    assert_eq!(a["correlated"]["bands"], 4);
+    assert_eq!(a["correlated"]["rounds"], 3);
     let mut acc = RdpAccountant::new(dp_accounting_orders(), Conversion::Cks).unwrap();
     acc.compose(&DpEvent::poisson_sampled(0.5, DpEvent::gaussian(sigma)).repeated(3)).unwrap();
     let by_hand = acc.epsilon(1e-5).unwrap();
@@ -75,4 +75,45 @@ fn what_bandmf_does_not_account_for_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("privacy.bands") && e.contains("only method = \"bandmf\""), "{e}");
+}
+
+fn filtered(method: &str, privacy: &str) -> String {
+    let privacy = format!("method = \"{method}\"\n{privacy}\ndelta = 1e-5\nclip = 1.0\nepsilon = 2.0");
+    let train = "lr = 0.5\nlr_after_k = 0.5\nmax_steps = 8\nseed = 9\neval_every = 0\n[stopping]\nrule = \"max-steps\"";
+    fixture_config(&format!("band-{method}"), "logistic", (300, 100), &privacy, train)
+}
+
+/// With one band every example takes part in every step and the noise is z itself: filtered
+/// GD, bit for bit (its model and every example's spent budget).
+#[test]
+fn one_band_with_the_filter_is_filtered_gd_bit_for_bit() {
+    let (gd_dir, band_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let gd = filtered("filtered", "worst_case_steps = 4");
+    let band = filtered("bandmf-filtered", "worst_case_steps = 4\nbands = 1");
+    train(&gd, gd_dir.path(), None);
+    train(&band, band_dir.path(), None);
+    let (a, b) = (snapshot(&gd, gd_dir.path()), snapshot(&band, band_dir.path()));
+    assert_eq!(a.theta, b.theta);
+    assert_eq!(a.spent, b.spent);
+}
+
+/// With b bands an example is charged only at its partition's steps, within its budget of k
+/// full participations; after the first step only partition 0 has spent anything.
+#[test]
+fn the_filter_charges_each_example_at_its_partitions_steps_only() {
+    let text = filtered("bandmf-filtered", "worst_case_steps = 2\nbands = 3");
+    let dir = tempfile::tempdir().unwrap();
+    train(&text, dir.path(), Some(1));
+    let spent = snapshot(&text, dir.path()).spent;
+    for (i, s) in spent.iter().enumerate() {
+        assert_eq!(*s > 0.0, i % 3 == 0, "example {i} spent {s} after step 1");
+    }
+    train(&text, dir.path(), None);
+    let spent = snapshot(&text, dir.path()).spent;
+    // 8 steps: partition 0 at steps 1, 4, 7; a budget of 2 full participations (clip 1).
+    assert!(spent.iter().all(|&s| s <= 2.0 * (1.0 + 1e-12)), "{:?}", spent.iter().copied().fold(0.0, f64::max));
+    assert!(spent.iter().any(|&s| s > 1.0), "some example took part more than once");
+    let p: serde_json::Value = read_json(&RunFolder::new(dir.path()).privacy()).unwrap();
+    assert_eq!(p["accounting"]["correlated"]["bands"], 3);
+    assert!(p["accounting"]["guarantee"].as_str().unwrap().contains("individual filter"));
 }

@@ -129,7 +129,7 @@ const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [6, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
+    [7, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -150,8 +150,15 @@ const NAMES: [&[&str]; FACTORS] = [
 impl Combo {
     /// The combination whose factor f takes value `v[f]`.
     fn of(v: [usize; FACTORS]) -> Self {
-        const METHODS: [Method; 6] =
-            [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::BandMf, Method::NonPrivate];
+        const METHODS: [Method; 7] = [
+            Method::Plain,
+            Method::Filtered,
+            Method::Sgd,
+            Method::SgdFiltered,
+            Method::BandMf,
+            Method::BandMfFiltered,
+            Method::NonPrivate,
+        ];
         Self {
             v,
             method: METHODS[v[0]],
@@ -178,6 +185,7 @@ impl Combo {
             Method::Sgd => ("sgd", "sample_rate = 0.3\nworst_case_steps = 4\n", 4),
             Method::SgdFiltered => ("sgd-filtered", "sample_rate = 0.3\nworst_case_steps = 4\n", 6),
             Method::BandMf => ("bandmf", "sample_rate = 0.6\nbands = 2\nworst_case_steps = 4\n", 4),
+            Method::BandMfFiltered => ("bandmf-filtered", "bands = 2\nworst_case_steps = 2\n", 6),
             Method::NonPrivate => ("non-private", "worst_case_steps = 4\n", 6),
         };
         let target = if self.method == Method::NonPrivate { String::new() } else { format!("epsilon = {EPSILON}\n") };
@@ -255,7 +263,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 11] = [
+const REFUSED: [Refusal; 12] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
@@ -275,6 +283,10 @@ const REFUSED: [Refusal; 11] = [
     Refusal {
         why: "a DP-SGD run releases only its model",
         pair: |c| (sgd(c.method) && c.counts != ActiveRelease::None).then_some((0, 9)),
+    },
+    Refusal {
+        why: "the banded noise is the continuous Gaussian, correlated across steps",
+        pair: |c| (c.method == Method::BandMfFiltered && c.noise == NoiseSampler::DiscreteGaussian).then_some((0, 6)),
     },
     Refusal {
         why: "discrete-Gaussian noise is accounted through zCDP, not the continuous Gaussian's exact curve",
@@ -503,7 +515,7 @@ fn run_curve(c: &Combo, privacy: &Value, steps_or_budget: f64) -> Rdp {
     let a = &privacy["accounting"];
     let sigma = a["training"]["sigma"].as_f64().unwrap();
     match c.method {
-        Method::Plain | Method::Filtered => {
+        Method::Plain | Method::Filtered | Method::BandMfFiltered => {
             let mu2 = steps_or_budget / (sigma * sigma) + releases_mu_squared(privacy);
             let orders = dp_accounting_orders();
             let eps = orders.iter().map(|a| a * mu2 / 2.0).collect();
@@ -535,7 +547,7 @@ fn run_curve(c: &Combo, privacy: &Value, steps_or_budget: f64) -> Rdp {
 /// partition's rate (Choquette-Choo, Ganesh, Steinke & Thakurta 2023's reduction).
 fn band_rounds(accounting: &Value) -> (f64, u64) {
     let s = &accounting["sampling"];
-    let (steps, bands) = (s["steps"].as_u64().unwrap(), s["correlated"]["bands"].as_u64().unwrap());
+    let (steps, bands) = (s["steps"].as_u64().unwrap(), accounting["correlated"]["bands"].as_u64().unwrap());
     (s["rate"].as_f64().unwrap(), steps.div_ceil(bands))
 }
 
@@ -551,7 +563,7 @@ fn check_run_epsilon(c: &Combo, privacy: &Value, what: &str) {
     let stated = a["epsilon"].as_f64().unwrap();
     let tiers = privacy["personalized"]["tiers"].as_array().cloned().unwrap_or_default();
     let independent = |steps_or_budget: f64| match c.method {
-        Method::Plain | Method::Filtered => {
+        Method::Plain | Method::Filtered | Method::BandMfFiltered => {
             let mu2 = steps_or_budget / (sigma * sigma) + releases_mu_squared(privacy);
             epsilon_of(mu2, c.noise, c.conversion, delta)
         }

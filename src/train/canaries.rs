@@ -167,13 +167,9 @@ impl Canaries {
             return Err(Error::State("canaries in a run without a clip".into()));
         };
         let accounting = cfg.accounting().ok_or_else(|| Error::State("canaries in a non-private run".into()))?;
-        // Sampled as the method samples its examples (at its rate, in its partitions).
-        let flags = match accounting.sample_rate() {
-            Some(_) => {
-                accounting.sample_with(step, self.len(), &mut cfg.noise_seed().rng(Stream::canary_sample(step))?)
-            }
-            None => None,
-        };
+        // Sampled as the method samples its examples (at its rate, in its partitions; or all).
+        let mut rng = cfg.noise_seed().rng(Stream::canary_sample(step))?;
+        let flags = accounting.sample_with(step, self.len(), &mut rng);
         let selection = accounting.selection(flags.as_deref());
         #[cfg(test)]
         if tests::FORGET_SPENT.with(std::cell::Cell::get) {

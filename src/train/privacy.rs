@@ -256,6 +256,9 @@ pub struct Accounting {
     pub releases: Vec<ReleaseReport>,
     /// The session's filter (full-batch GD; None for DP-SGD, which releases only its model).
     pub session: Option<SessionReport>,
+    /// Noise correlated across steps (`bandmf`, `bandmf-filtered`): its matrix and partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlated: Option<CorrelatedReport>,
 }
 
 /// DP-SGD's sampling and the Rényi accounting of its steps.
@@ -276,9 +279,6 @@ pub struct SamplingReport {
     /// Individual accounting (`method = "sgd-filtered"`): the filter's order and budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub individual: Option<IndividualReport>,
-    /// Noise correlated across steps (`method = "bandmf"`): its matrix and partitions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlated: Option<CorrelatedReport>,
 }
 
 /// BandMF's correlation of the noise across steps and the partitions that make it private.

@@ -181,15 +181,15 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacyConfig {
-    /// `plain`, `filtered`, `sgd`, `sgd-filtered`, `bandmf` or `non-private`.
+    /// `plain`, `filtered`, `sgd`, `sgd-filtered`, `bandmf`, `bandmf-filtered` or `non-private`.
     pub method: Method,
     /// DP-SGD's Poisson sampling rate q (each step includes each example with probability q;
     /// with `bandmf`, each example of the step's partition); the sampling methods only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_rate: Option<f64>,
-    /// b, the bands of `bandmf`'s correlation matrix and the number of partitions its examples
-    /// are split into (each example takes part at most once in any b consecutive steps);
-    /// `bandmf` only. 1 is DP-SGD.
+    /// b, the bands of `bandmf`'s (or `bandmf-filtered`'s) correlation matrix and the number of
+    /// partitions its examples are split into (each example takes part at most once in any b
+    /// consecutive steps); those methods only. 1 with `bandmf` is DP-SGD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bands: Option<usize>,
     /// Target ε (calibrates σ); give this or `sigma`.
@@ -290,6 +290,13 @@ pub enum Method {
     /// `privacy.sample_rate` of its partition; `privacy.worst_case_steps` steps.
     #[serde(rename = "bandmf")]
     BandMf,
+    /// BandMF with individual filtering (`band_mf_filtered`): `privacy.bands` partitions taken
+    /// in turn, every active example of the step's partition computed (no sampling), each charged
+    /// its own clipped gradient's squared norm and dropped when its budget — what
+    /// `privacy.worst_case_steps` full participations cost — is spent; the noise correlated as
+    /// BandMF's; up to `train.max_steps` steps.
+    #[serde(rename = "bandmf-filtered")]
+    BandMfFiltered,
     /// No clipping and no noise. NOT PRIVATE: for reference only.
     NonPrivate,
 }
@@ -297,8 +304,15 @@ pub enum Method {
 impl Method {
     /// Every method, in the order of its declaration (exhaustive on purpose: a new method must
     /// be placed in every test matrix, which match on it).
-    pub const ALL: [Method; 6] =
-        [Method::Plain, Method::Filtered, Method::Sgd, Method::SgdFiltered, Method::BandMf, Method::NonPrivate];
+    pub const ALL: [Method; 7] = [
+        Method::Plain,
+        Method::Filtered,
+        Method::Sgd,
+        Method::SgdFiltered,
+        Method::BandMf,
+        Method::BandMfFiltered,
+        Method::NonPrivate,
+    ];
 
     /// The method's name in configs (`privacy.method`).
     #[must_use]
@@ -309,6 +323,7 @@ impl Method {
             Method::Sgd => "sgd",
             Method::SgdFiltered => "sgd-filtered",
             Method::BandMf => "bandmf",
+            Method::BandMfFiltered => "bandmf-filtered",
             Method::NonPrivate => "non-private",
         }
     }

@@ -205,11 +205,15 @@ impl TrainConfig {
         if (1..norms.len()).any(|i| norms[..i].contains(&norms[i])) {
             return Err(bad(format!("{norms:?} names a norm twice: give each once")));
         }
-        let full_batch = matches!(self.privacy.method, super::Method::Plain | super::Method::Filtered);
+        let full_batch = matches!(
+            self.privacy.method,
+            super::Method::Plain | super::Method::Filtered | super::Method::BandMfFiltered
+        );
         if norms.iter().any(|&x| x < 1.0) && !full_batch {
             return Err(bad(format!(
                 "privacy.method = \"{}\": a canary group below the clip is audited against the epsilon of what it \
-                 spent, which is built for the full-batch methods (plain, filtered) only; use [1.0] with this method",
+                 spent, which is built for the methods accounted as full-batch GD (plain, filtered, bandmf-filtered) only; \
+                 use [1.0] with this method",
                 self.privacy.method.name()
             )));
         }
@@ -257,9 +261,12 @@ impl TrainConfig {
             p.budgets.as_ref().map_or(Ok(()), |b| b.check(p.method, &self.data)),
             self.audit.as_ref().map_or(Ok(()), |a| self.check_audit(a)),
             match p.bands {
-                Some(b) if p.method != Method::BandMf => Err(Error::config(
+                Some(b) if !matches!(p.method, Method::BandMf | Method::BandMfFiltered) => Err(Error::config(
                     "privacy.bands",
-                    format!("{b}: only method = \"bandmf\" correlates its noise in bands; remove bands or use it"),
+                    format!(
+                        "{b}: only method = \"bandmf\" or \"bandmf-filtered\" correlates its noise in bands; remove \
+                         bands or use one of them"
+                    ),
                 )),
                 _ => Ok(()),
             },

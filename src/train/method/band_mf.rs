@@ -25,8 +25,9 @@
 //! arithmetic; the discrete Gaussian is refused.
 //!
 //! **Memory.** The last b − 1 noise vectors (P f64 each). They are not saved with the run: a
-//! resumed run draws z₁ … zₜ again from their streams of the noise seed and recomputes them,
-//! so it continues bit for bit.
+//! resumed run with a fixed seed draws z₁ … zₜ again from their streams and recomputes them, so
+//! it continues bit for bit (in time that grows with the steps taken); one with the operating
+//! system's noise restarts the correlation, which keeps the guarantee (see `replay`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -63,9 +64,58 @@ impl TrainingMethod for BandMf {
         Ok(Some(Arc::new(BandAccounting::calibrate(config, releases)?)))
     }
     fn step_rule(&self, cfg: &Resolved, sigma: Option<f64>) -> Box<dyn StepRule> {
-        let p = &cfg.config().privacy;
-        let bands = p.bands.unwrap_or(1).clamp(1, MAX_BANDS);
-        Box::new(BandedNoise::new(coefficients(bands), sigma.map_or(0.0, |s| s * p.clip), cfg.noise_seed()))
+        banded_rule(cfg, sigma)
+    }
+}
+
+/// The banded noise of `cfg`'s run at noise multiplier `sigma` (std σC).
+pub(super) fn banded_rule(cfg: &Resolved, sigma: Option<f64>) -> Box<dyn StepRule> {
+    let p = &cfg.config().privacy;
+    let bands = p.bands.unwrap_or(1).clamp(1, MAX_BANDS);
+    Box::new(BandedNoise::new(coefficients(bands), sigma.map_or(0.0, |s| s * p.clip), cfg.noise_seed()))
+}
+
+/// `privacy.bands`, checked: 1 to [`MAX_BANDS`], at most `steps`.
+///
+/// # Errors
+/// Missing or out of range (named).
+pub(super) fn bands_of(config: &TrainConfig, steps: usize) -> Result<usize> {
+    let name = config.privacy.method.name();
+    match config.privacy.bands {
+        Some(b) if (1..=MAX_BANDS.min(steps.max(1))).contains(&b) => Ok(b),
+        Some(b) => Err(Error::config(
+            "privacy.bands",
+            format!(
+                "{b}: give 1 to {} bands, at most privacy.worst_case_steps = {steps} (each example takes part once \
+                 every b steps)",
+                MAX_BANDS.min(steps.max(1))
+            ),
+        )),
+        None => Err(Error::config(
+            "privacy.bands",
+            format!(
+                "method = \"{name}\" needs the bands of its noise's correlation, e.g. bands = 8 (the examples are \
+                 split into 8 partitions taken in turn)"
+            ),
+        )),
+    }
+}
+
+/// The flags of step `step`'s partition among `n` examples.
+pub(super) fn partition_flags(n: usize, step: usize, bands: usize) -> Vec<bool> {
+    (0..n).map(|i| in_partition_of(i, step, bands)).collect()
+}
+
+/// BandMF's part of `privacy.json` that says how the noise is correlated.
+pub(super) fn correlated_report(bands: usize, rounds: usize, partitions: String) -> CorrelatedReport {
+    CorrelatedReport {
+        bands,
+        coefficients: coefficients(bands),
+        rounds,
+        partitions,
+        noise: "step t adds w_t = (z_t - sum_{j=1}^{b-1} c_j w_{t-j}) / c_0, z_t ~ N(0, sigma^2 C^2) per coordinate \
+                drawn as DP-SGD draws it: the noise C^{-1} z, in f64"
+            .into(),
     }
 }
 
@@ -80,17 +130,23 @@ pub fn coefficients(bands: usize) -> Vec<f64> {
         }
         c.push(next);
     }
+    if bands == 1 {
+        return c; // [1]: exactly unit norm (and DP-SGD's noise, bit for bit)
+    }
+    // Scaled a hair below unit norm, so that the squares of the coefficients as stored add up to
+    // at most 1 whatever the rounding of the norm and of the divisions (the sensitivity bound
+    // holds for the floats the noise is computed with; the noise grows by 2⁻⁴⁰ of itself).
     let norm = c.iter().map(|x| x * x).sum::<f64>().sqrt();
-    c.iter().map(|x| x / norm).collect()
+    c.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
 }
 
 /// The partition of example `i` of `bands`, and whether step `step` (1-based) samples it.
-fn in_partition_of(i: usize, step: usize, bands: usize) -> bool {
+pub(super) fn in_partition_of(i: usize, step: usize, bands: usize) -> bool {
     i % bands == (step - 1) % bands
 }
 
 /// The examples among `n` in step `step`'s partition.
-fn partition_size(n: usize, step: usize, bands: usize) -> usize {
+pub(super) fn partition_size(n: usize, step: usize, bands: usize) -> usize {
     let r = (step - 1) % bands;
     if r < n { (n - 1 - r) / bands + 1 } else { 0 }
 }
@@ -111,26 +167,7 @@ impl BandAccounting {
     pub fn calibrate(config: &TrainConfig, releases: &[ScheduledRelease]) -> Result<Self> {
         let p = &config.privacy;
         let steps = p.worst_case_steps;
-        let bands = match p.bands {
-            Some(b) if (1..=MAX_BANDS.min(steps.max(1))).contains(&b) => b,
-            Some(b) => {
-                return Err(Error::config(
-                    "privacy.bands",
-                    format!(
-                        "{b}: give 1 to {} bands, at most privacy.worst_case_steps = {steps} (each example takes part \
-                         once every b steps)",
-                        MAX_BANDS.min(steps.max(1))
-                    ),
-                ));
-            }
-            None => {
-                return Err(Error::config(
-                    "privacy.bands",
-                    "method = \"bandmf\" needs the bands of its noise's correlation, e.g. bands = 8 (the examples are \
-                     split into 8 partitions taken in turn; 1 is DP-SGD)",
-                ));
-            }
-        };
+        let bands = bands_of(config, steps)?;
         if p.sample_rate.is_none() {
             return Err(Error::config(
                 "privacy.sample_rate",
@@ -220,19 +257,14 @@ fn report(cfg: &Resolved, band: &BandAccounting, examples: usize) -> Result<Acco
             (m.name().to_string(), eps.ok().map(|e| e.0))
         })
         .collect();
-    let coefficients = coefficients(bands);
-    let correlated = CorrelatedReport {
+    let correlated = correlated_report(
         bands,
-        coefficients,
         rounds,
-        partitions: format!(
+        format!(
             "example i (its row in the training split) is in partition i mod {bands}; step t samples partition \
              (t - 1) mod {bands}, each of its examples independently with probability {q}"
         ),
-        noise: "step t adds w_t = (z_t - sum_{j=1}^{b-1} c_j w_{t-j}) / c_0, z_t ~ N(0, sigma^2 C^2) per coordinate \
-                drawn as DP-SGD draws it: the noise C^{-1} z, in f64"
-            .into(),
-    };
+    );
     Ok(Accounting {
         event: Some(band.sgd.event()),
         epsilon: Some(epsilon),
@@ -262,10 +294,10 @@ fn report(cfg: &Resolved, band: &BandAccounting, examples: usize) -> Result<Acco
                   on a stream of its own per step"
                 .into(),
             individual: None,
-            correlated: Some(correlated),
         }),
         releases: Vec::new(),
         session: None,
+        correlated: Some(correlated),
     })
 }
 
@@ -311,7 +343,8 @@ fn rests_on(cfg: &Resolved, band: &BandAccounting) -> BTreeMap<String, String> {
     rests_on.insert(
         "noise".into(),
         "the continuous Gaussian sampled in floating point (as DP-SGD's), correlated by forward substitution in f64: \
-         its rounding errors, about 1e-16 of the noise, depend on the noise alone"
+         its rounding errors, about 1e-16 of the noise, depend on the noise alone. A resume with the operating \
+         system's noise restarts the correlation (C block-diagonal: still banded, columns of norm at most 1)"
             .into(),
     );
     rests_on.insert(
@@ -365,14 +398,21 @@ impl BandedNoise {
         Ok(w)
     }
 
-    /// The history before step `step` (a resumed run, or the first step), recomputed from the
-    /// streams of steps 1 … `step` − 1.
+    /// The history before step `step` (a resumed run, or the first step). With a fixed seed it
+    /// is recomputed from the streams of steps 1 … `step` − 1 (w depends on every earlier z), so
+    /// the run continues bit for bit. With the operating system's noise (a private run) those
+    /// draws cannot be had again, and drawing others would be new noise nobody needs: the
+    /// correlation restarts at `step`. The steps before and after then follow the blocks of a
+    /// block-diagonal C — still b-banded, lower-triangular, every column of norm at most 1 — so
+    /// the guarantee is the same; only the cancellation across the resume is lost.
     fn replay(&mut self, step: usize, p: usize) -> Result<()> {
         self.history.clear();
-        self.next = 1;
-        // Only the last b − 1 + (the recursion) matter, but w depends on every earlier z.
-        for t in 1..step {
-            self.noise(t, p)?;
+        self.next = step;
+        if let NoiseSeed::Fixed(_) = self.seed {
+            self.next = 1;
+            for t in 1..step {
+                self.noise(t, p)?;
+            }
         }
         Ok(())
     }
@@ -417,9 +457,14 @@ mod tests {
         let raw = [1.0, 0.5, 0.375, 0.3125];
         let norm = raw.iter().map(|x: &f64| x * x).sum::<f64>().sqrt();
         for (a, b) in c.iter().zip(raw) {
-            assert!((a - b / norm).abs() < 1e-15, "{c:?}");
+            assert!((a - b / norm).abs() < 1e-11, "{c:?}");
         }
         assert_eq!(coefficients(1), vec![1.0]);
+        // Every column's squared norm at most 1, with room for the rounding of this very sum.
+        for bands in 1..=MAX_BANDS {
+            let sq: f64 = coefficients(bands).iter().map(|x| x * x).sum();
+            assert!(sq <= 1.0 - bands as f64 * f64::EPSILON || bands == 1, "{bands} bands: {sq}");
+        }
         // The untruncated square root squares to the prefix-sum matrix: Σ_{j≤k} c_j c_{k−j} = 1.
         let full = coefficients(12);
         let scale = 1.0 / full[0];
@@ -462,6 +507,22 @@ mod tests {
         let expected: Vec<f32> = all[5].iter().map(|&n| (-n) as f32).collect();
         assert_eq!(theta, expected);
         assert_eq!(resumed.noise(7, 5).unwrap(), all[6]);
+    }
+
+    /// With the operating system's noise a restored rule starts a new band: its first noise is
+    /// z/c₀ alone (C's block after the resume), not a continuation of draws it cannot have again.
+    #[test]
+    fn a_restored_rule_with_os_noise_restarts_the_band() {
+        let c = coefficients(3);
+        let mut rule = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Os);
+        rule.restore(Vec::new());
+        let mut theta = vec![0.0f32; 4];
+        let sum = ClippedSum::Grid { values: vec![0; 4], gamma: 1.0 };
+        rule.apply(50, &mut theta, sum, UpdateRule::plain(1.0, 1.0)).unwrap();
+        assert_eq!((rule.history.len(), rule.next), (1, 51));
+        let w = rule.history[0].clone();
+        // The next step subtracts c₁·w from its own z: what the band after the resume does.
+        assert!(w.iter().zip(&theta).all(|(&n, &t)| (-n) as f32 == t));
     }
 
     /// Each example is sampled only at the steps of its partition, at rate p there.

@@ -295,6 +295,7 @@ fn report(cfg: &Resolved, fb: &FullBatch, session: &RunSession, steps_run: usize
             charged_rho: session.charged_by_mechanism(),
             note: "the guarantee is the budget: a data-dependent early stop does not lower it".into(),
         }),
+        correlated: None,
     })
 }
 

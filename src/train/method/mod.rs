@@ -13,6 +13,7 @@
 //! and its line in [`Method::training`].
 
 mod band_mf;
+mod band_mf_filtered;
 mod dp_sgd;
 mod dp_sgd_individual;
 mod filtered_gd;
@@ -374,6 +375,7 @@ mod tests {
                 (true, true, false, Max),
                 (true, true, true, Max),
                 (true, true, false, Max),
+                (true, false, true, Max),
                 (false, false, false, Max)
             ]
         );

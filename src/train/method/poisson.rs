@@ -228,6 +228,7 @@ fn report(cfg: &Resolved, sgd: &SgdAccounting, examples: usize) -> Result<Accoun
         sampling: Some(sampling_report(individual, (q, expected_batch(q, examples)), steps, order)),
         releases: Vec::new(),
         session: None,
+        correlated: None,
     })
 }
 
@@ -338,6 +339,5 @@ fn sampling_report(
                      is clipped to the largest norm whose charge fits, and it is dropped once nothing is left"
                 .into(),
         }),
-        correlated: None,
     }
 }

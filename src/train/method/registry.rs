@@ -1,7 +1,7 @@
 //! The registration of each method's implementation: the one place that names them, above the
 //! traits they implement (`method/mod.rs`) and the files that implement them.
 
-use super::{TrainingMethod, band_mf, dp_sgd, dp_sgd_individual, filtered_gd, non_private, plain_gd};
+use super::{TrainingMethod, band_mf, band_mf_filtered, dp_sgd, dp_sgd_individual, filtered_gd, non_private, plain_gd};
 use crate::train::config::Method;
 
 impl Method {
@@ -27,6 +27,7 @@ impl Method {
             Method::Sgd => &dp_sgd::DpSgd,
             Method::SgdFiltered => &dp_sgd_individual::DpSgdIndividual,
             Method::BandMf => &band_mf::BandMf,
+            Method::BandMfFiltered => &band_mf_filtered::BandMfFiltered,
             Method::NonPrivate => &non_private::NonPrivateGd,
         }
     }
