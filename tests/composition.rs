@@ -129,7 +129,7 @@ const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [7, 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
+    [Method::ALL.len(), 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -150,18 +150,9 @@ const NAMES: [&[&str]; FACTORS] = [
 impl Combo {
     /// The combination whose factor f takes value `v[f]`.
     fn of(v: [usize; FACTORS]) -> Self {
-        const METHODS: [Method; 7] = [
-            Method::Plain,
-            Method::Filtered,
-            Method::Sgd,
-            Method::SgdFiltered,
-            Method::BandMf,
-            Method::BandMfFiltered,
-            Method::NonPrivate,
-        ];
         Self {
             v,
-            method: METHODS[v[0]],
+            method: Method::ALL[v[0]],
             budgets: [Budgets::None, Budgets::Shares, Budgets::File, Budgets::Column][v[1]],
             search: [Search::None, Search::Private][v[2]],
             hold_out: [HoldOut::None, HoldOut::Some][v[3]],

@@ -21,15 +21,7 @@ use dpgd::train::{Method, RunFolder, TrainConfig, ValidConfig};
 
 /// Every method; a new one fails to compile here until it is listed (and so tested).
 fn every_method() -> Vec<Method> {
-    let all = vec![
-        Method::Plain,
-        Method::Filtered,
-        Method::Sgd,
-        Method::SgdFiltered,
-        Method::BandMf,
-        Method::BandMfFiltered,
-        Method::NonPrivate,
-    ];
+    let all = Method::ALL.to_vec();
     for m in &all {
         match m {
             Method::Plain

@@ -155,6 +155,8 @@ pub(super) fn partition_size(n: usize, step: usize, bands: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct BandAccounting {
     bands: usize,
+    /// T.
+    steps: usize,
     sgd: SgdAccounting,
 }
 
@@ -180,7 +182,7 @@ impl BandAccounting {
             ));
         }
         let sgd = poisson::calibrate_rounds(config, releases, steps.div_ceil(bands), false)?;
-        Ok(Self { bands, sgd })
+        Ok(Self { bands, steps, sgd })
     }
 
     /// The rounds of DP-SGD the first `step` steps are as private as.
@@ -227,10 +229,11 @@ impl RunAccounting for BandAccounting {
         Some(flags)
     }
     fn via(&self, conversion: Conversion) -> String {
-        format!("{} rounds of the subsampled Gaussian's Renyi DP (banded reduction) and {conversion}", self.rounds(0))
+        let rounds = self.rounds(self.steps);
+        format!("{rounds} rounds of the subsampled Gaussian's Renyi DP (banded reduction) and {conversion}")
     }
     fn neighbours(&self, cfg: &Resolved) -> String {
-        format!("{} (for Poisson sampling, the add-or-remove-one analysis)", cfg.config().privacy.neighbours)
+        poisson::neighbours(cfg)
     }
     fn report(
         &self,
@@ -536,7 +539,7 @@ mod tests {
         let steps = 400;
         let mut rng = NoiseSeed::Fixed(1).rng(Stream::sample(1)).unwrap();
         let (q, sgd) = (0.5, SgdAccounting::new(0.5, 1.0, 100, Conversion::Cks).unwrap());
-        let band = BandAccounting { bands, sgd };
+        let band = BandAccounting { bands, steps: 400, sgd };
         for step in 1..=steps {
             let flags = band.sample_with(step, n, &mut rng).unwrap();
             for (i, f) in flags.iter().enumerate() {

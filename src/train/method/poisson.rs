@@ -171,7 +171,7 @@ impl RunAccounting for SgdAccounting {
         format!("Renyi DP of the subsampled Gaussian and {conversion}")
     }
     fn neighbours(&self, cfg: &Resolved) -> String {
-        format!("{} (for Poisson sampling, the add-or-remove-one analysis)", cfg.config().privacy.neighbours)
+        neighbours(cfg)
     }
     fn report(
         &self,
@@ -182,6 +182,11 @@ impl RunAccounting for SgdAccounting {
     ) -> Result<Option<Accounting>> {
         report(cfg, self, examples).map(Some)
     }
+}
+
+/// The neighbouring relation of a Poisson-sampled run, as its guarantee states it.
+pub(super) fn neighbours(cfg: &Resolved) -> String {
+    format!("{} (for Poisson sampling, the add-or-remove-one analysis)", cfg.config().privacy.neighbours)
 }
 
 /// The DP-SGD part of `privacy.json` for a run on `examples` training examples.
