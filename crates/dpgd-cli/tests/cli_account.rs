@@ -172,6 +172,84 @@ fn sgd_answers_the_opacus_question_and_budget_says_it_is_full_batch() {
     }
 }
 
+/// BandMF's calculator: T steps in b bands are ⌈T/b⌉ rounds of DP-SGD at the partition's rate
+/// (recomputed with the accounting crate), and --epochs counts b steps per pass of a partition.
+#[test]
+fn sgd_with_bands_accounts_bandmf_as_rounds_of_dp_sgd() {
+    use dpgd::accounting::Conversion;
+    use dpgd::accounting::event::{Accountant, DpEvent, RdpAccountant};
+    let v = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.016",
+        "--sigma",
+        "0.9",
+        "--steps",
+        "3750",
+        "--bands",
+        "4",
+        "--delta",
+        "1e-5",
+        "--orders",
+        "dp-accounting",
+        "--json",
+    ]);
+    assert_eq!((v["bands"].as_u64(), v["rounds"].as_u64(), v["steps"].as_u64()), (Some(4), Some(938), Some(3750)));
+    let mut acc = RdpAccountant::new(dpgd::accounting::subsampled::dp_accounting_orders(), Conversion::Cks).unwrap();
+    acc.compose(&DpEvent::poisson_sampled(0.016, DpEvent::gaussian(0.9)).repeated(938)).unwrap();
+    let by_hand = acc.epsilon(1e-5).unwrap();
+    assert!((v["epsilon"].as_f64().unwrap() - by_hand).abs() <= 1e-12 * by_hand, "{v} against {by_hand}");
+    let e = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.016",
+        "--sigma",
+        "0.9",
+        "--epochs",
+        "15",
+        "--bands",
+        "4",
+        "--delta",
+        "1e-5",
+        "--orders",
+        "dp-accounting",
+        "--json",
+    ]);
+    assert_eq!(e["steps"].as_u64(), Some(3750));
+    // One band is DP-SGD.
+    let one = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.004",
+        "--sigma",
+        "1.3",
+        "--steps",
+        "3750",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]);
+    let b1 = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.004",
+        "--sigma",
+        "1.3",
+        "--steps",
+        "3750",
+        "--bands",
+        "1",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]);
+    assert_eq!((one["epsilon"].clone(), b1.get("bands")), (b1["epsilon"].clone(), None));
+}
+
 #[test]
 fn max_rho_inverts_convert() {
     let v = json(&["account", "max-rho", "--epsilon", "1", "--delta", "1e-5", "--method", "bun-steinke", "--json"]);

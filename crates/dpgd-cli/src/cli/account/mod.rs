@@ -259,9 +259,14 @@ pub(crate) struct SgdArgs {
     /// Steps T (at most 10^12).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000), required_unless_present = "epochs", conflicts_with = "epochs")]
     steps: Option<u64>,
-    /// Epochs instead of steps: T = ⌈epochs / q⌉.
+    /// Epochs instead of steps: T = ⌈epochs / q⌉ (⌈epochs·b / q⌉ with --bands b).
     #[arg(long, value_parser = positive)]
     epochs: Option<f64>,
+    /// BandMF's bands b (`privacy.method = "bandmf"`): the examples in b partitions taken in
+    /// turn, --sample-rate the rate within a step's partition; the T steps are accounted as
+    /// ⌈T/b⌉ rounds of DP-SGD (Choquette-Choo, Ganesh, Steinke & Thakurta 2023). 1 is DP-SGD.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    bands: u64,
     /// δ ∈ (0, 1).
     #[arg(long, value_parser = probability)]
     delta: f64,
@@ -557,7 +562,7 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
     let steps = match (a.steps, a.epochs) {
         (Some(t), _) => t,
         (None, Some(e)) => {
-            let t = (e / a.sample_rate).ceil();
+            let t = (e * a.bands as f64 / a.sample_rate).ceil();
             anyhow::ensure!(
                 t.is_finite() && t <= 1e12,
                 "--epochs {e} at --sample-rate {} is over 10^12 steps",
@@ -567,6 +572,9 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
         }
         (None, None) => anyhow::bail!("give --steps or --epochs"),
     };
+    // BandMF's steps are ⌈T/b⌉ rounds of DP-SGD; with one band, its steps.
+    let total_steps = steps;
+    let steps = steps.div_ceil(a.bands);
     let (orders, conversion) = (&a.orders.orders, a.conversion.conversion());
     let sigma = match (a.sigma, a.epsilon, a.accountant) {
         (Some(s), _, _) => s,
@@ -584,8 +592,15 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
     let mut out = json!({
         "command": "sgd", "sigma": sigma, "target_epsilon": a.epsilon,
         "setting": "DP-SGD: each step samples each example with probability sample_rate (Poisson) and adds N(0, sigma^2 C^2) to the clipped sum",
-        "neighbours": "add-or-remove-one", "sample_rate": a.sample_rate, "steps": steps, "delta": a.delta,
+        "neighbours": "add-or-remove-one", "sample_rate": a.sample_rate, "steps": total_steps, "delta": a.delta,
     });
+    if a.bands > 1 {
+        if let Some(o) = out.as_object_mut() {
+            o.insert("setting".into(), json!("BandMF: the examples in `bands` partitions taken in turn, each step samples each example of its partition with probability sample_rate (Poisson) and adds its row of C^-1 z to the clipped sum, C b-banded with columns of norm at most 1: as private as `rounds` rounds of DP-SGD at sample_rate (Choquette-Choo, Ganesh, Steinke & Thakurta 2023)"));
+            o.insert("bands".into(), json!(a.bands));
+            o.insert("rounds".into(), json!(steps));
+        }
+    }
     let fields = match a.accountant {
         SgdAccountant::Rdp => {
             let mut acc = RdpAccountant::new(orders.clone(), conversion)?;
