@@ -594,12 +594,12 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
         "setting": "DP-SGD: each step samples each example with probability sample_rate (Poisson) and adds N(0, sigma^2 C^2) to the clipped sum",
         "neighbours": "add-or-remove-one", "sample_rate": a.sample_rate, "steps": total_steps, "delta": a.delta,
     });
-    if a.bands > 1 {
-        if let Some(o) = out.as_object_mut() {
-            o.insert("setting".into(), json!("BandMF: the examples in `bands` partitions taken in turn, each step samples each example of its partition with probability sample_rate (Poisson) and adds its row of C^-1 z to the clipped sum, C b-banded with columns of norm at most 1: as private as `rounds` rounds of DP-SGD at sample_rate (Choquette-Choo, Ganesh, Steinke & Thakurta 2023)"));
-            o.insert("bands".into(), json!(a.bands));
-            o.insert("rounds".into(), json!(steps));
-        }
+    if a.bands > 1
+        && let Some(o) = out.as_object_mut()
+    {
+        o.insert("setting".into(), json!("BandMF: the examples in `bands` partitions taken in turn, each step samples each example of its partition with probability sample_rate (Poisson) and adds its row of C^-1 z to the clipped sum, C b-banded with columns of norm at most 1: as private as `rounds` rounds of DP-SGD at sample_rate (Choquette-Choo, Ganesh, Steinke & Thakurta 2023)"));
+        o.insert("bands".into(), json!(a.bands));
+        o.insert("rounds".into(), json!(steps));
     }
     let fields = match a.accountant {
         SgdAccountant::Rdp => {
