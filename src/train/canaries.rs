@@ -4,13 +4,15 @@
 //!
 //! **The canaries.** Canary i is a gradient of norm 2C on a coordinate of its own, appended to θ
 //! after the model's P parameters (the model never reads them, and no example's gradient touches
-//! them). A coin of probability ½ (from the run's noise seed, its own stream) includes it; an
-//! excluded canary is its neighbour: a zero gradient (zero-out) or the opposite one
-//! (replace-one). Every step, each canary goes through the step's own rules as an example does
-//! — the method's Poisson sampling at its rate (the canaries' flags from their own stream), its
-//! charge rule, the clip kernel on the run's sum grid, a ledger at its tier's budget (tiers
-//! dealt in turn) that stops it — and the method's noise and update act on θ and the canaries'
-//! coordinates together ([`crate::train::method::StepRule`]).
+//! them); with `audit.gradient_norms`, the canaries of each tier are dealt in turn to groups of
+//! gradient norm s·C, a group below the clip audited against the ε of what it spent. A coin of
+//! probability ½ (from the run's noise seed, its own stream) includes it; an excluded canary is
+//! its neighbour: a zero gradient (zero-out) or the opposite one (replace-one). Every step, each
+//! canary goes through the step's own rules as an example does — the method's sampling (at its
+//! rate, in its partitions; the canaries' flags from their own stream), its charge rule, the clip
+//! kernel on the run's sum grid, a ledger at its tier's budget (tiers dealt in turn) that stops
+//! it — and the method's noise and update act on θ and the canaries' coordinates together
+//! ([`crate::train::method::StepRule`]).
 //!
 //! **What it leaves alone.** The examples' ledger, sample, divisor and counts are the run's
 //! without canaries, and the noise of the model's coordinates is drawn first from the same
