@@ -119,7 +119,8 @@ pub(super) fn correlated_report(bands: usize, rounds: usize, partitions: String)
     }
 }
 
-/// C's Toeplitz coefficients for `bands` bands: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j), scaled to unit ℓ2 norm.
+/// C's Toeplitz coefficients for `bands` bands: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j), scaled to unit ℓ2 norm
+/// (a hair below it for b > 1: see the body).
 #[must_use]
 pub fn coefficients(bands: usize) -> Vec<f64> {
     let mut c = Vec::with_capacity(bands);
