@@ -72,7 +72,8 @@ impl TrainingMethod for BandMf {
 pub(super) fn banded_rule(cfg: &Resolved, sigma: Option<f64>) -> Box<dyn StepRule> {
     let p = &cfg.config().privacy;
     let bands = p.bands.unwrap_or(1).clamp(1, MAX_BANDS);
-    Box::new(BandedNoise::new(coefficients(bands), sigma.map_or(0.0, |s| s * p.clip), cfg.noise_seed()))
+    let coefs = coefficients_for(bands, cfg.config().train.momentum);
+    Box::new(BandedNoise::new(coefs, sigma.map_or(0.0, |s| s * p.clip), cfg.noise_seed()))
 }
 
 /// `privacy.bands`, checked: 1 to [`MAX_BANDS`], at most `steps`.
@@ -107,10 +108,10 @@ pub(super) fn partition_flags(n: usize, step: usize, bands: usize) -> Vec<bool> 
 }
 
 /// BandMF's part of `privacy.json` that says how the noise is correlated.
-pub(super) fn correlated_report(bands: usize, rounds: usize, partitions: String) -> CorrelatedReport {
+pub(super) fn correlated_report(cfg: &Resolved, bands: usize, rounds: usize, partitions: String) -> CorrelatedReport {
     CorrelatedReport {
         bands,
-        coefficients: coefficients(bands),
+        coefficients: coefficients_for(bands, cfg.config().train.momentum),
         rounds,
         partitions,
         noise: "step t adds w_t = (z_t - sum_{j=1}^{b-1} c_j w_{t-j}) / c_0, z_t ~ N(0, sigma^2 C^2) per coordinate \
@@ -119,26 +120,35 @@ pub(super) fn correlated_report(bands: usize, rounds: usize, partitions: String)
     }
 }
 
-/// C's Toeplitz coefficients for `bands` bands: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j), scaled to unit ℓ2 norm
-/// (a hair below it for b > 1: see the body).
+/// C's Toeplitz coefficients for `bands` bands without momentum: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j)
+/// ([`coefficients_for`] at β = 0).
 #[must_use]
 pub fn coefficients(bands: usize) -> Vec<f64> {
-    let mut c = Vec::with_capacity(bands);
-    let mut next = 1.0f64;
-    for k in 0..bands {
-        if k > 0 {
-            next *= (2 * k - 1) as f64 / (2 * k) as f64;
-        }
-        c.push(next);
+    coefficients_for(bands, 0.0)
+}
+
+/// C's Toeplitz coefficients for `bands` bands and heavy-ball momentum β: the first b of the
+/// square root of the workload the iterates follow — θₜ = θ₀ − η·Σₛ aₜ₋ₛ·ĝₛ with
+/// aₖ = (1 − β^{k+1})/(1 − β) (the prefix sums for β = 0, whose root is Fichtenberger et al.'s
+/// ∏ⱼ₌₁ᵏ (2j − 1)/(2j)) — by the power series r₀ = √a₀, rₖ = (aₖ − Σ_{j=1}^{k−1} rⱼ·rₖ₋ⱼ)/(2r₀),
+/// then scaled to unit ℓ2 norm (a hair below it for b > 1, so that the squares as stored add
+/// up to at most 1 whatever the rounding; the noise grows by 2⁻⁴⁰ of itself). Any such C is as
+/// private as any other: the workload only decides how well the noise cancels.
+#[must_use]
+pub fn coefficients_for(bands: usize, momentum: f64) -> Vec<f64> {
+    if bands <= 1 {
+        return vec![1.0]; // exactly unit norm (and DP-SGD's noise, bit for bit)
     }
-    if bands == 1 {
-        return c; // [1]: exactly unit norm (and DP-SGD's noise, bit for bit)
+    let beta = if (0.0..1.0).contains(&momentum) { momentum } else { 0.0 };
+    let a: Vec<f64> = (0..bands).map(|k| (0..=k).map(|j| beta.powi(j as i32)).sum()).collect();
+    let mut r: Vec<f64> = Vec::with_capacity(bands);
+    r.push(a[0].sqrt());
+    for k in 1..bands {
+        let cross: f64 = (1..k).map(|j| r[j] * r[k - j]).sum();
+        r.push((a[k] - cross) / (2.0 * r[0]));
     }
-    // Scaled a hair below unit norm, so that the squares of the coefficients as stored add up to
-    // at most 1 whatever the rounding of the norm and of the divisions (the sensitivity bound
-    // holds for the floats the noise is computed with; the noise grows by 2⁻⁴⁰ of itself).
-    let norm = c.iter().map(|x| x * x).sum::<f64>().sqrt();
-    c.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
+    let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+    r.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
 }
 
 /// The partition of example `i` of `bands`, and whether step `step` (1-based) samples it.
@@ -262,6 +272,7 @@ fn report(cfg: &Resolved, band: &BandAccounting, examples: usize) -> Result<Acco
         })
         .collect();
     let correlated = correlated_report(
+        cfg,
         bands,
         rounds,
         format!(
@@ -476,6 +487,24 @@ mod tests {
             let s: f64 = (0..=k).map(|j| full[j] * full[k - j] * scale * scale).sum();
             assert!((s - 1.0).abs() < 1e-12, "k = {k}: {s}");
         }
+    }
+
+    /// With momentum β the untruncated root squares to the workload aₖ = Σⱼ≤ₖ βʲ; at β = 0 it is
+    /// the prefix sums' root; every column stays within unit norm.
+    #[test]
+    fn with_momentum_the_coefficients_are_the_workloads_square_root() {
+        for beta in [0.0, 0.5, 0.9] {
+            let c = coefficients_for(16, beta);
+            let scale = 1.0 / c[0];
+            for k in 0..16 {
+                let square: f64 = (0..=k).map(|j| c[j] * c[k - j] * scale * scale).sum();
+                let a: f64 = (0..=k).map(|j| f64::powi(beta, j as i32)).sum();
+                assert!((square - a).abs() < 1e-10 * a, "beta {beta}, k = {k}: {square} against {a}");
+            }
+            assert!(c.iter().map(|x| x * x).sum::<f64>() <= 1.0 - 16.0 * f64::EPSILON, "beta {beta}");
+        }
+        assert_eq!(coefficients_for(8, 0.0), coefficients(8));
+        assert_eq!(coefficients_for(1, 0.9), vec![1.0]);
     }
 
     /// The noise is C⁻¹z: C times the noise of steps 1 … T is the independent noise z drawn

@@ -165,6 +165,7 @@ impl RunAccounting for FilteredBands {
                 .into(),
         );
         a.correlated = Some(correlated_report(
+            cfg,
             b,
             k,
             format!(
