@@ -120,13 +120,6 @@ pub(super) fn correlated_report(cfg: &Resolved, bands: usize, rounds: usize, par
     }
 }
 
-/// C's Toeplitz coefficients for `bands` bands without momentum: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j)
-/// ([`coefficients_for`] at β = 0).
-#[must_use]
-pub fn coefficients(bands: usize) -> Vec<f64> {
-    coefficients_for(bands, 0.0)
-}
-
 /// C's Toeplitz coefficients for `bands` bands and heavy-ball momentum β: the first b of the
 /// square root of the workload the iterates follow — θₜ = θ₀ − η·Σₛ aₜ₋ₛ·ĝₛ with
 /// aₖ = (1 − β^{k+1})/(1 − β) (the prefix sums for β = 0, whose root is Fichtenberger et al.'s
@@ -464,6 +457,11 @@ impl StepRule for BandedNoise {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// C's coefficients without momentum: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j), scaled.
+    fn coefficients(bands: usize) -> Vec<f64> {
+        coefficients_for(bands, 0.0)
+    }
 
     /// c = (1, 1/2, 3/8, 5/16, …)/‖·‖: the square root of the prefix-sum matrix's first row.
     #[test]
