@@ -5,10 +5,11 @@
 //! factorization", arXiv:2306.08153 — CGST23 below).
 //!
 //! **The mechanism.** C is the T × T lower-triangular Toeplitz matrix with b bands whose
-//! coefficients are cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j) — the square root of the prefix-sum matrix
-//! (Fichtenberger, Henzinger & Upadhyay 2023, Alg. 1), truncated to b bands (the banded square
-//! root of Kalinin & Lampert 2024) — scaled to unit ℓ2 norm, so that every column of C has norm
-//! at most 1. Step t releases its clipped sum plus wₜ, where w = C⁻¹z and z is the independent
+//! coefficients are the first b of the square root of the workload the iterates follow — the
+//! prefix sums, cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j) (Fichtenberger, Henzinger & Upadhyay 2023, Alg. 1), or
+//! with momentum β their momentum-weighted form ([`coefficients_for`]) — truncated to b bands (the
+//! banded square root of Kalinin & Lampert 2024) and scaled to unit ℓ2 norm, so that every column
+//! of C has norm at most 1. Step t releases its clipped sum plus wₜ, where w = C⁻¹z and z is the independent
 //! noise DP-SGD would add, N(0, σ²C²) per coordinate: by forward substitution,
 //! wₜ = (zₜ − Σⱼ₌₁^{min(t,b)−1} cⱼ·wₜ₋ⱼ)/c₀. The noisy sums are C⁻¹(C·G + Z): a post-processing
 //! of the matrix mechanism that releases C·G + Z.
