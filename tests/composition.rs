@@ -254,7 +254,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 12] = [
+const REFUSED: [Refusal; 11] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
@@ -307,10 +307,6 @@ const REFUSED: [Refusal; 12] = [
     Refusal {
         why: "a canary group below the clip is audited against what it spent, built for full-batch methods",
         pair: |c| (c.audit == Audit::Norms && sgd(c.method)).then_some((0, 10)),
-    },
-    Refusal {
-        why: "a one-run audit runs on one process",
-        pair: |c| (c.audit != Audit::None && c.ranks == Ranks::Three).then_some((4, 10)),
     },
 ];
 

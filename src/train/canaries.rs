@@ -29,8 +29,9 @@
 //! **What it cannot see.** The canaries' gradients are not computed by the engine (an engine
 //! that computes a wrong gradient or norm is the engine contract test's to catch), and their
 //! tiers are the audit's, not read from the data (the examples' tiers are the composition test's
-//! to check); one process only. One-run bounds are loose at small ε: a correct ε = 2 run is
-//! bounded at 0.58–0.85 with 2,000–5,000 canaries.
+//! to check). On several ranks the canaries live on rank 0, beside the noise and the state, and
+//! the audit is the one-process run's, bit for bit (tested). One-run bounds are loose at small
+//! ε: a correct ε = 2 run is bounded at 0.58–0.85 with 2,000–5,000 canaries.
 
 use rand::RngExt as _;
 use serde::{Deserialize, Serialize};

@@ -218,13 +218,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             last_test: None,
             stop_at: usize::MAX,
             warned_collapse: false,
+            // The canaries live on rank 0, beside the noise and the state: the other ranks
+            // never see them.
             canaries: match &c.audit {
-                Some(_) if ranks > 1 => {
-                    return Err(Error::config(
-                        "audit.canaries",
-                        format!("a one-run audit runs on one process, not {ranks} ranks: remove [audit] or run on one"),
-                    ));
-                }
                 Some(a) => Some(Canaries::new(cfg, a.canaries)?),
                 None => None,
             },
