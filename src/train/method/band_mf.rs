@@ -260,10 +260,7 @@ fn report(cfg: &Resolved, band: &BandAccounting, examples: usize) -> Result<Acco
     let (epsilon, order) = band.sgd.epsilon_through(rounds, cfg.delta())?;
     let by_conversion = Conversion::ALL
         .into_iter()
-        .map(|m| {
-            let eps = SgdAccounting::new(q, sigma, rounds, m).and_then(|a| a.epsilon_through(rounds, cfg.delta()));
-            (m.name().to_string(), eps.ok().map(|e| e.0))
-        })
+        .map(|m| (m.name().to_string(), poisson::rounds_epsilon(q, sigma, rounds, cfg.delta(), m)))
         .collect();
     let correlated = correlated_report(
         cfg,

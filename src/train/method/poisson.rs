@@ -184,6 +184,12 @@ impl RunAccounting for SgdAccounting {
     }
 }
 
+/// The ε at `delta` of `rounds` rounds of the Poisson-subsampled Gaussian at rate `q` and
+/// multiplier `sigma`, converted by `conversion` (`None` where it does not apply).
+pub(super) fn rounds_epsilon(q: f64, sigma: f64, rounds: usize, delta: f64, conversion: Conversion) -> Option<f64> {
+    SgdAccounting::new(q, sigma, rounds, conversion).and_then(|a| a.epsilon_through(rounds, delta)).ok().map(|e| e.0)
+}
+
 /// The neighbouring relation of a Poisson-sampled run, as its guarantee states it.
 pub(super) fn neighbours(cfg: &Resolved) -> String {
     format!("{} (for Poisson sampling, the add-or-remove-one analysis)", cfg.config().privacy.neighbours)
@@ -202,10 +208,7 @@ fn report(cfg: &Resolved, sgd: &SgdAccounting, examples: usize) -> Result<Accoun
             // With individual accounting, the one (α, B) guarantee the ledger enforces, converted.
             let eps = match individual {
                 Some(i) => i.epsilon_by(cfg.delta(), m).ok(),
-                None => SgdAccounting::new(q, sigma, steps, m)
-                    .and_then(|a| a.epsilon_through(steps, cfg.delta()))
-                    .ok()
-                    .map(|e| e.0),
+                None => rounds_epsilon(q, sigma, steps, cfg.delta(), m),
             };
             (m.name().to_string(), eps)
         })
