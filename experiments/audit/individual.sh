@@ -18,7 +18,7 @@ for eps in 2 4 8; do
         --set data.train_subset=10000 --set privacy.epsilon=$eps \
         --set 'audit.gradient_norms=[1.0, 0.5, 0.25]' --audit canaries=9000 > /dev/null
     jq -c --arg eps "$eps" --arg commit "$(git rev-parse --short HEAD)" \
-        '{epsilon: ($eps | tonumber), commit: $commit, canaries, steps, groups: [.groups[] | {gradient_norm, claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_gaussian: .gaussian.epsilon_lower}]}' \
+        '{epsilon: ($eps | tonumber), commit: $commit, canaries, steps, groups: [.groups[] | {gradient_norm, claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_gaussian: .gaussian.epsilon_lower, epsilon_lower_fdp: .fdp.epsilon_lower}]}' \
         "$run/confidential/audit.json" >> "$out/results.jsonl"
     cp "$run/confidential/audit.png" "$out/eps$eps.png"
     rm -rf "$run"

@@ -10,13 +10,14 @@ HERE = pathlib.Path(__file__).parent / "individual"
 
 def main():
     runs = [json.loads(line) for line in (HERE / "results.jsonl").read_text().splitlines() if line]
-    print("| run ε | canary gradient | claimed ε (spent) | any mechanism (ratio) | Gaussian scores (ratio) |")
-    print("|---|---|---|---|---|")
+    print("| run ε | canary gradient | claimed ε (spent) | (ε, δ) analysis (ratio) | f-DP analysis (ratio) | Gaussian scores (ratio) |")
+    print("|---|---|---|---|---|---|")
     for run in runs:
         for g in run["groups"]:
             c, lo, ga = g["claimed_epsilon"], g["epsilon_lower"], g.get("epsilon_lower_gaussian")
+            fd = g.get("epsilon_lower_fdp")
             ratio = lambda x: f"{x:.3f} ({c / x:.2g})" if x else "—"
-            print(f"| {run['epsilon']:g} | {g['gradient_norm']:g} C | {c:.3f} | {ratio(lo)} | {ratio(ga)} |")
+            print(f"| {run['epsilon']:g} | {g['gradient_norm']:g} C | {c:.3f} | {ratio(lo)} | {ratio(fd)} | {ratio(ga)} |")
     try:
         import matplotlib
 
@@ -33,7 +34,9 @@ def main():
         gs = [g for r in runs for g in r["groups"] if g["gradient_norm"] == norm]
         x = [g["claimed_epsilon"] for g in gs]
         ax.plot(x, [g["epsilon_lower"] for g in gs], mark, mfc="none", color="C0",
-                label=f"C·{norm:g}: any mechanism")
+                label=f"C·{norm:g}: (ε, δ) analysis")
+        ax.plot(x, [g.get("epsilon_lower_fdp") or 0 for g in gs], mark, color="C2",
+                label=f"C·{norm:g}: f-DP analysis")
         ax.plot(x, [g.get("epsilon_lower_gaussian") or 0 for g in gs], mark, color="C1",
                 label=f"C·{norm:g}: Gaussian scores")
     ax.set_xlabel("claimed ε of the group (from what it spent)")

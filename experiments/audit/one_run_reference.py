@@ -31,3 +31,24 @@ for (m,r,v,d,lvl) in [(1000,100,90,1e-5,0.05),(1000,1000,700,1e-5,0.05),(10000,2
 # b 10000 200 190 1e-06 0.01 2.2050460592141463
 # b 500 50 45 0.001 0.05 0.4826899130049288
 # b 1000 20 20 1e-05 0.008333333333333333 1.2146926575749928
+
+# Independent reference for the f-DP analysis ([MMC25], crates/dpgd-accounting/src/audit/fdp.rs): the recursion
+# from (p c/m, p (c'-c)/m) with g(x) = f_mu(1-x) = Phi(Phi^-1(x) - mu), and sup{mu : refuted} by plain bisection.
+from scipy.stats import norm
+def refuted(m, cap, c, mu, p):
+    if c == 0: return False
+    r, h = p*c/m, p*(cap-c)/m
+    for i in range(c-1, -1, -1):
+        hn = max(h, norm.cdf(norm.ppf(min(r, 1.0)) - mu))
+        r, h = r + i/(cap-i)*(hn-h), hn
+    return r + h > cap/m
+def mu_bound(m, cap, c, p):
+    if not refuted(m, cap, c, 1e-9, p): return 0.0
+    lo, hi = 1e-9, 64.0
+    for _ in range(60):
+        mid = (lo+hi)/2
+        if refuted(m, cap, c, mid, p): lo = mid
+        else: hi = mid
+    return lo
+for (m, cap, c, p) in [(1000,100,95,0.05),(1000,1000,700,0.05),(5000,250,240,0.05/12),(100,100,60,0.05)]:
+    print("mu", m, cap, c, p, repr(mu_bound(m, cap, c, p)))

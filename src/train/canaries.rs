@@ -23,8 +23,9 @@
 //! **The guess.** A canary's score is minus its coordinate of θ — after step k (the steps every
 //! example can afford) and at the end —, a positive combination of its noisy sums under any
 //! learning-rate schedule and momentum; [`group_audits`] turns each tier's scores into lower
-//! bounds on ε (two statistics, six numbers of guesses, a union bound over all) against that
-//! tier's guaranteed ε. The report holds the coins, so it is confidential.
+//! bounds on ε against that tier's guaranteed ε: two statistics, several numbers of guesses and
+//! two analyses (Steinke et al.'s (ε, δ) one and the f-DP one of Mahloujifar, Melis & Chaudhuri
+//! 2025), a union bound over all. The report holds the coins, so it is confidential.
 //!
 //! **What it cannot see.** The canaries' gradients are not computed by the engine (an engine
 //! that computes a wrong gradient or norm is the engine contract test's to catch), and their
@@ -39,10 +40,12 @@ use serde::{Deserialize, Serialize};
 use super::config::ValidConfig;
 use super::step::{Aggregation, ClippedSum};
 use crate::accounting::Neighbours;
-use crate::accounting::audit::one_run::{OneRunBound, audit_guesses, gaussian_mu_lower};
+use crate::accounting::audit::fdp::{self, GaussianCurve, ProfileCurve};
+use crate::accounting::audit::one_run::{Guesses, OneRunBound, audit_guesses, gaussian_mu_lower};
 use crate::accounting::convert::gaussian_epsilon;
 use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::error::{Error, Result};
+use crate::noise::NoiseSampler;
 use crate::noise::Stream;
 
 /// The canaries' part of the durable state (in the state file's metadata).
@@ -289,7 +292,10 @@ pub fn plot(report: &OneRunReport, path: &std::path::Path) -> Result<()> {
     let claims: Vec<String> = report
         .groups
         .iter()
-        .map(|g| format!("{}: claimed {:.3}, audited >= {:.3}", g.group, g.claimed_epsilon, g.bound.epsilon_lower))
+        .map(|g| {
+            let fdp = g.fdp.as_ref().map_or(String::new(), |f| format!(" (f-DP >= {:.3})", f.epsilon_lower));
+            format!("{}: claimed {:.3}, audited >= {:.3}{fdp}", g.group, g.claimed_epsilon, g.bound.epsilon_lower)
+        })
         .collect();
     let panel = Panel {
         title: format!(
@@ -362,7 +368,7 @@ pub struct GroupAudit {
     pub statistic: String,
     /// The lower bound and every test behind it.
     pub bound: OneRunBound,
-    /// Whether the bound is at most the claim.
+    /// Whether the bound is at most the claim, and the f-DP analysis's claim stands.
     pub consistent: bool,
     /// For a method without sampling, the tighter bound that assumes the canaries' scores are
     /// Gaussian with one variance (as full-batch GD's are; not distribution-free):
@@ -371,6 +377,33 @@ pub struct GroupAudit {
     /// below it (which goes on spending after k).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gaussian: Option<GaussianAudit>,
+    /// The f-DP analysis of the same guesses (Mahloujifar, Melis & Chaudhuri 2025;
+    /// [`fdp`]): distribution-free, it tests the claim's whole trade-off curve, not one (ε, δ).
+    /// `None` for the discrete Gaussian (whose curve is not the family's), for a sampled
+    /// method's tier or gradient-norm group (whose curve the run's composition is not), and for
+    /// DP-SGD with individual accounting (a Rényi filter's guarantee at one order has no curve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdp: Option<FdpAudit>,
+}
+
+/// A bound from the f-DP analysis ([`fdp`]): the guesses of both statistics at every share of
+/// [`fdp::GUESS_SHARES`] (sixteen tests), each at its share of the analysis's 1 − confidence,
+/// against a family of claims.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FdpAudit {
+    /// `gaussian-dp` (a method without sampling: the claim is μ-Gaussian DP) or `composition` (a
+    /// sampled method: the claim is the run's composition — its training and releases — with
+    /// every noise multiplier divided by θ, its privacy profile by the PLD accountant).
+    pub family: String,
+    /// The lower bound on the family's parameter: μ, or θ (the run leaks more than its claim
+    /// with every noise multiplier divided by any θ below this; above 1, the claim is refuted).
+    pub parameter: f64,
+    /// The ε at the run's δ of the family's member at that bound (`composition`: by the PLD
+    /// accountant, [`fdp::event_epsilon`]).
+    pub epsilon_lower: f64,
+    /// Whether the claim stands: the bound's ε at most the group's claimed ε (`gaussian-dp`), θ
+    /// at most 1 (`composition`).
+    pub consistent: bool,
 }
 
 /// A bound that assumes Gaussian scores ([`gaussian_mu_lower`]).
@@ -418,11 +451,15 @@ pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
 }
 
 /// Each group's audit from every canary's two scores (`[first-k, all-steps]`, higher: more
-/// likely included) and its coin: per group, each statistic at half of 1 − `confidence`
-/// ([`audit_guesses`]), the better bound kept and compared with the group's claim.
+/// likely included) and its coin, by two analyses of the same guesses, each at half of
+/// 1 − `confidence` (a union bound, so that `consistent` errs with probability at most
+/// 1 − `confidence`): [SNJ23]'s, each statistic at its share ([`audit_guesses`], the better
+/// bound kept), and the f-DP one ([`FdpAudit`]). A group is consistent when both stand.
 ///
 /// # Errors
 /// A group with fewer than 2 canaries, or scores that are not one per canary.
+///
+/// [SNJ23]: https://arxiv.org/abs/2305.08846
 pub fn group_audits(
     cfg: &ValidConfig,
     [first_k, all]: [&[f64]; 2],
@@ -430,15 +467,17 @@ pub fn group_audits(
     groups: &[CanaryGroup],
     confidence: f64,
 ) -> Result<Vec<GroupAudit>> {
-    let each = 1.0 - (1.0 - confidence) / 2.0;
+    let each = 1.0 - (1.0 - confidence) / 4.0;
     let mut out = Vec::new();
     for g in groups {
         let of = &g.members;
         let inc: Vec<bool> = of.iter().map(|&i| included[i]).collect();
         let mut best: Option<(OneRunBound, &str)> = None;
+        let mut tests = Vec::new();
         for (name, scores) in [("first-k", first_k), ("all-steps", all)] {
             let s: Vec<f64> = of.iter().map(|&i| scores[i]).collect();
             let b = audit_guesses(&s, &inc, cfg.delta(), each)?;
+            tests.extend(fdp::guesses(&s, &inc)?);
             if best.as_ref().is_none_or(|(x, _)| b.epsilon_lower > x.epsilon_lower) {
                 best = Some((b, name));
             }
@@ -453,6 +492,7 @@ pub fn group_audits(
         } else {
             None
         };
+        let fdp = fdp_audit(cfg, g, &tests, 1.0 - (1.0 - confidence) / 2.0);
         out.push(GroupAudit {
             group: g.name.clone(),
             claimed_epsilon: g.claimed,
@@ -460,12 +500,34 @@ pub fn group_audits(
             canaries: of.len(),
             included: inc.iter().filter(|&&b| b).count(),
             statistic: statistic.into(),
-            consistent: bound.epsilon_lower <= g.claimed,
+            consistent: bound.epsilon_lower <= g.claimed && fdp.as_ref().is_none_or(|f| f.consistent),
             bound,
             gaussian,
+            fdp,
         });
     }
     Ok(out)
+}
+
+/// The f-DP analysis of a group's `tests` ([`FdpAudit`]), each at its share of 1 − `confidence`.
+fn fdp_audit(cfg: &ValidConfig, group: &CanaryGroup, tests: &[Guesses], confidence: f64) -> Option<FdpAudit> {
+    let accounting = cfg.accounting()?;
+    if cfg.config().privacy.noise != NoiseSampler::Gaussian || tests.is_empty() {
+        return None;
+    }
+    let (level, delta) = ((1.0 - confidence) / tests.len() as f64, cfg.delta());
+    if let Some(claim) = accounting.guarantee() {
+        let mu = fdp::lower_bound(tests, level, claim.mu(), |mu| Ok(GaussianCurve { mu })).ok()?;
+        let epsilon_lower = if mu > 0.0 { gaussian_epsilon(mu * (1.0 - 1e-12), delta) } else { 0.0 };
+        let consistent = epsilon_lower <= group.claimed;
+        return Some(FdpAudit { family: "gaussian-dp".into(), parameter: mu, epsilon_lower, consistent });
+    }
+    let event = accounting.event().filter(|_| cfg.tiers().is_empty() && group.gradient_norm.is_none())?;
+    let curve = |theta: f64| ProfileCurve::of_event(&event.with_noise_scaled(1.0 / theta));
+    let theta = fdp::lower_bound(tests, level, 1.0, curve).ok()?;
+    let epsilon_lower =
+        if theta > 0.0 { fdp::event_epsilon(&event.with_noise_scaled(1.0 / theta), delta).ok()? } else { 0.0 };
+    Some(FdpAudit { family: "composition".into(), parameter: theta, epsilon_lower, consistent: theta <= 1.0 })
 }
 
 /// [`gaussian_mu_lower`] of `inn` against `out` and its ε at `delta` (μ lowered by 10⁻¹² of

@@ -91,6 +91,21 @@ impl DpEvent {
     pub fn repeated(self, count: u64) -> Self {
         DpEvent::SelfComposed { event: Box::new(self), count }
     }
+    /// This event with every Gaussian noise multiplier multiplied by `factor` (the sampling and
+    /// counts unchanged): the family of claims an audit tests ([`crate::audit::fdp`]).
+    #[must_use]
+    pub fn with_noise_scaled(&self, factor: f64) -> Self {
+        match self {
+            DpEvent::Gaussian { noise_multiplier } => DpEvent::gaussian(noise_multiplier * factor),
+            DpEvent::PoissonSampled { sampling_probability, event } => {
+                DpEvent::poisson_sampled(*sampling_probability, event.with_noise_scaled(factor))
+            }
+            DpEvent::SelfComposed { event, count } => event.with_noise_scaled(factor).repeated(*count),
+            DpEvent::Composed { events } => {
+                DpEvent::Composed { events: events.iter().map(|e| e.with_noise_scaled(factor)).collect() }
+            }
+        }
+    }
     /// The kind's name, as in error messages.
     #[must_use]
     pub fn kind(&self) -> &'static str {
@@ -447,7 +462,7 @@ impl PldAccountant {
         }
     }
     /// The PLD of `event` in one direction and rounding.
-    fn pld_of(&self, event: &DpEvent, dir: Direction, rounding: Rounding) -> Result<Pld> {
+    pub(crate) fn pld_of(&self, event: &DpEvent, dir: Direction, rounding: Rounding) -> Result<Pld> {
         let h = Self::grid(self.interval, rounding);
         match event {
             DpEvent::Gaussian { noise_multiplier } => {

@@ -38,6 +38,7 @@
 //! [NHSBTJCT23]: https://arxiv.org/abs/2302.07956
 //! [DRS19]: https://arxiv.org/abs/1905.02383
 
+pub mod fdp;
 pub mod one_run;
 
 use super::convert::gaussian_epsilon;

@@ -55,7 +55,7 @@ pub struct Guesses {
 }
 
 impl Guesses {
-    fn check(self) -> Result<Self> {
+    pub(crate) fn check(self) -> Result<Self> {
         let bad =
             |name, value: u64, expected| Err(AccountingError::InvalidParameter { name, value: value as f64, expected });
         if self.canaries == 0 || self.canaries > MAX_CANARIES {

@@ -118,8 +118,8 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
     Ok(())
 }
 
-/// A one-run audit in words, a line or two per group: its bound, the guesses behind it, its
-/// claim, and the Gaussian model's bound where there is one.
+/// A one-run audit in words, a few lines per group: its bound, the guesses behind it, its
+/// claim, the f-DP analysis's bound, and the Gaussian model's where there is one.
 pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::ValidConfig) -> Vec<String> {
     let mut lines = Vec::new();
     for g in &report.groups {
@@ -138,6 +138,17 @@ pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::Val
             cfg.config().privacy.delta,
             if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
         ));
+        if let Some(f) = &g.fdp {
+            let parameter = if f.family == "gaussian-dp" { "mu" } else { "noise divided by theta, theta" };
+            lines.push(format!(
+                "  f-DP analysis (Mahloujifar, Melis & Chaudhuri 2025; the {} claim): {parameter} >= {:.4}, epsilon >= \
+                 {:.3}: {}",
+                f.family,
+                f.parameter,
+                f.epsilon_lower,
+                if f.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
+            ));
+        }
         if let Some(gauss) = g.gaussian {
             lines.push(format!(
                 "  assuming the canaries' scores are Gaussian (as full-batch GD's are): mu >= {:.4}, epsilon >= {:.3}{}",
