@@ -16,7 +16,7 @@ fn base() -> String {
         .replace("[train]", "[release]\nactive_count = \"noisy\"\n[stopping]\nrule = \"best-train-accuracy\"\n[train]")
 }
 
-const FLOAT_FIELDS: [&str; 10] = [
+const FLOAT_FIELDS: [&str; 11] = [
     "privacy.epsilon",
     "privacy.delta",
     "privacy.clip",
@@ -27,6 +27,7 @@ const FLOAT_FIELDS: [&str; 10] = [
     "data.normalize.mean",
     "data.normalize.std",
     "privacy.sigma",
+    "audit.confidence",
 ];
 
 const INT_FIELDS: [&str; 12] = [

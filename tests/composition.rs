@@ -20,7 +20,11 @@
 //!     fewer than one CI run in a thousand (a union bound); with a fixed seed it is
 //!     deterministic. It does not see the engine, device, ranks, hold-out, counts or the search
 //!     (the canaries are the audit's own, on its own model): those meet the accounting in
-//!     (a)–(c).
+//!     (a)–(c). A combination with `[audit]` also audits its own run (a search, each candidate,
+//!     and its released candidate again against the search's ε) at `audit.confidence` =
+//!     1 − 10⁻⁶: about 120 such audits are expected (a search runs 2 candidates on average),
+//!     which add at most 1.2·10⁻⁴, so a correct build fails the whole test in fewer than 1.2 CI
+//!     runs in a thousand.
 //!
 //! Pairs that may not meet are [`REFUSED`], each with its reason; the test checks that every one
 //! of them is refused, naming both options. A new value of an option fails to compile in
@@ -223,8 +227,8 @@ impl Combo {
         };
         let audit = match self.audit {
             Audit::None => "",
-            Audit::Canaries => "[audit]\ncanaries = 200\n",
-            Audit::Norms => "[audit]\ncanaries = 200\ngradient_norms = [1.0, 0.25]\n",
+            Audit::Canaries => "[audit]\ncanaries = 200\nconfidence = 0.999999\n",
+            Audit::Norms => "[audit]\ncanaries = 200\nconfidence = 0.999999\ngradient_norms = [1.0, 0.25]\n",
         };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
@@ -794,6 +798,13 @@ fn check(c: &Combo, dir: &Path, what: &str) {
             );
             check_budgets(c, &folder, &read(&folder.privacy()), what);
             check_audit(c, &folder, what);
+        }
+        // The search as a whole: its released candidate's canaries against the search's ε.
+        let audit = dpgd::sweep::search::search_audit_path(&out);
+        assert_eq!(audit.exists(), c.audit != Audit::None && search["chosen"].is_object(), "{what}: search-audit.json");
+        if audit.exists() {
+            let audit = read(&audit);
+            assert_eq!(audit["consistent"], true, "{what}: the search's audit: {}", audit["groups"]);
         }
         return;
     }

@@ -249,7 +249,7 @@ impl Canaries {
                     .flatten()
                     .map_or(tier.claimed, |e| e.min(tier.claimed));
                 let name = format!("{}, gradients of {norm} C", tier.name);
-                out.push(CanaryGroup { name, claimed: own, gradient_norm: Some(norm), members });
+                out.push(CanaryGroup { name, claimed: own, gradient_norm: Some(norm), tier: tier.tier, members });
             }
         }
         out
@@ -360,6 +360,9 @@ pub struct GroupAudit {
     /// (`audit.gradient_norms`): below 1, the claim is the ε of what they spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_norm: Option<f64>,
+    /// Their tier's index in `privacy.budgets` (none without tiers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<usize>,
     /// The canaries of the group.
     pub canaries: usize,
     /// How many of them the coin included.
@@ -424,6 +427,8 @@ pub struct CanaryGroup {
     pub claimed: f64,
     /// Their gradient norm as a fraction of the clip, where the audit has several.
     pub gradient_norm: Option<f64>,
+    /// Their tier's index (none without tiers).
+    pub tier: Option<usize>,
     /// Their indices.
     pub members: Vec<usize>,
 }
@@ -445,6 +450,7 @@ pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
             name,
             claimed,
             gradient_norm: None,
+            tier: (!tiers.is_empty()).then_some(j),
             members: (0..tier_of.len()).filter(|&i| usize::from(tier_of[i]) == j).collect(),
         })
         .collect()
@@ -497,6 +503,7 @@ pub fn group_audits(
             group: g.name.clone(),
             claimed_epsilon: g.claimed,
             gradient_norm: g.gradient_norm,
+            tier: g.tier,
             canaries: of.len(),
             included: inc.iter().filter(|&&b| b).count(),
             statistic: statistic.into(),

@@ -36,12 +36,14 @@
 //! [PS22]: https://arxiv.org/abs/2110.03620
 //! [CKS20]: https://arxiv.org/abs/2004.00010
 
+mod audit;
 mod prepare;
 mod publish;
 mod run;
 mod section;
 mod types;
 
+pub use audit::{SEARCH_AUDIT, SearchAudit, SearchAuditGroup, audit_search, search_audit_path};
 pub use prepare::{prepare, prepare_with};
 pub use run::run_search;
 pub use section::{CandidatesSection, Distribution, SearchSection};

@@ -433,6 +433,22 @@ pub struct AuditConfig {
     /// spent — an empirical check of individual accounting (full-batch methods only).
     #[serde(default = "full_norm", skip_serializing_if = "is_full_norm")]
     pub gradient_norms: Vec<f64>,
+    /// The confidence of every bound and of `consistent` (default 0.95): a run that leaks no
+    /// more than it claims is found inconsistent with probability at most 1 − confidence. Raise
+    /// it to audit many runs at once (a union bound).
+    #[serde(default = "audit_confidence", skip_serializing_if = "is_audit_confidence")]
+    pub confidence: f64,
+}
+
+/// The default confidence of a run's own audit.
+pub const AUDIT_CONFIDENCE: f64 = 0.95;
+
+fn audit_confidence() -> f64 {
+    AUDIT_CONFIDENCE
+}
+
+fn is_audit_confidence(c: &f64) -> bool {
+    *c == AUDIT_CONFIDENCE
 }
 
 /// The most canary gradient norms an audit takes (each a group of its own in every tier).
@@ -485,7 +501,6 @@ fn default_dir() -> PathBuf {
 fn default_conversion() -> Conversion {
     Conversion::GaussianExact
 }
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }

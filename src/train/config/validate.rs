@@ -171,6 +171,12 @@ impl TrainConfig {
             ));
         }
         self.check_canary_norms(&a.gradient_norms)?;
+        if !(0.5..=1.0 - 1e-12).contains(&a.confidence) {
+            return Err(Error::config(
+                "audit.confidence",
+                format!("{}: give a confidence in [0.5, 1), e.g. 0.95 (or 0.999 to audit many runs)", a.confidence),
+            ));
+        }
         // At least two canaries in each group (the audit guesses within a tier and norm).
         let groups = self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1)) * a.gradient_norms.len();
         let least = 2 * groups;

@@ -14,9 +14,6 @@ use crate::train::observer::{FinishInfo, StartInfo};
 use crate::train::outputs::{ActiveAfterK, Diagnostics, RunResult};
 use crate::train::shards;
 
-/// The confidence of a run's own one-run audit (`[audit]`).
-pub const AUDIT_CONFIDENCE: f64 = 0.95;
-
 impl<'a, E: TrainModel> Trainer<'a, E> {
     pub(super) fn start_info(&self) -> StartInfo {
         let c = self.cfg.config();
@@ -167,7 +164,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             crate::train::budget::write(&self.folder, &b)?;
         }
         if let Some(c) = &self.canaries {
-            let report = c.report(self.cfg, self.step, AUDIT_CONFIDENCE)?;
+            let confidence =
+                self.cfg.config().audit.as_ref().map_or(super::super::config::AUDIT_CONFIDENCE, |a| a.confidence);
+            let report = c.report(self.cfg, self.step, confidence)?;
             write_json(&self.folder.audit(), &report)?;
             crate::train::canaries::plot(&report, &self.folder.audit_plot())?;
         }

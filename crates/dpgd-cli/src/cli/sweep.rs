@@ -35,7 +35,8 @@ pub(crate) struct SweepArgs {
     #[arg(long, requires = "select")]
     epsilon: Option<f64>,
     /// Every run (every candidate of a private search) audits itself in one run: canaries=M, as
-    /// `dpgd train --audit` (each against its own epsilon; a search as a whole is not audited).
+    /// `dpgd train --audit` (each against its own epsilon); a private search's released
+    /// candidate is judged again against the search's epsilon (confidential/search-audit.json).
     #[arg(long, value_name = "canaries=M", value_parser = super::train::parse_audit)]
     audit: Option<usize>,
     /// The whole search's delta (with --select private).
@@ -136,7 +137,34 @@ fn run_search(a: SweepArgs) -> Result<()> {
         }
         None => println!("the search drew no candidate: nothing to publish but the guarantee"),
     }
+    search_audit(&dir)?;
     eprintln!("publishable: {}", dir.join("publishable").display());
+    Ok(())
+}
+
+/// The search's audit, if its candidates were audited: a line per tier, and an error if a bound
+/// exceeds the search's claim.
+fn search_audit(dir: &std::path::Path) -> Result<()> {
+    let path = dpgd::sweep::search::search_audit_path(dir);
+    if !path.exists() {
+        return Ok(());
+    }
+    let audit: dpgd::sweep::search::SearchAudit = dpgd::train::read_json(&path)?;
+    for g in &audit.groups {
+        let fdp = g.epsilon_lower_fdp.map_or(String::new(), |e| format!(", f-DP {e:.3}"));
+        println!(
+            "search audit (the released candidate's canaries), {}: epsilon >= {:.3}{fdp}; the search claims {:.3} \
+             (the candidate {:.3}): {}",
+            g.group,
+            g.epsilon_lower,
+            g.claimed_epsilon,
+            g.candidate_epsilon,
+            if g.consistent { "consistent with the claim" } else { "THE CLAIM IS VIOLATED" }
+        );
+    }
+    if !audit.consistent {
+        anyhow::bail!("the search's audit exceeds its claimed epsilon: {}", path.display());
+    }
     Ok(())
 }
 
