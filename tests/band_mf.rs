@@ -31,6 +31,22 @@ fn one_band_is_dp_sgd_bit_for_bit() {
     assert_eq!(eps(sgd_dir.path()), eps(band_dir.path()));
 }
 
+/// The last b − 1 noise vectors are saved with the state every step: a private run (the
+/// operating system's noise, which cannot be drawn again) stopped after 5 steps holds them, and
+/// its resume continues the band (it places them, of the right length) to the end.
+#[test]
+fn a_private_run_saves_its_last_bands_noise_and_resumes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config("bandmf", "sample_rate = 0.2\nbands = 3\nepsilon = 4.0").replace("seed = 9\n", "");
+    assert!(!text.contains("seed = 9"));
+    train(&text, dir.path(), Some(5));
+    let at_5 = snapshot(&text, dir.path());
+    assert_eq!((at_5.meta.step, at_5.noise.len()), (5, 2 * at_5.theta.len()));
+    train(&text, dir.path(), None);
+    let end = snapshot(&text, dir.path());
+    assert_eq!((end.meta.step, end.noise.len()), (9, 2 * end.theta.len()));
+}
+
 /// ⌈9/4⌉ = 3 rounds at the partition's rate, by hand from `privacy.json`'s σ and rate; the noise
 /// std and the batch each step divides by are the partition's.
 #[test]

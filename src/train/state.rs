@@ -5,8 +5,9 @@
 //! uninterrupted run (see [`super::Trainer`]).
 //!
 //! The file (`confidential/state.bin`) holds the step, the run's identity (its configuration
-//! and the SHA-256 of its data files), θ, every example's spent budget and the stopping rule's
-//! state and best model, followed by a SHA-256 of everything before it. It is input like any
+//! and the SHA-256 of its data files), θ, every example's spent budget, the stopping rule's
+//! state and best model, the momentum buffer and a correlated-noise method's last noise vectors
+//! (each only when there is one), followed by a SHA-256 of everything before it. It is input like any
 //! other: [`read`] checks the checksum, every length against what the resuming run needs, and
 //! every value's range, and names the file in every error.
 
@@ -118,6 +119,10 @@ pub struct Snapshot {
     /// The momentum buffer v (`train.momentum`; empty without momentum, and in files written
     /// before it existed).
     pub velocity: Vec<f32>,
+    /// The noise a correlated-noise method carries into the next step (BandMF's last b − 1
+    /// noise vectors, newest first, each over θ and an audit's canaries; empty for others).
+    /// With it the state can denoise the released iterates: it is confidential, as the file is.
+    pub noise: Vec<f64>,
 }
 
 /// Encodes a snapshot and writes it atomically to `path`.
@@ -130,7 +135,7 @@ pub fn write(
     theta: &[f32],
     best_theta: &[f32],
     spent: &[f64],
-    velocity: &[f32],
+    (velocity, noise): (&[f32], &[f64]),
 ) -> Result<()> {
     let meta_json = serde_json::to_vec(meta).map_err(Error::serialise("the state's metadata"))?;
     let mut buf = Vec::with_capacity(64 + meta_json.len() + (theta.len() + best_theta.len()) * 4 + spent.len() * 8);
@@ -143,15 +148,25 @@ pub fn write(
     spent.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     buf.extend_from_slice(&(best_theta.len() as u64).to_le_bytes());
     best_theta.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
-    // The momentum buffer, only when there is one: files without momentum keep their old form.
-    if !velocity.is_empty() {
+    // The momentum buffer, only when there is one (or noise follows): files without either keep
+    // their old form. Then the noise, only when there is some.
+    if !velocity.is_empty() || !noise.is_empty() {
         buf.extend_from_slice(&(velocity.len() as u64).to_le_bytes());
         velocity.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
+    }
+    if !noise.is_empty() {
+        buf.extend_from_slice(&(noise.len() as u64).to_le_bytes());
+        noise.iter().for_each(|v| buf.extend_from_slice(&v.to_le_bytes()));
     }
     let digest = Sha256::digest(&buf);
     buf.extend_from_slice(&digest);
     atomic_write(path, &buf)
 }
+
+/// The most earlier steps' noise a state holds (BandMF's b − 1, b at most 256).
+const NOISE_STEPS: u64 = 255;
+/// The most canaries whose coordinates the noise covers (`audit.canaries`).
+const NOISE_CANARIES: u64 = 100_000;
 
 /// What a resuming run expects of a state file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,11 +181,14 @@ pub struct Expect {
 
 impl Expect {
     /// The largest file a state for these sizes can be (θ, the best θ and the momentum buffer;
-    /// metadata up to 1 MiB).
+    /// the noise of at most 255 earlier steps over θ and up to 100,000 canaries; metadata up to
+    /// 1 MiB).
     fn max_bytes(&self) -> u64 {
+        let noise = (self.params as u64).saturating_add(NOISE_CANARIES).saturating_mul(NOISE_STEPS * 8);
         (self.params as u64)
             .saturating_mul(12)
             .saturating_add((self.examples as u64).saturating_mul(8))
+            .saturating_add(noise)
             .saturating_add(1 << 20)
     }
 }
@@ -283,15 +301,23 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
         take(ns.checked_mul(8)?)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
     let nb = len(take(8)?)?;
     let best_theta = floats(take(nb.checked_mul(4)?)?);
-    // The momentum buffer, if any (nothing left: none; a partial length is caught below).
+    // The momentum buffer, if any (nothing left: none; a partial length is caught below), then
+    // the noise, if any.
     let velocity = match take(8) {
         None => Vec::new(),
         Some(b) => floats(take(len(b)?.checked_mul(4)?)?),
     };
+    let noise = match take(8) {
+        None => Vec::new(),
+        Some(b) => take(len(b)?.checked_mul(8)?)?
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    };
     if at != body.len() {
         return None;
     }
-    Some(Snapshot { meta, theta, best_theta, spent, velocity })
+    Some(Snapshot { meta, theta, best_theta, spent, velocity, noise })
 }
 
 fn floats(b: &[u8]) -> Vec<f32> {
@@ -335,16 +361,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.bin");
         assert_eq!(read(&path, EXPECT).unwrap(), None);
-        // Without a momentum buffer (the file's old form) and with one.
-        for velocity in [vec![], vec![0.125, -3.0]] {
-            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &velocity).unwrap();
+        // Without a momentum buffer (the file's old form) and with one, each with and without
+        // noise.
+        let noises = [vec![], vec![1.5, -2.25, 3.0, 0.5]];
+        for (velocity, noise) in
+            [vec![], vec![0.125, -3.0]].into_iter().flat_map(|v| noises.clone().map(|n| (v.clone(), n)))
+        {
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], (&velocity, &noise)).unwrap();
             let snap = read(&path, EXPECT).unwrap().unwrap();
             assert_eq!(snap.meta, meta(3));
             assert_eq!(
                 (snap.theta, snap.best_theta, snap.spent),
                 (vec![1.0, -2.5], vec![0.25, 4.0], vec![0.5, 2.0, 0.0])
             );
-            assert_eq!(snap.velocity, velocity);
+            assert_eq!((snap.velocity, snap.noise), (velocity, noise));
         }
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[20] ^= 1;
@@ -363,7 +393,7 @@ mod tests {
             (meta(3), vec![1.0; 2], vec![0.0; 3], vec![1.0; 3], "momentum buffer has 3 values"),
             (meta(1_000_000_000_000_000_000), vec![1.0; 2], vec![0.0; 3], vec![], "claims step"),
         ] {
-            write(&path, &m, &theta, &[], &spent, &velocity).unwrap();
+            write(&path, &m, &theta, &[], &spent, (&velocity, &[])).unwrap();
             let e = read(&path, EXPECT).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("state.bin"), "{e}");
         }
@@ -376,7 +406,7 @@ mod tests {
         fn mutated_states_never_panic(flips in proptest::collection::vec((0usize..400, any::<u8>()), 1..8), cut in 1usize..400) {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("state.bin");
-            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &[0.5, 0.25]).unwrap();
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], (&[0.5, 0.25], &[1.0, -1.0])).unwrap();
             let mut bytes = std::fs::read(&path).unwrap();
             for (at, v) in flips {
                 let i = at % bytes.len();
@@ -396,7 +426,7 @@ mod tests {
         fn resealed_mutations_never_panic(flips in proptest::collection::vec((8usize..400, any::<u8>()), 1..8)) {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("state.bin");
-            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], &[0.5, 0.25]).unwrap();
+            write(&path, &meta(3), &[1.0, -2.5], &[0.25, 4.0], &[0.5, 2.0, 0.0], (&[0.5, 0.25], &[1.0, -1.0])).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             let mut body = bytes[..bytes.len() - 32].to_vec();
             for (at, v) in flips {

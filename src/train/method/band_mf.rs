@@ -25,10 +25,12 @@
 //! n public. The noise is the continuous Gaussian sampled in floating point, correlated in f64
 //! arithmetic; the discrete Gaussian is refused.
 //!
-//! **Memory.** The last b − 1 noise vectors (P f64 each). They are not saved with the run: a
-//! resumed run with a fixed seed draws z₁ … zₜ again from their streams and recomputes them, so
-//! it continues bit for bit (in time that grows with the steps taken); one with the operating
-//! system's noise restarts the correlation, which keeps the guarantee (see `replay`).
+//! **Memory.** The last b − 1 noise vectors (P f64 each), saved with the run's state every step
+//! (`confidential/state.bin`: with them the state could denoise the released iterates), so a
+//! resumed run continues its correlation bit for bit, with a fixed seed or the operating
+//! system's noise alike. A state without them (written before they were saved) is resumed as
+//! before: a fixed seed recomputes them from z₁ … zₜ, the operating system's noise restarts the
+//! correlation, which keeps the guarantee (see `replay`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -349,8 +351,8 @@ fn rests_on(cfg: &Resolved, band: &BandAccounting) -> BTreeMap<String, String> {
     rests_on.insert(
         "noise".into(),
         "the continuous Gaussian sampled in floating point (as DP-SGD's), correlated by forward substitution in f64: \
-         its rounding errors, about 1e-16 of the noise, depend on the noise alone. A resume with the operating \
-         system's noise restarts the correlation (C block-diagonal: still banded, columns of norm at most 1)"
+         its rounding errors, about 1e-16 of the noise, depend on the noise alone. The last b - 1 noise vectors \
+         are saved with the run's confidential state every step, so a resume continues the correlation"
             .into(),
     );
     rests_on.insert(
@@ -376,13 +378,15 @@ pub struct BandedNoise {
     /// The step whose noise comes next (history holds the ones before it).
     next: usize,
     velocity: Vec<f32>,
+    /// Saved noise for step `next`, placed at that step (when θ's length is known).
+    saved: Option<Vec<f64>>,
 }
 
 impl BandedNoise {
     /// The rule for coefficients `coefs` (c₀ > 0) at noise std `std` = σC from `seed`.
     #[must_use]
     pub fn new(coefs: Vec<f64>, std: f64, seed: NoiseSeed) -> Self {
-        Self { coefs, std, seed, history: VecDeque::new(), next: 1, velocity: Vec::new() }
+        Self { coefs, std, seed, history: VecDeque::new(), next: 1, velocity: Vec::new(), saved: None }
     }
 
     /// Step `step`'s noise wₜ over `p` coordinates, from zₜ (its update stream) and the history,
@@ -404,7 +408,20 @@ impl BandedNoise {
         Ok(w)
     }
 
-    /// The history before step `step` (a resumed run, or the first step). With a fixed seed it
+    /// Saved noise `saved` as the history of `p` coordinates.
+    fn place(&mut self, saved: &[f64], p: usize) -> Result<()> {
+        let most = self.coefs.len() - 1;
+        if p == 0 || !saved.len().is_multiple_of(p) || saved.len() / p > most {
+            return Err(Error::State(format!(
+                "its noise has {} values, not at most {most} vectors of {p} (bands - 1 of theta's length)",
+                saved.len()
+            )));
+        }
+        self.history = saved.chunks(p).map(<[f64]>::to_vec).collect();
+        Ok(())
+    }
+
+    /// The history before step `step` (a resumed run without saved noise, or the first step). With a fixed seed it
     /// is recomputed from the streams of steps 1 … `step` − 1 (w depends on every earlier z), so
     /// the run continues bit for bit. With the operating system's noise (a private run) those
     /// draws cannot be had again, and drawing others would be new noise nobody needs: the
@@ -427,6 +444,9 @@ impl BandedNoise {
 impl StepRule for BandedNoise {
     fn apply(&mut self, step: usize, theta: &mut [f32], sum: ClippedSum, update: UpdateRule) -> Result<()> {
         let p = theta.len();
+        if let Some(saved) = self.saved.take() {
+            self.place(&saved, p)?;
+        }
         if step != self.next || self.history.front().is_some_and(|h| h.len() != p) {
             self.replay(step, p)?;
         }
@@ -446,9 +466,22 @@ impl StepRule for BandedNoise {
     }
     fn restore(&mut self, state: Vec<f32>) {
         self.velocity = state;
-        // The noise history is recomputed at the next step.
+        // The noise history is restored by `restore_noise`, or recomputed at the next step.
         self.history.clear();
         self.next = 0;
+        self.saved = None;
+    }
+    fn noise_state(&self) -> Vec<f64> {
+        self.history.iter().flatten().copied().collect()
+    }
+    /// Saved noise for step `next`; none (a state written before the noise was saved) leaves
+    /// the history to [`replay`](Self::replay).
+    fn restore_noise(&mut self, next: usize, noise: Vec<f64>) -> Result<()> {
+        if !noise.is_empty() {
+            self.next = next;
+            self.saved = Some(noise);
+        }
+        Ok(())
     }
 }
 
@@ -552,6 +585,49 @@ mod tests {
         let w = rule.history[0].clone();
         // The next step subtracts c₁·w from its own z: what the band after the resume does.
         assert!(w.iter().zip(&theta).all(|(&n, &t)| (-n) as f32 == t));
+    }
+
+    /// A rule restored with its saved noise continues its band with the operating system's
+    /// noise (no restart), and with a fixed seed gives the uninterrupted noise without replaying
+    /// the steps before; saved noise of another length is refused.
+    #[test]
+    fn a_rule_restored_with_its_saved_noise_continues_its_band() {
+        let c = coefficients(3);
+        let sum = || ClippedSum::Grid { values: vec![0; 4], gamma: 1.0 };
+        let mut whole = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Os);
+        let mut theta = vec![0.0f32; 4];
+        for t in 1..=5 {
+            whole.apply(t, &mut theta, sum(), UpdateRule::plain(1.0, 1.0)).unwrap();
+        }
+        let saved = whole.noise_state();
+        assert_eq!(saved.len(), 2 * 4);
+        let mut resumed = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Os);
+        resumed.restore(Vec::new());
+        resumed.restore_noise(6, saved.clone()).unwrap();
+        resumed.apply(6, &mut theta, sum(), UpdateRule::plain(1.0, 1.0)).unwrap();
+        // Step 6's noise joined the saved two: the newest saved one is now second.
+        assert_eq!((resumed.history.len(), resumed.next), (2, 7));
+        assert_eq!(resumed.history[1], saved[..4]);
+        // A fixed seed: the saved noise gives the uninterrupted step 6.
+        let mut fixed = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Fixed(3));
+        let all: Vec<Vec<f64>> = (1..=6).map(|t| fixed.noise(t, 4).unwrap()).collect();
+        let mut again = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Fixed(3));
+        again.restore(Vec::new());
+        let history: Vec<f64> = all[4].iter().chain(&all[3]).copied().collect();
+        again.restore_noise(6, history.clone()).unwrap();
+        let mut theta = vec![0.0f32; 4];
+        again.apply(6, &mut theta, sum(), UpdateRule::plain(1.0, 1.0)).unwrap();
+        assert_eq!(theta, all[5].iter().map(|&n| (-n) as f32).collect::<Vec<_>>());
+        // It is the saved noise that step 6 used, not a replay: other saved noise, another step.
+        let mut other = BandedNoise::new(c.clone(), 1.0, NoiseSeed::Fixed(3));
+        other.restore(Vec::new());
+        other.restore_noise(6, history.iter().map(|x| 2.0 * x).collect()).unwrap();
+        let mut moved = vec![0.0f32; 4];
+        other.apply(6, &mut moved, sum(), UpdateRule::plain(1.0, 1.0)).unwrap();
+        assert_ne!(moved, theta);
+        let mut bad = BandedNoise::new(c, 1.0, NoiseSeed::Os);
+        bad.restore_noise(6, vec![0.0; 12]).unwrap();
+        assert!(bad.apply(6, &mut theta, sum(), UpdateRule::plain(1.0, 1.0)).is_err());
     }
 
     /// Each example is sampled only at the steps of its partition, at rate p there.

@@ -117,6 +117,22 @@ pub trait StepRule: Send + Sync {
     fn state(&self) -> &[f32];
     /// A saved state back.
     fn restore(&mut self, state: Vec<f32>);
+    /// The noise the next step's needs from earlier steps (correlated noise: BandMF's last
+    /// b − 1 noise vectors, newest first, concatenated; empty: none), saved with the state.
+    fn noise_state(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// Saved noise back, for step `next` (checked against θ's length at that step).
+    ///
+    /// # Errors
+    /// Noise for a rule that keeps none.
+    fn restore_noise(&mut self, _next: usize, noise: Vec<f64>) -> Result<()> {
+        if noise.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::State(format!("{} values of noise for a method whose noise is independent", noise.len())))
+        }
+    }
 }
 
 /// Independent noise: step t adds N(0, σ²C²) per coordinate (or the discrete Gaussian) drawn

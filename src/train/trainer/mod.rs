@@ -341,7 +341,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             canaries,
         };
         let spent = if ledger_ranks.is_some() { &[][..] } else { self.ledger.spent_all() };
-        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, velocity)?;
+        let noise = self.rule.noise_state();
+        state::write(&self.folder.state(), &meta, &self.theta, best_theta, spent, (velocity, &noise))?;
         if self.ledger_on_disk != ledger_ranks {
             // The state no longer points at the shards of the ranks this run was resumed from.
             shards::remove_others(&self.folder, ledger_ranks);

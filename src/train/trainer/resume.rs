@@ -58,6 +58,9 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         self.theta = snap.theta;
         let velocity = self.restore_canaries(snap.velocity, snap.meta.canaries)?;
         self.rule.restore(velocity);
+        self.rule
+            .restore_noise(snap.meta.step + 1, snap.noise)
+            .map_err(|e| Error::RunState { path: self.folder.state(), message: format!("{e}: the file is corrupt") })?;
         self.step = snap.meta.step;
         if !snap.meta.releases_in_state {
             return Err(Error::RunState {
