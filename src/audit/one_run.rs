@@ -15,10 +15,11 @@
 //! directions never move.
 //!
 //! **The guess.** Each canary's score is its noisy sums projected on its direction, over the
-//! first k steps and over all steps (two pre-registered statistics, for a run that may go on
-//! past k); [`group_audits`] turns each into a lower bound on ε from the canaries of each
-//! tier, each test at its share of 1 − confidence, and the audit compares the best with that
-//! tier's guaranteed ε (or the run's).
+//! first k steps and over all steps (pre-registered statistics, for a run that may go on past
+//! k), and for a sampled method the log-likelihood ratio of its per-step projections (which
+//! weighs each step by how likely it holds the canary); [`group_audits`] turns each into lower
+//! bounds on ε from the canaries of each tier, each test at its share of 1 − confidence, and
+//! the audit compares the best with that tier's guaranteed ε (or the run's).
 //!
 //! **What it sees and what it cannot.** It audits what the method does to gradients — the
 //! clip, the ledger and its tiers, the sampling, the noise as drawn — against the accountant's
@@ -41,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::noise::Stream;
 use crate::per_example::Network;
 use crate::train::ValidConfig;
-pub use crate::train::canaries::{CanaryGroup, GroupAudit, OneRunReport, group_audits, plot, tier_groups};
+pub use crate::train::canaries::{CanaryGroup, GroupAudit, OneRunReport, Scores, group_audits, plot, tier_groups};
 use crate::train::distributed::shard_sum;
 use crate::train::step::{Aggregation, GradientPlan, UpdateRule};
 
@@ -108,8 +109,10 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
     let included: Vec<bool> = (0..m).map(|_| coins.random_bool(0.5)).collect();
     let tiers = accounting.tiers();
     let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
-    let [first_k, all] = run_canaries(cfg, settings, &included, &tier_of)?;
-    let groups = group_audits(cfg, [&first_k, &all], &included, &tier_groups(cfg, &tier_of), settings.confidence)?;
+    let [first_k, all, likelihood] = run_canaries(cfg, settings, &included, &tier_of)?;
+    let likelihood = accounting.sample_rate().map(|_| &likelihood[..]);
+    let scores = Scores { first_k: &first_k, all: &all, likelihood };
+    let groups = group_audits(cfg, &scores, &included, &tier_groups(cfg, &tier_of), settings.confidence)?;
     Ok(OneRunReport {
         threat_model: "white-box, every noisy update, gradient canaries (a Dirac-like gradient on parameters no other \
                        canary touches)"
@@ -146,14 +149,18 @@ fn canaries(included: &[bool], neighbours: Neighbours) -> Split {
     Split { images, features: Vec::new(), labels, rows: 1, cols: m, channels: 1 }
 }
 
-/// Runs the schedule once over the canaries; returns each canary's `[first-k, all-steps]`
-/// scores: its projected noisy sums over those steps, divided by σC·√steps.
+/// Runs the schedule once over the canaries; returns each canary's `[first-k, all-steps,
+/// likelihood]` scores: its projected noisy sums over those steps, divided by σC·√steps, and for
+/// a sampled method at rate q the log-likelihood ratio Σₜ ln(pᵢₙ(oₜ)/pₒᵤₜ(oₜ)) of its per-step
+/// sums oₜ (in units of σC: N(0, 1) plus 1/σ with probability q when in, plus 0 (zero-out) or
+/// −1/σ with probability q (replace-one) when out) — Neyman–Pearson's statistic for a canary
+/// at the clip in DP-SGD (all zeros without sampling).
 fn run_canaries(
     cfg: &ValidConfig,
     settings: &OneRunSettings,
     included: &[bool],
     tier_of: &[u8],
-) -> Result<[Vec<f64>; 2]> {
+) -> Result<[Vec<f64>; 3]> {
     let m = included.len();
     let accounting = cfg.accounting().ok_or_else(|| Error::State("no accounting to audit".into()))?;
     let p = &cfg.config().privacy;
@@ -187,6 +194,8 @@ fn run_canaries(
     let (k, steps) = (cfg.worst_case_steps(), cfg.max_steps());
     let unit = sigma * p.clip * std::f64::consts::SQRT_2;
     let mut scores = [vec![0.0; m], vec![0.0; m]];
+    let mut likelihood = vec![0.0; m];
+    let step_ratio = accounting.sample_rate().map(|q| LikelihoodRatio::new(q, 1.0 / sigma, p.neighbours));
     for t in 1..=steps {
         if fault(settings) == Fault::IgnoreLedger {
             ledger = IndividualFilter::with_budgets(m, budgets.clone())?;
@@ -203,13 +212,42 @@ fn run_canaries(
             if t <= k {
                 scores[0][i] += o;
             }
+            if let Some(r) = &step_ratio {
+                likelihood[i] += r.at(o);
+            }
         }
     }
     // In units of one step's noise: a statistic of s steps has standard deviation 1 without the canary.
     for (stat, counted) in scores.iter_mut().zip([k.min(steps), steps]) {
         stat.iter_mut().for_each(|x| *x /= (counted.max(1) as f64).sqrt());
     }
-    Ok(scores)
+    let [first_k, all] = scores;
+    Ok([first_k, all, likelihood])
+}
+
+/// One step's log-likelihood ratio of a projected sum o (unit noise) when the canary is in
+/// against out: in, o ~ (1 − q)·N(0, 1) + q·N(μ, 1); out, N(0, 1) (zero-out) or
+/// (1 − q)·N(0, 1) + q·N(−μ, 1) (replace-one).
+struct LikelihoodRatio {
+    ln_q: f64,
+    ln_rest: f64,
+    mu: f64,
+    replace: bool,
+}
+
+impl LikelihoodRatio {
+    fn new(q: f64, mu: f64, neighbours: Neighbours) -> Self {
+        Self { ln_q: q.ln(), ln_rest: (-q).ln_1p(), mu, replace: neighbours == Neighbours::ReplaceOne }
+    }
+    /// ln((1 − q) + q·e^{±μo − μ²/2}) for the sign `s`, without overflow.
+    fn mixture(&self, s: f64, o: f64) -> f64 {
+        let (a, b) = (self.ln_rest, self.ln_q + s * self.mu * o - self.mu * self.mu / 2.0);
+        a.max(b) + (-(a - b).abs()).exp().ln_1p()
+    }
+    fn at(&self, o: f64) -> f64 {
+        let out = if self.replace { self.mixture(-1.0, o) } else { 0.0 };
+        self.mixture(1.0, o) - out
+    }
 }
 
 /// The canaries' ledger: the run's budget for all, or tier `tier_of[i]`'s for canary i.
@@ -290,6 +328,41 @@ mod tests {
             assert_eq!(f.map(|f| f.family.as_str()), family, "{method}");
             assert!(f.is_none_or(|f| f.consistent && f.epsilon_lower > 0.0 && f.epsilon_lower <= 2.0), "{f:?}");
         }
+    }
+
+    /// DP-SGD at q = 0.05 over 200 steps: each canary is in about 10 steps, which the sums
+    /// drown in the noise of the other 190; the likelihood ratio weighs each step by how likely
+    /// it holds the canary, and gives the best bound, below the claim (measured: 0.45, and 0.59
+    /// by the f-DP analysis, against 2).
+    #[test]
+    fn the_likelihood_ratio_audits_sampled_steps_best() {
+        let text = "[model]\npreset = \"logistic\"\n[privacy]\nmethod = \"sgd\"\nepsilon = 2.0\ndelta = 1e-5\n\
+                    clip = 1.0\nworst_case_steps = 200\nsample_rate = 0.05\n[train]\nlr = 1.0\nseed = 1\n";
+        let r = audit(&TrainConfig::from_toml(text, &[]).unwrap().validate().unwrap(), Fault::None);
+        let g = &r.groups[0];
+        assert_eq!(g.statistic, "likelihood", "{:?}", bounds(&r));
+        assert!(r.consistent && g.bound.epsilon_lower > 0.3, "{:?}", bounds(&r));
+        let filtered = audit(&config("filtered", 10, ""), Fault::None);
+        assert_ne!(filtered.groups[0].statistic, "likelihood");
+    }
+
+    /// The step's ratio, against the densities written out, and finite far in the tails.
+    #[test]
+    fn the_step_likelihood_ratio_is_the_mixtures_and_never_overflows() {
+        let pdf = |x: f64| (-x * x / 2.0).exp();
+        let (q, mu) = (0.1, 0.8);
+        for (neighbours, o) in [(Neighbours::ZeroOut, 0.3), (Neighbours::ReplaceOne, -1.2), (Neighbours::ZeroOut, 2.5)]
+        {
+            let r = LikelihoodRatio::new(q, mu, neighbours);
+            let inn = (1.0 - q) * pdf(o) + q * pdf(o - mu);
+            let out = match neighbours {
+                Neighbours::ZeroOut => pdf(o),
+                Neighbours::ReplaceOne => (1.0 - q) * pdf(o) + q * pdf(o + mu),
+            };
+            assert!((r.at(o) - (inn / out).ln()).abs() < 1e-12, "{neighbours:?} {o}");
+        }
+        let r = LikelihoodRatio::new(0.01, 2.0, Neighbours::ReplaceOne);
+        assert!(r.at(1e6).is_finite() && r.at(-1e6).is_finite() && r.at(1e6) > 0.0);
     }
 
     #[test]

@@ -264,7 +264,8 @@ impl Canaries {
         let end: Vec<f64> = self.theta.iter().map(|&x| -f64::from(x)).collect();
         let first_k =
             if self.at_k.is_empty() { end.clone() } else { self.at_k.iter().map(|&x| -f64::from(x)).collect() };
-        let groups = group_audits(cfg, [&first_k, &end], &self.included, &self.groups(cfg), confidence)?;
+        let scores = Scores { first_k: &first_k, all: &end, likelihood: None };
+        let groups = group_audits(cfg, &scores, &self.included, &self.groups(cfg), confidence)?;
         Ok(OneRunReport {
             threat_model: "white-box, every noisy update, gradient canaries on coordinates of their own".into(),
             method: cfg.method().describe().into(),
@@ -367,7 +368,7 @@ pub struct GroupAudit {
     pub canaries: usize,
     /// How many of them the coin included.
     pub included: usize,
-    /// The best statistic's bound: `first-k` or `all-steps`.
+    /// The best statistic's bound: `first-k`, `all-steps` or `likelihood`.
     pub statistic: String,
     /// The lower bound and every test behind it.
     pub bound: OneRunBound,
@@ -389,9 +390,9 @@ pub struct GroupAudit {
     pub fdp: Option<FdpAudit>,
 }
 
-/// A bound from the f-DP analysis ([`fdp`]): the guesses of both statistics at every share of
-/// [`fdp::GUESS_SHARES`] (sixteen tests), each at its share of the analysis's 1 − confidence,
-/// against a family of claims.
+/// A bound from the f-DP analysis ([`fdp`]): the guesses of every statistic at every share of
+/// [`fdp::GUESS_SHARES`] (eight tests a statistic), each at its share of the analysis's
+/// 1 − confidence, against a family of claims.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FdpAudit {
     /// `gaussian-dp` (a method without sampling: the claim is μ-Gaussian DP) or `composition` (a
@@ -456,11 +457,32 @@ pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
         .collect()
 }
 
-/// Each group's audit from every canary's two scores (`[first-k, all-steps]`, higher: more
-/// likely included) and its coin, by two analyses of the same guesses, each at half of
-/// 1 − `confidence` (a union bound, so that `consistent` errs with probability at most
-/// 1 − `confidence`): [SNJ23]'s, each statistic at its share ([`audit_guesses`], the better
-/// bound kept), and the f-DP one ([`FdpAudit`]). A group is consistent when both stand.
+/// Every canary's scores, higher: more likely included — each statistic fixed before the run.
+#[derive(Debug, Clone, Copy)]
+pub struct Scores<'a> {
+    /// Its noisy sums over the first k steps (the steps every example can afford).
+    pub first_k: &'a [f64],
+    /// Over every step.
+    pub all: &'a [f64],
+    /// Where a sampled method's per-step sums are at hand, their log-likelihood ratio of "in"
+    /// against "out" (the Neyman–Pearson statistic for Poisson-sampled Gaussian steps).
+    pub likelihood: Option<&'a [f64]>,
+}
+
+impl<'a> Scores<'a> {
+    /// The statistics with their names, in a fixed order.
+    fn named(&self) -> Vec<(&'static str, &'a [f64])> {
+        let mut out = vec![("first-k", self.first_k), ("all-steps", self.all)];
+        out.extend(self.likelihood.map(|l| ("likelihood", l)));
+        out
+    }
+}
+
+/// Each group's audit from every canary's `scores` and its coin, by two analyses of the same
+/// guesses, each at half of 1 − `confidence` (a union bound, so that `consistent` errs with
+/// probability at most 1 − `confidence`): [SNJ23]'s, each statistic at its share
+/// ([`audit_guesses`], the best bound kept), and the f-DP one ([`FdpAudit`]). A group is
+/// consistent when both stand.
 ///
 /// # Errors
 /// A group with fewer than 2 canaries, or scores that are not one per canary.
@@ -468,19 +490,21 @@ pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
 /// [SNJ23]: https://arxiv.org/abs/2305.08846
 pub fn group_audits(
     cfg: &ValidConfig,
-    [first_k, all]: [&[f64]; 2],
+    scores: &Scores<'_>,
     included: &[bool],
     groups: &[CanaryGroup],
     confidence: f64,
 ) -> Result<Vec<GroupAudit>> {
-    let each = 1.0 - (1.0 - confidence) / 4.0;
+    let statistics = scores.named();
+    let each = 1.0 - (1.0 - confidence) / (2 * statistics.len()) as f64;
+    let (first_k, all) = (scores.first_k, scores.all);
     let mut out = Vec::new();
     for g in groups {
         let of = &g.members;
         let inc: Vec<bool> = of.iter().map(|&i| included[i]).collect();
         let mut best: Option<(OneRunBound, &str)> = None;
         let mut tests = Vec::new();
-        for (name, scores) in [("first-k", first_k), ("all-steps", all)] {
+        for &(name, scores) in &statistics {
             let s: Vec<f64> = of.iter().map(|&i| scores[i]).collect();
             let b = audit_guesses(&s, &inc, cfg.delta(), each)?;
             tests.extend(fdp::guesses(&s, &inc)?);
