@@ -249,6 +249,7 @@ pub fn read(path: &Path, expect: Expect) -> Result<Option<Snapshot>> {
             format!("it claims step {} of a run of {} steps", m.step, expect.max_steps),
         ),
         (m.budget.is_nan() || m.budget <= 0.0, format!("its per-example budget {} is not positive", m.budget)),
+        (snap.noise.iter().any(|x| !x.is_finite()), "its saved noise holds a value that is not finite".into()),
     ];
     if let Some((_, why)) = problems.into_iter().find(|(bad, _)| *bad) {
         return Err(bad(format!("{why}; it belongs to another run or is corrupt")));
@@ -397,6 +398,9 @@ mod tests {
             let e = read(&path, EXPECT).unwrap_err().to_string();
             assert!(e.contains(want) && e.contains("state.bin"), "{e}");
         }
+        write(&path, &meta(3), &[1.0; 2], &[], &[0.0; 3], (&[], &[1.0, f64::NAN])).unwrap();
+        let e = read(&path, EXPECT).unwrap_err().to_string();
+        assert!(e.contains("not finite") && e.contains("state.bin"), "{e}");
     }
 
     proptest! {

@@ -421,9 +421,9 @@ impl BandedNoise {
         Ok(())
     }
 
-    /// The history before step `step` (a resumed run without saved noise, or the first step). With a fixed seed it
-    /// is recomputed from the streams of steps 1 … `step` − 1 (w depends on every earlier z), so
-    /// the run continues bit for bit. With the operating system's noise (a private run) those
+    /// The history before step `step` (the first step, or a resumed run without saved noise).
+    /// With a fixed seed it is recomputed from the streams of steps 1 … `step` − 1 (w depends on
+    /// every earlier z), so the run continues bit for bit. With the operating system's noise (a private run) those
     /// draws cannot be had again, and drawing others would be new noise nobody needs: the
     /// correlation restarts at `step`. The steps before and after then follow the blocks of a
     /// block-diagonal C — still b-banded, lower-triangular, every column of norm at most 1 — so
