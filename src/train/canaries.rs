@@ -384,8 +384,9 @@ pub struct GroupAudit {
     /// The f-DP analysis of the same guesses (Mahloujifar, Melis & Chaudhuri 2025;
     /// [`fdp`]): distribution-free, it tests the claim's whole trade-off curve, not one (ε, δ).
     /// `None` for the discrete Gaussian (whose curve is not the family's), for a sampled
-    /// method's tier or gradient-norm group (whose curve the run's composition is not), and for
-    /// DP-SGD with individual accounting (a Rényi filter's guarantee at one order has no curve).
+    /// method's tier or gradient-norm group (whose curve the run's composition is not), for
+    /// DP-SGD with individual accounting (a Rényi filter's guarantee at one order has no curve),
+    /// and where the family's curves cannot be computed (the PLD accountant refuses a member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fdp: Option<FdpAudit>,
 }

@@ -163,10 +163,10 @@ pub fn write(
     atomic_write(path, &buf)
 }
 
-/// The most earlier steps' noise a state holds (BandMF's b − 1, b at most 256).
-const NOISE_STEPS: u64 = 255;
+/// The most earlier steps' noise a state holds (BandMF's b − 1).
+const NOISE_STEPS: u64 = super::method::MAX_BANDS as u64 - 1;
 /// The most canaries whose coordinates the noise covers (`audit.canaries`).
-const NOISE_CANARIES: u64 = 100_000;
+const NOISE_CANARIES: u64 = super::config::MAX_CANARIES as u64;
 
 /// What a resuming run expects of a state file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,8 +181,8 @@ pub struct Expect {
 
 impl Expect {
     /// The largest file a state for these sizes can be (θ, the best θ and the momentum buffer;
-    /// the noise of at most 255 earlier steps over θ and up to 100,000 canaries; metadata up to
-    /// 1 MiB).
+    /// the noise of the most earlier steps BandMF keeps, over θ and the most canaries; metadata
+    /// up to 1 MiB).
     fn max_bytes(&self) -> u64 {
         let noise = (self.params as u64).saturating_add(NOISE_CANARIES).saturating_mul(NOISE_STEPS * 8);
         (self.params as u64)
@@ -298,8 +298,7 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
     let nt = len(take(8)?)?;
     let theta = floats(take(nt.checked_mul(4)?)?);
     let ns = len(take(8)?)?;
-    let spent =
-        take(ns.checked_mul(8)?)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    let spent = doubles(take(ns.checked_mul(8)?)?);
     let nb = len(take(8)?)?;
     let best_theta = floats(take(nb.checked_mul(4)?)?);
     // The momentum buffer, if any (nothing left: none; a partial length is caught below), then
@@ -310,15 +309,16 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
     };
     let noise = match take(8) {
         None => Vec::new(),
-        Some(b) => take(len(b)?.checked_mul(8)?)?
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
+        Some(b) => doubles(take(len(b)?.checked_mul(8)?)?),
     };
     if at != body.len() {
         return None;
     }
     Some(Snapshot { meta, theta, best_theta, spent, velocity, noise })
+}
+
+fn doubles(b: &[u8]) -> Vec<f64> {
+    b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
 }
 
 fn floats(b: &[u8]) -> Vec<f32> {

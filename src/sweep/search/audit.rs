@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::train::canaries::OneRunReport;
 use crate::train::{RunFolder, read_json};
 
-/// The file's name, in the search folder's `confidential/` (it holds bounds computed from the
-/// training data, unnoised).
+/// The file's name, in the search folder's `confidential/`, beside the candidates' own audits
+/// (its bounds come from the released candidate's canary coordinates, which no example touches;
+/// it is kept with the audits whose coins it rests on).
 pub const SEARCH_AUDIT: &str = "search-audit.json";
 
 /// Where the audit of the search in `dir` is.

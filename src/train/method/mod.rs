@@ -37,6 +37,7 @@ use crate::accounting::{Conversion, GaussianDp, Rdp, positive};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSampler, NoiseSeed, Stream};
 use crate::train::update::{ClippedSum, UpdateRule, apply_update};
+pub(crate) use band_mf::MAX_BANDS;
 
 /// What a training method does, as the rest of the crate asks it.
 pub trait TrainingMethod: Sync {
