@@ -92,6 +92,12 @@ impl Stream {
     pub fn canaries() -> Self {
         Stream(3 << 60)
     }
+    /// The stream of the seed of a one-run audit's input canaries: just above the gradient
+    /// canaries' coins (their samples count down from those).
+    #[must_use]
+    pub fn input_canaries() -> Self {
+        Stream((3 << 60) + 1)
+    }
     /// The stream of step `step`'s Poisson sample of a one-run audit's canaries: counting down
     /// from the coins' stream.
     #[must_use]

@@ -30,7 +30,7 @@ const FLOAT_FIELDS: [&str; 11] = [
     "audit.confidence",
 ];
 
-const INT_FIELDS: [&str; 12] = [
+const INT_FIELDS: [&str; 13] = [
     "privacy.worst_case_steps",
     "train.max_steps",
     "train.chunk",
@@ -43,6 +43,7 @@ const INT_FIELDS: [&str; 12] = [
     "data.test_subset",
     "model.init_seed",
     "audit.canaries",
+    "audit.input_canaries",
 ];
 
 /// Validates `base()` with one override: an answer or an error naming a field, quickly.

@@ -108,6 +108,8 @@ enum Audit {
     /// Canaries at the clip and at C/4, the small ones audited against the ε of what they
     /// spent (the full-batch methods only).
     Norms,
+    /// Input canaries (black-box): rows of the training set, trained and charged as examples.
+    Inputs,
 }
 
 /// One combination of every option.
@@ -133,7 +135,7 @@ const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
     let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [Method::ALL.len(), 4, 2, 2, 2, devices, 2, 3, 2, 3, 3]
+    [Method::ALL.len(), 4, 2, 2, 2, devices, 2, 3, 2, 3, 4]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -166,7 +168,7 @@ impl Combo {
             conversion: [Conversion::GaussianExact, Conversion::Cks, Conversion::BunSteinke][v[7]],
             seed: [Seed::Os, Seed::Fixed][v[8]],
             counts: [ActiveRelease::None, ActiveRelease::Noisy, ActiveRelease::ExactNonPrivate][v[9]],
-            audit: [Audit::None, Audit::Canaries, Audit::Norms][v[10]],
+            audit: [Audit::None, Audit::Canaries, Audit::Norms, Audit::Inputs][v[10]],
         }
     }
 
@@ -229,6 +231,7 @@ impl Combo {
             Audit::None => "",
             Audit::Canaries => "[audit]\ncanaries = 200\nconfidence = 0.999999\n",
             Audit::Norms => "[audit]\ncanaries = 200\nconfidence = 0.999999\ngradient_norms = [1.0, 0.25]\n",
+            Audit::Inputs => "[audit]\ninput_canaries = 60\nconfidence = 0.999999\n",
         };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
@@ -258,7 +261,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 11] = [
+const REFUSED: [Refusal; 12] = [
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {
@@ -311,6 +314,10 @@ const REFUSED: [Refusal; 11] = [
     Refusal {
         why: "a canary group below the clip is audited against what it spent, built for full-batch methods",
         pair: |c| (c.audit == Audit::Norms && sgd(c.method)).then_some((0, 10)),
+    },
+    Refusal {
+        why: "input canaries are rows of one process's training set",
+        pair: |c| (c.audit == Audit::Inputs && c.ranks == Ranks::Three).then_some((4, 10)),
     },
 ];
 
@@ -702,11 +709,18 @@ fn check_budgets(c: &Combo, folder: &RunFolder, privacy: &Value, what: &str) {
     let cfg = TrainConfig::from_file(&folder.config(), &[]).unwrap().validate().unwrap();
     let trained = cfg.config().data.load().unwrap();
     let params = 3 * 3 + 3;
-    let spent = dpgd::train::budget::spent(folder, params, cfg.max_steps()).unwrap().spent;
-    assert_eq!(spent.len(), trained.train.len(), "{what}: one ledger entry per training example");
+    let all = dpgd::train::budget::spent(folder, params, cfg.max_steps()).unwrap().spent;
+    // An audit's input canaries follow the examples: each within its tier's (dealt in turn).
+    let inputs = if c.audit == Audit::Inputs { 60 } else { 0 };
+    assert_eq!(all.len(), trained.train.len() + inputs, "{what}: one ledger entry per training row");
+    let (spent, canaries) = all.split_at(trained.train.len());
     let tiers = privacy["personalized"]["tiers"].as_array().cloned().unwrap_or_default();
     let tier_budget =
         |eps: f64| tiers.iter().find(|t| t["epsilon"].as_f64() == Some(eps)).map(|t| t["budget"].as_f64().unwrap());
+    for (j, s) in canaries.iter().enumerate() {
+        let own = tiers.get(j % tiers.len().max(1)).map_or(budget, |t| t["budget"].as_f64().unwrap());
+        assert!(*s <= own * (1.0 + 1e-12), "{what}: input canary {j} spent {s} of its {own}");
+    }
     let px = trained.train.pixels();
     let mut held = 0;
     for (i, s) in spent.iter().enumerate() {
@@ -800,11 +814,16 @@ fn check(c: &Combo, dir: &Path, what: &str) {
             check_audit(c, &folder, what);
         }
         // The search as a whole: its released candidate's canaries against the search's ε.
-        let audit = dpgd::sweep::search::search_audit_path(&out);
-        assert_eq!(audit.exists(), c.audit != Audit::None && search["chosen"].is_object(), "{what}: search-audit.json");
-        if audit.exists() {
-            let audit = read(&audit);
-            assert_eq!(audit["consistent"], true, "{what}: the search's audit: {}", audit["groups"]);
+        let audits = [
+            (dpgd::sweep::search::search_audit_path(&out), matches!(c.audit, Audit::Canaries | Audit::Norms)),
+            (dpgd::sweep::search::search_input_audit_path(&out), c.audit == Audit::Inputs),
+        ];
+        for (audit, audited) in audits {
+            assert_eq!(audit.exists(), audited && search["chosen"].is_object(), "{what}: {}", audit.display());
+            if audit.exists() {
+                let audit = read(&audit);
+                assert_eq!(audit["consistent"], true, "{what}: the search's audit: {}", audit["groups"]);
+            }
         }
         return;
     }
@@ -822,8 +841,16 @@ fn check(c: &Combo, dir: &Path, what: &str) {
 /// A run with `[audit]` audited itself: every tier's bound at most its claim, in the
 /// confidential half.
 fn check_audit(c: &Combo, folder: &RunFolder, what: &str) {
-    assert_eq!(folder.audit().exists(), c.audit != Audit::None, "{what}: confidential/audit.json");
-    if c.audit != Audit::None {
+    let gradients = matches!(c.audit, Audit::Canaries | Audit::Norms);
+    assert_eq!(folder.audit().exists(), gradients, "{what}: confidential/audit.json");
+    assert_eq!(folder.input_audit().exists(), c.audit == Audit::Inputs, "{what}: confidential/audit-inputs.json");
+    if c.audit == Audit::Inputs {
+        let report = read(&folder.input_audit());
+        let tiers = if c.budgets == Budgets::None { 1 } else { TIERS.len() };
+        assert_eq!(report["groups"].as_array().map(Vec::len), Some(tiers), "{what}: one input audit per tier");
+        assert_eq!(report["consistent"], true, "{what}: the run's input audit: {}", report["groups"]);
+    }
+    if gradients {
         let report = read(&folder.audit());
         let tiers = if c.budgets == Budgets::None { 1 } else { TIERS.len() };
         let norms = if c.audit == Audit::Norms { 2 } else { 1 };

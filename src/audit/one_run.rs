@@ -111,7 +111,7 @@ pub fn audit_one_run(cfg: &ValidConfig, settings: &OneRunSettings) -> Result<One
     let tier_of: Vec<u8> = (0..m).map(|i| (i % tiers.len().max(1)) as u8).collect();
     let [first_k, all, likelihood] = run_canaries(cfg, settings, &included, &tier_of)?;
     let likelihood = accounting.sample_rate().map(|_| &likelihood[..]);
-    let scores = Scores { first_k: &first_k, all: &all, likelihood };
+    let scores = Scores::white_box(&first_k, &all, likelihood);
     let groups = group_audits(cfg, &scores, &included, &tier_groups(cfg, &tier_of), settings.confidence)?;
     Ok(OneRunReport {
         threat_model: "white-box, every noisy update, gradient canaries (a Dirac-like gradient on parameters no other \

@@ -40,6 +40,9 @@ pub struct Dataset {
     /// Where the training split holds one rank's shard ([`Dataset::keep_shard`]): its first
     /// example, the run's number of training examples n, and the subset it was taken of.
     held: Option<(usize, usize, usize)>,
+    /// Where rows were appended to the run's training examples ([`Dataset::appended_copy`]):
+    /// the first appended row (the run's own examples before it) and how many.
+    appended: Option<(usize, usize)>,
 }
 
 /// What a model's examples are made from, as its file records it, so that `dpgd predict` reads
@@ -203,7 +206,17 @@ impl Dataset {
                 ),
             });
         }
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns, held: None })
+        Ok(Self {
+            train,
+            test,
+            dir: dir.into(),
+            fingerprints,
+            classes,
+            features: None,
+            columns,
+            held: None,
+            appended: None,
+        })
     }
 
     /// A dataset held in memory (for library users whose data are not IDX files): the same
@@ -270,7 +283,17 @@ impl Dataset {
             fingerprint("test-images (in memory)", &[test.images.as_slice(), &f32_bytes(&test.features)].concat()),
             fingerprint("test-labels (in memory)", &test.labels),
         ];
-        Ok(Self { train, test, dir: dir.into(), fingerprints, classes, features: None, columns: None, held: None })
+        Ok(Self {
+            train,
+            test,
+            dir: dir.into(),
+            fingerprints,
+            classes,
+            features: None,
+            columns: None,
+            held: None,
+            appended: None,
+        })
     }
 
     /// The shape of one example, `[channels, height, width]`.
@@ -340,7 +363,8 @@ impl Dataset {
     #[must_use]
     pub fn keep_shard(mut self, subset: usize, ranks: usize, rank: usize) -> Self {
         if self.held.is_none() {
-            let n = self.train.head(subset).len();
+            // Appended rows are the run's too: its training examples are the whole split.
+            let n = self.train.head(if self.appended.is_some() { 0 } else { subset }).len();
             let range = crate::collective::shard(n, ranks, rank);
             self.train = self.train.slice(range.clone());
             self.held = Some((range.start, n, subset));
@@ -356,8 +380,11 @@ impl Dataset {
     /// # Errors
     /// As [`HoldOut::positions`]; a dataset that holds one rank's shard only.
     pub fn hold_out(mut self, subset: usize, hold_out: &HoldOut) -> Result<(Self, Split)> {
-        if self.held.is_some() {
-            return Err(Error::config("data.hold_out", "hold out examples before keeping one rank's shard"));
+        if self.held.is_some() || self.appended.is_some() {
+            return Err(Error::config(
+                "data.hold_out",
+                "hold out examples before keeping one rank's shard or appending an audit's canaries",
+            ));
         }
         let n = self.train.head(subset).len();
         let positions = hold_out.positions(n)?;
@@ -369,6 +396,61 @@ impl Dataset {
         });
         self.train = rest;
         Ok((self, held))
+    }
+
+    /// A copy of the run's training examples (the first `subset`, all for 0) with `rows`
+    /// appended after them (an audit's input canaries), the test split and `fingerprint`
+    /// joining the files' so that a run's identity records them.
+    ///
+    /// # Errors
+    /// [`Error::Data`]: rows of another shape or form (bytes or numbers) than the training
+    /// examples', labels outside the classes, or a dataset that holds one rank's shard or has
+    /// rows appended already.
+    pub fn appended_copy(&self, subset: usize, rows: &Split, fingerprint: Fingerprint) -> Result<Self> {
+        let bad = |message: String| Error::Data { path: self.dir.clone(), message };
+        if self.held.is_some() || self.appended.is_some() {
+            return Err(
+                bad("rows are appended to the whole training set once, before keeping one rank's shard".into()),
+            );
+        }
+        let same_form = rows.images.is_empty() == self.train.images.is_empty();
+        if rows.shape() != self.train.shape() || !same_form {
+            return Err(bad(format!(
+                "appended rows of shape {:?} ({}) for training examples of shape {:?} ({})",
+                rows.shape(),
+                if rows.images.is_empty() { "numbers" } else { "bytes" },
+                self.train.shape(),
+                if self.train.images.is_empty() { "numbers" } else { "bytes" }
+            )));
+        }
+        if rows.labels.iter().any(|&y| usize::from(y) >= self.classes) {
+            return Err(bad(format!("an appended row's label is not a class in 0..{}", self.classes)));
+        }
+        let first = self.train.head(subset).len();
+        let mut train = self.train.slice(0..first);
+        train.images.extend_from_slice(&rows.images);
+        train.features.extend_from_slice(&rows.features);
+        train.labels.extend_from_slice(&rows.labels);
+        let mut fingerprints = self.fingerprints.clone();
+        fingerprints.push(fingerprint);
+        Ok(Self {
+            train,
+            test: self.test.clone(),
+            dir: self.dir.clone(),
+            fingerprints,
+            classes: self.classes,
+            features: self.features.clone(),
+            columns: self.columns.clone(),
+            held: None,
+            appended: Some((first, rows.len())),
+        })
+    }
+
+    /// Where rows were appended ([`appended_copy`](Self::appended_copy)): the first appended
+    /// row and how many (`None`: none).
+    #[must_use]
+    pub fn appended(&self) -> Option<(usize, usize)> {
+        self.appended
     }
 
     /// Where the training split holds one rank's shard ([`keep_shard`](Self::keep_shard)):

@@ -81,7 +81,25 @@ pub fn report(folder: &RunFolder, cfg: &ValidConfig, params: usize) -> Result<Bu
     };
     let ledger = IndividualFilter::from_spent_with(budgets, spent.spent)
         .map_err(|e| Error::RunState { path: folder.state(), message: format!("its ledger is invalid: {e}") })?;
-    Ok(summarise(&ledger, cfg.tiers(), spent.step, &steps))
+    Ok(summarise(&examples_only(cfg, &ledger)?, cfg.tiers(), spent.step, &steps))
+}
+
+/// The ledger of the run's own training examples: `ledger` without an audit's input canaries,
+/// the rows after them (the whole ledger without).
+///
+/// # Errors
+/// [`Error::State`]: a ledger shorter than the canaries.
+pub(crate) fn examples_only(cfg: &ValidConfig, ledger: &IndividualFilter) -> Result<IndividualFilter> {
+    let real = real_examples(cfg, ledger.len())?;
+    let spent = ledger.spent_all()[..real].to_vec();
+    Ok(IndividualFilter::from_spent_with(ledger.budgets().slice(0..real), spent)?)
+}
+
+/// The run's own examples among its `n` training rows: those before an audit's input canaries.
+fn real_examples(cfg: &ValidConfig, n: usize) -> Result<usize> {
+    n.checked_sub(cfg.input_canaries()).ok_or_else(|| {
+        Error::State(format!("{n} training rows for {} input canaries (audit.input_canaries)", cfg.input_canaries()))
+    })
 }
 
 /// Every training example's spent budget in a run's saved state, in the run's order.
@@ -114,7 +132,8 @@ pub fn spent(folder: &RunFolder, params: usize, max_steps: usize) -> Result<Spen
     Ok(Spent { step, budget, spent })
 }
 
-/// Every one of the run's `n` training examples' ledger budget, and the fingerprint of the
+/// Every one of the run's `n` training rows' ledger budget (an audit's input canaries after its
+/// examples, each its tier's), and the fingerprint of the
 /// assignment (part of the run's identity: a resume with another assignment is refused). One
 /// budget for all where the config has no tiers; `f64::MAX` where the method keeps no ledger
 /// that stops examples (plain DP-SGD clips to C alone).
@@ -129,7 +148,10 @@ pub fn ledger_budgets(cfg: &ValidConfig, n: usize) -> Result<(Budgets, Option<Fi
     if tiers.len() != b.epsilons.len() {
         return Err(Error::State(format!("{} tier budgets for {} tiers", tiers.len(), b.epsilons.len())));
     }
-    let of = b.assignment_by_row(&c.data, n)?;
+    // The run's own examples by their rows; an audit's input canaries after them, dealt to the
+    // tiers in turn (they are in no file).
+    let mut of = b.assignment_by_row(&c.data, real_examples(cfg, n)?)?;
+    of.extend(crate::train::input_canaries::tiers_of(cfg.input_canaries(), tiers.len()));
     let mut hash = Sha256::new();
     for t in tiers {
         hash.update(t.budget.to_le_bytes());

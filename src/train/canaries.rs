@@ -264,7 +264,7 @@ impl Canaries {
         let end: Vec<f64> = self.theta.iter().map(|&x| -f64::from(x)).collect();
         let first_k =
             if self.at_k.is_empty() { end.clone() } else { self.at_k.iter().map(|&x| -f64::from(x)).collect() };
-        let scores = Scores { first_k: &first_k, all: &end, likelihood: None };
+        let scores = Scores::white_box(&first_k, &end, None);
         let groups = group_audits(cfg, &scores, &self.included, &self.groups(cfg), confidence)?;
         Ok(OneRunReport {
             threat_model: "white-box, every noisy update, gradient canaries on coordinates of their own".into(),
@@ -287,6 +287,14 @@ impl Canaries {
 /// # Errors
 /// If the image cannot be written.
 pub fn plot(report: &OneRunReport, path: &std::path::Path) -> Result<()> {
+    plot_scores(report, path, "end-of-run score (the noisy updates on the canary's coordinate; higher: more likely in)")
+}
+
+/// [`plot`] with the scores described by `x_label`.
+///
+/// # Errors
+/// If the image cannot be written.
+pub fn plot_scores(report: &OneRunReport, path: &std::path::Path, x_label: &str) -> Result<()> {
     use crate::plot::{Panel, Series, SeriesLabelPosition, YRange, line_charts};
     let pick = |inc: bool| -> Vec<f64> { report.scores.iter().filter(|s| s.1 == inc).map(|s| s.0).collect() };
     let [a, b] = crate::plot::densities(&pick(true), &pick(false));
@@ -305,7 +313,7 @@ pub fn plot(report: &OneRunReport, path: &std::path::Path) -> Result<()> {
             confidence_percent(report),
             claims.join("; ")
         ),
-        x_label: "end-of-run score (the noisy updates on the canary's coordinate; higher: more likely in)".into(),
+        x_label: x_label.into(),
         y_label: "density".into(),
         series: vec![
             Series { label: "included canaries".into(), points: a },
@@ -459,23 +467,32 @@ pub fn tier_groups(cfg: &ValidConfig, tier_of: &[u8]) -> Vec<CanaryGroup> {
 }
 
 /// Every canary's scores, higher: more likely included — each statistic fixed before the run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Scores<'a> {
-    /// Its noisy sums over the first k steps (the steps every example can afford).
-    pub first_k: &'a [f64],
-    /// Over every step.
-    pub all: &'a [f64],
-    /// Where a sampled method's per-step sums are at hand, their log-likelihood ratio of "in"
-    /// against "out" (the Neyman–Pearson statistic for Poisson-sampled Gaussian steps).
-    pub likelihood: Option<&'a [f64]>,
+    /// Each statistic with its name, in a fixed order.
+    statistics: Vec<(&'static str, &'a [f64])>,
+    /// For the Gaussian bound of a method without sampling, white-box scores over the first k
+    /// steps and over all (`None`: scores the bound does not describe).
+    gaussian: Option<(&'a [f64], &'a [f64])>,
 }
 
 impl<'a> Scores<'a> {
-    /// The statistics with their names, in a fixed order.
-    fn named(&self) -> Vec<(&'static str, &'a [f64])> {
-        let mut out = vec![("first-k", self.first_k), ("all-steps", self.all)];
-        out.extend(self.likelihood.map(|l| ("likelihood", l)));
-        out
+    /// White-box scores: a canary's noisy sums over the first k steps (the steps every example
+    /// can afford) and over every step; where a sampled method's per-step sums are at hand,
+    /// their log-likelihood ratio of "in" against "out" (the Neyman–Pearson statistic for
+    /// Poisson-sampled Gaussian steps).
+    #[must_use]
+    pub fn white_box(first_k: &'a [f64], all: &'a [f64], likelihood: Option<&'a [f64]>) -> Self {
+        let mut statistics = vec![("first-k", first_k), ("all-steps", all)];
+        statistics.extend(likelihood.map(|l| ("likelihood", l)));
+        Self { statistics, gaussian: Some((first_k, all)) }
+    }
+
+    /// Black-box scores of input canaries: the published model's log-likelihood of each
+    /// canary's label less the initial model's, and the published model's alone.
+    #[must_use]
+    pub fn black_box(gain: &'a [f64], end: &'a [f64]) -> Self {
+        Self { statistics: vec![("likelihood-gain", gain), ("likelihood", end)], gaussian: None }
     }
 }
 
@@ -496,16 +513,15 @@ pub fn group_audits(
     groups: &[CanaryGroup],
     confidence: f64,
 ) -> Result<Vec<GroupAudit>> {
-    let statistics = scores.named();
+    let statistics = &scores.statistics;
     let each = 1.0 - (1.0 - confidence) / (2 * statistics.len()) as f64;
-    let (first_k, all) = (scores.first_k, scores.all);
     let mut out = Vec::new();
     for g in groups {
         let of = &g.members;
         let inc: Vec<bool> = of.iter().map(|&i| included[i]).collect();
         let mut best: Option<(OneRunBound, &str)> = None;
         let mut tests = Vec::new();
-        for &(name, scores) in &statistics {
+        for &(name, scores) in statistics {
             let s: Vec<f64> = of.iter().map(|&i| scores[i]).collect();
             let b = audit_guesses(&s, &inc, cfg.delta(), each)?;
             tests.extend(fdp::guesses(&s, &inc)?);
@@ -515,7 +531,9 @@ pub fn group_audits(
         }
         let Some((mut bound, statistic)) = best else { continue };
         bound.confidence = confidence;
-        let gaussian = if cfg.accounting().and_then(|a| a.sample_rate()).is_none() {
+        let gaussian = if let (Some((first_k, all)), None) =
+            (scores.gaussian, cfg.accounting().and_then(|a| a.sample_rate()))
+        {
             let scores = if g.gradient_norm.is_some_and(|n| n < 1.0) { all } else { first_k };
             let side =
                 |want: bool| -> Vec<f64> { of.iter().filter(|&&i| included[i] == want).map(|&i| scores[i]).collect() };

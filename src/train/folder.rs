@@ -5,7 +5,8 @@
 //!   publishable/    model.safetensors model.bpk model.json config.toml privacy.json result.json
 //!                   metrics.csv metrics.jsonl accuracy.png
 //!   confidential/   state.bin steps.jsonl diagnostics.json budget.json budget.png
-//!                   resumes.jsonl run.lock
+//!                   resumes.jsonl run.lock audit.json audit.png audit-inputs.json
+//!                   audit-inputs.png input-canaries.json
 //! ```
 //!
 //! `publishable/` holds only the model, the configuration, the privacy report, and numbers that
@@ -158,6 +159,23 @@ impl RunFolder {
     #[must_use]
     pub fn audit_plot(&self) -> PathBuf {
         self.confidential().join("audit.png")
+    }
+    /// A one-run audit's report on its input canaries (`audit.input_canaries`; confidential:
+    /// it holds the coins).
+    #[must_use]
+    pub fn input_audit(&self) -> PathBuf {
+        self.confidential().join("audit-inputs.json")
+    }
+    /// The plot of the input canaries' scores (confidential).
+    #[must_use]
+    pub fn input_audit_plot(&self) -> PathBuf {
+        self.confidential().join("audit-inputs.png")
+    }
+    /// The input canaries' seed, drawn once before the first step and read on every resume
+    /// (confidential: with it, the canaries and their coins are known).
+    #[must_use]
+    pub fn input_canaries(&self) -> PathBuf {
+        self.confidential().join("input-canaries.json")
     }
     /// The per-example budget report (confidential).
     #[must_use]

@@ -6,6 +6,7 @@ pub mod canaries;
 mod config;
 pub(crate) mod distributed;
 pub mod folder;
+pub mod input_canaries;
 pub mod method;
 pub mod observer;
 pub mod outputs;

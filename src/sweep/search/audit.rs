@@ -30,10 +30,19 @@ use crate::train::{RunFolder, read_json};
 /// it is kept with the audits whose coins it rests on).
 pub const SEARCH_AUDIT: &str = "search-audit.json";
 
+/// The file of the search's audit by the released candidate's input canaries (black-box).
+pub const SEARCH_AUDIT_INPUTS: &str = "search-audit-inputs.json";
+
 /// Where the audit of the search in `dir` is.
 #[must_use]
 pub fn search_audit_path(dir: &Path) -> PathBuf {
     dir.join("confidential").join(SEARCH_AUDIT)
+}
+
+/// Where the audit of the search in `dir` by its released candidate's input canaries is.
+#[must_use]
+pub fn search_input_audit_path(dir: &Path) -> PathBuf {
+    dir.join("confidential").join(SEARCH_AUDIT_INPUTS)
 }
 
 /// The audit of a search as a whole, from its released candidate's own.
@@ -70,18 +79,26 @@ pub struct SearchAuditGroup {
     pub consistent: bool,
 }
 
-/// The search's audit from the released candidate's run `folder`; `None` if that run was not
-/// audited.
+/// The search's audit from the released candidate's run `folder`, by its gradient canaries
+/// (`audit.json`); `None` if that run was not audited so.
 ///
 /// # Errors
 /// An unreadable audit file, or a group whose tier the search does not have (a file that is not
 /// this search's candidate's), naming the file.
 pub fn audit_search(search: &Search, folder: &RunFolder) -> Result<Option<SearchAudit>> {
-    let path = folder.audit();
+    audit_search_by(search, &folder.audit())
+}
+
+/// As [`audit_search`], from the candidate's audit report at `path` (its gradient canaries' or
+/// its input canaries', [`RunFolder::input_audit`]).
+///
+/// # Errors
+/// As [`audit_search`].
+pub fn audit_search_by(search: &Search, path: &Path) -> Result<Option<SearchAudit>> {
     if !path.exists() {
         return Ok(None);
     }
-    let report: OneRunReport = read_json(&path)?;
+    let report: OneRunReport = read_json(path)?;
     let g = &search.guarantee;
     let claims: Vec<f64> =
         if g.tiers.is_empty() { vec![g.epsilon] } else { g.tiers.iter().map(|t| t.guaranteed_epsilon).collect() };
@@ -90,7 +107,7 @@ pub fn audit_search(search: &Search, folder: &RunFolder) -> Result<Option<Search
         let claim = claims
             .get(a.tier.unwrap_or(0))
             .copied()
-            .ok_or_else(|| Error::file(&path, format!("its group {} has a tier the search does not have", a.group)))?;
+            .ok_or_else(|| Error::file(path, format!("its group {} has a tier the search does not have", a.group)))?;
         let fdp = a.fdp.as_ref().map(|f| f.epsilon_lower);
         groups.push(SearchAuditGroup {
             group: a.group.clone(),

@@ -43,7 +43,10 @@ mod run;
 mod section;
 mod types;
 
-pub use audit::{SEARCH_AUDIT, SearchAudit, SearchAuditGroup, audit_search, search_audit_path};
+pub use audit::{
+    SEARCH_AUDIT, SEARCH_AUDIT_INPUTS, SearchAudit, SearchAuditGroup, audit_search, audit_search_by, search_audit_path,
+    search_input_audit_path,
+};
 pub use prepare::{prepare, prepare_with};
 pub use run::run_search;
 pub use section::{CandidatesSection, Distribution, SearchSection};

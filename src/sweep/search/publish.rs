@@ -49,9 +49,17 @@ pub(super) fn publish(search: &Search, state: &SearchState, dir: &Path) -> Resul
     let mut result = search_result(search, None);
     if let Some(i) = best {
         let (_, folder) = candidate(search, state, i, dir)?;
-        if let Some(audit) = super::audit::audit_search(search, &folder)? {
-            let text = serde_json::to_string_pretty(&audit).map_err(Error::serialise(super::audit::SEARCH_AUDIT))?;
-            crate::files::atomic_write(&super::audit::search_audit_path(dir), text.as_bytes())?;
+        // The released candidate's audits (gradient canaries, input canaries) against the search's claims.
+        let audits = [
+            (folder.audit(), super::audit::search_audit_path(dir)),
+            (folder.input_audit(), super::audit::search_input_audit_path(dir)),
+        ];
+        for (report, out) in audits {
+            if let Some(audit) = super::audit::audit_search_by(search, &report)? {
+                let text =
+                    serde_json::to_string_pretty(&audit).map_err(Error::serialise(super::audit::SEARCH_AUDIT))?;
+                crate::files::atomic_write(&out, text.as_bytes())?;
+            }
         }
         let test_accuracy = publish_candidate(&folder, &partial, &result)?;
         let noisy = state.scores[i].unwrap_or(0) as f64 / search.guarantee.validation.examples as f64;

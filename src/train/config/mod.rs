@@ -425,8 +425,15 @@ impl Default for ReleaseConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
-    /// M, the gradient canaries trained beside the examples, each included with probability ½.
+    /// M, the gradient canaries trained beside the examples, each included with probability ½
+    /// (white-box: every noisy update; [`crate::train::canaries`]). 0: none.
+    #[serde(default, skip_serializing_if = "is_none")]
     pub canaries: usize,
+    /// M', the input canaries added to the training examples, each included with probability ½
+    /// (black-box: the published model only; [`crate::train::input_canaries`]): inputs no real
+    /// example resembles, with random labels, trained and charged as examples. 0: none.
+    #[serde(default, skip_serializing_if = "is_none")]
+    pub input_canaries: usize,
     /// The canaries' gradient norms, as fractions of the clip C, dealt in turn within each tier
     /// (default `[1.0]`: every canary's gradient is 2C, which the clip cuts to C). A group below
     /// 1 spends less than a full step's C² each step and is audited against the ε of what it
@@ -438,6 +445,10 @@ pub struct AuditConfig {
     /// it to audit many runs at once (a union bound).
     #[serde(default = "audit_confidence", skip_serializing_if = "is_audit_confidence")]
     pub confidence: f64,
+}
+
+fn is_none(m: &usize) -> bool {
+    *m == 0
 }
 
 /// The default confidence of a run's own audit.

@@ -68,6 +68,13 @@ impl ValidConfig {
         self.privacy.as_ref().map_or(&[], |p| p.tiers())
     }
 
+    /// The audit's input canaries (`audit.input_canaries`; 0 without): rows of the training set
+    /// after the run's own examples ([`crate::train::input_canaries`]).
+    #[must_use]
+    pub fn input_canaries(&self) -> usize {
+        self.config().audit.as_ref().map_or(0, |a| a.input_canaries)
+    }
+
     /// What the ledger's budget and charges measure.
     #[must_use]
     pub fn ledger_unit(&self) -> String {

@@ -177,15 +177,37 @@ impl TrainConfig {
                 format!("{}: give a confidence in [0.5, 1), e.g. 0.95 (or 0.999 to audit many runs)", a.confidence),
             ));
         }
+        let tiers = self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1));
+        if a.canaries == 0 && a.input_canaries == 0 {
+            return Err(Error::config(
+                "audit.canaries",
+                "no canaries: give canaries = M (gradient canaries, white-box) or input_canaries = M (input canaries, \
+                 black-box), or both; 1,000 is a good start",
+            ));
+        }
+        if a.input_canaries > 0 && !(2 * tiers..=super::MAX_CANARIES).contains(&a.input_canaries) {
+            return Err(Error::config(
+                "audit.input_canaries",
+                format!(
+                    "{} input canaries: give between {} (two per tier) and {} (1,000 is a good start), or 0 for none",
+                    a.input_canaries,
+                    2 * tiers,
+                    super::MAX_CANARIES
+                ),
+            ));
+        }
+        if a.canaries == 0 {
+            return Ok(());
+        }
         // At least two canaries in each group (the audit guesses within a tier and norm).
-        let groups = self.privacy.budgets.as_ref().map_or(1, |b| b.epsilons.len().max(1)) * a.gradient_norms.len();
+        let groups = tiers * a.gradient_norms.len();
         let least = 2 * groups;
         if !(least..=super::MAX_CANARIES).contains(&a.canaries) {
             return Err(Error::config(
                 "audit.canaries",
                 format!(
                     "{} canaries: give between {least} (two per tier and gradient norm) and {} (1,000 is a good \
-                     start)",
+                     start), or 0 for none",
                     a.canaries,
                     super::MAX_CANARIES
                 ),

@@ -92,6 +92,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         let input =
             ModelInput { normalize: self.norm.clone(), features: self.features.clone(), form: self.form.clone() };
         self.plan.net().write_model(model, &input, &self.folder, self.cfg)?;
+        self.audit_inputs(model)?;
         let model = model.to_vec();
         let mut privacy = crate::train::report::report(self.cfg, self.session.as_ref(), self.n, self.step)?;
         if let Some(a) = privacy.accounting.as_mut() {
@@ -137,6 +138,24 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         Ok(Trained { summary, params: model, engine: self.plan.into_net() })
     }
 
+    /// The black-box audit of the published `model` by the input canaries, if the run has them
+    /// (`confidential/audit-inputs.json` and its plot).
+    fn audit_inputs(&self, model: &[f32]) -> Result<()> {
+        let Some(inputs) = &self.inputs else { return Ok(()) };
+        let c = self.cfg.config();
+        let confidence = c.audit.as_ref().map_or(super::super::config::AUDIT_CONFIDENCE, |a| a.confidence);
+        let theta0 = self.plan.net().initial_params(c.model.init_seed)?;
+        let net = self.plan.net();
+        let report = inputs.report(self.cfg, (net, model, &theta0), &self.norm, (self.step, confidence))?;
+        write_json(&self.folder.input_audit(), &report)?;
+        crate::train::canaries::plot_scores(
+            &report,
+            &self.folder.input_audit_plot(),
+            "score: the published model's log-likelihood of the canary's label, less the initial model's (higher: \
+             more likely in)",
+        )
+    }
+
     /// The operator's files: `diagnostics.json` (exact values) and, for a run with per-example
     /// budgets, the budget report.
     pub(super) fn write_confidential(&self) -> Result<()> {
@@ -160,7 +179,8 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         };
         write_json(&self.folder.diagnostics(), &diagnostics)?;
         if self.cfg.ledger_budget().is_some() {
-            let b = crate::train::budget::summarise(ledger, self.cfg.tiers(), self.step, &self.record.confidential);
+            let examples = crate::train::budget::examples_only(self.cfg, ledger)?;
+            let b = crate::train::budget::summarise(&examples, self.cfg.tiers(), self.step, &self.record.confidential);
             crate::train::budget::write(&self.folder, &b)?;
         }
         if let Some(c) = &self.canaries {

@@ -37,6 +37,7 @@ use super::canaries::Canaries;
 use super::config::{ActiveRelease, Engine, ValidConfig};
 use super::distributed::{self, Message};
 use super::folder::{Record, RunFolder};
+use super::input_canaries::InputCanaries;
 use super::observer::{Observer, StepReport, Warning};
 use super::outputs::{ConfidentialRow, METRICS_COLUMNS, MetricsRow};
 use super::releases::ReleaseKind;
@@ -112,7 +113,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
     ) -> Result<Self> {
-        Self::open(cfg, net, data, dir, opts, observer, Box::new(Solo))
+        Self::open(cfg, net, data, dir, opts, observer, (Box::new(Solo), None))
     }
 
     /// As [`Trainer::with_engine`], on rank 0 of the data-parallel run `comm`: this process
@@ -137,10 +138,11 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
                 comm.rank()
             )));
         }
-        Self::open(cfg, net, data, dir, opts, observer, Box::new(comm))
+        Self::open(cfg, net, data, dir, opts, observer, (Box::new(comm), None))
     }
 
-    /// Opens the run on rank 0 of `comm`; any failure aborts the other ranks.
+    /// Opens the run on rank 0 of `comm`, with the audit's input canaries `inputs` (their rows
+    /// in `data`: [`InputCanaries::prepare`]); any failure aborts the other ranks.
     fn open(
         cfg: &'a ValidConfig,
         net: E,
@@ -148,10 +150,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         dir: &Path,
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
-        mut comm: Box<dyn Collective + 'a>,
+        (mut comm, inputs): (Box<dyn Collective + 'a>, Option<InputCanaries>),
     ) -> Result<Self> {
         let ranks = comm.size();
-        let mut t = match Self::build(cfg, net, data, dir, opts, observer, ranks) {
+        let mut t = match Self::build(cfg, net, data, dir, opts, observer, (ranks, inputs)) {
             Ok(t) => t,
             Err(e) => {
                 comm.abort(&e.to_string());
@@ -169,6 +171,20 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         Ok(t)
     }
 
+    /// As [`Trainer::with_engine_on`], with the audit's input canaries `inputs`, whose rows
+    /// `data` holds ([`InputCanaries::prepare`]).
+    pub(super) fn with_inputs_on(
+        cfg: &'a ValidConfig,
+        (net, data): (E, &'a Dataset),
+        dir: &Path,
+        opts: &RunOptions,
+        observer: &'a mut dyn Observer,
+        comm: &'a mut dyn Collective,
+        inputs: Option<InputCanaries>,
+    ) -> Result<Self> {
+        Self::open(cfg, net, data, dir, opts, observer, (Box::new(comm), inputs))
+    }
+
     /// The trainer of rank 0 of `ranks`, before it resumes (its collective still [`Solo`]).
     fn build(
         cfg: &'a ValidConfig,
@@ -177,7 +193,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         dir: &Path,
         opts: &RunOptions,
         observer: &'a mut dyn Observer,
-        ranks: usize,
+        (ranks, inputs): (usize, Option<InputCanaries>),
     ) -> Result<Self> {
         let folder = RunFolder::of_run(dir, opts.candidate);
         if folder.is_finished() {
@@ -188,14 +204,20 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         if folder.is_finished() {
             return Err(Error::RunState { path: dir.into(), message: "the run is finished already".into() });
         }
+        check_inputs(cfg, data, inputs.as_ref(), ranks)?;
         let s = Setup::new(cfg, net, data, opts, (0, ranks))?;
         let c = cfg.config();
+        let mut ledger = IndividualFilter::with_budgets(s.shard.range.len(), s.budgets.slice(s.shard.range.clone()))?;
+        if let Some(inputs) = &inputs {
+            // The null examples are never computed (a resumed ledger has them spent already).
+            inputs.exhaust_nulls(&mut ledger, s.shard.range.clone())?;
+        }
         Ok(Self {
             cfg,
             folder,
             _lock: lock,
             identity: s.identity,
-            ledger: IndividualFilter::with_budgets(s.shard.range.len(), s.budgets.slice(s.shard.range.clone()))?,
+            ledger,
             budgets: s.budgets,
             active: s.shard.range.len(),
             plan: s.plan,
@@ -221,9 +243,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             // The canaries live on rank 0, beside the noise and the state: the other ranks
             // never see them.
             canaries: match &c.audit {
-                Some(a) => Some(Canaries::new(cfg, a.canaries)?),
-                None => None,
+                Some(a) if a.canaries > 0 => Some(Canaries::new(cfg, a.canaries)?),
+                _ => None,
             },
+            inputs,
             observer,
         })
     }
@@ -273,7 +296,10 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         }
         let active = self.ledger.active_count_non_private();
         let (sum, stats, active) = distributed::combine(&mut *self.comm, sum, stats, active)?;
-        self.active = active;
+        #[cfg(test)]
+        let sum = crate::train::input_canaries::tests::scale_sum(sum);
+        // The null examples of an audit's excluded input canaries spend nothing: always active.
+        self.active = active + self.inputs.as_ref().map_or(0, InputCanaries::null_count);
         // The method's noise and update (independent Gaussian noise and heavy-ball by default).
         let update = UpdateRule { lr: self.cfg.lr_at(t), divisor, momentum: self.cfg.config().train.momentum };
         match &mut self.canaries {
@@ -470,4 +496,31 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         ];
         METRICS_COLUMNS.iter().zip(used).filter(|(_, u)| *u).map(|(c, _)| *c).collect()
     }
+}
+
+/// Refuses a run whose audit's input canaries (`audit.input_canaries`) are not the rows `data`
+/// appended ([`InputCanaries::prepare`], which [`Run`] calls), or that runs on several ranks.
+fn check_inputs(cfg: &ValidConfig, data: &Dataset, inputs: Option<&InputCanaries>, ranks: usize) -> Result<()> {
+    let m = cfg.input_canaries();
+    let rows = data.appended().map(|(_, count)| count);
+    if m > 0 && ranks > 1 {
+        return Err(Error::config(
+            "audit.input_canaries",
+            format!(
+                "input canaries are rows of one process's training set, and this run is on {ranks} ranks: audit it \
+                 on one process, or with gradient canaries (audit.canaries), which run on several ranks"
+            ),
+        ));
+    }
+    if (m > 0) != inputs.is_some() || rows != inputs.map(InputCanaries::len) || inputs.is_some_and(|i| i.len() != m) {
+        return Err(Error::config(
+            "audit.input_canaries",
+            format!(
+                "the config asks for {m} input canaries and the data hold {} appended rows: train through \
+                 dpgd::train::Run, which adds them",
+                rows.unwrap_or(0)
+            ),
+        ));
+    }
+    Ok(())
 }

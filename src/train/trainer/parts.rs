@@ -11,6 +11,7 @@ use crate::per_example::Network;
 use crate::train::canaries::Canaries;
 use crate::train::config::ValidConfig;
 use crate::train::folder::{Record, RunFolder, RunLock};
+use crate::train::input_canaries::InputCanaries;
 use crate::train::method::StepRule;
 use crate::train::observer::Observer;
 use crate::train::privacy::RunSession;
@@ -67,5 +68,7 @@ pub struct Trainer<'a, E: TrainModel = Network> {
     pub(super) warned_collapse: bool,
     /// A one-run audit's canaries (`[audit]`), trained beside the examples.
     pub(super) canaries: Option<Canaries>,
+    /// A one-run audit's input canaries (`audit.input_canaries`), rows of the training set.
+    pub(super) inputs: Option<InputCanaries>,
     pub(super) observer: &'a mut dyn Observer,
 }

@@ -85,7 +85,7 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
         velocity: Vec<f32>,
         saved: Option<crate::train::canaries::CanaryState>,
     ) -> Result<Vec<f32>> {
-        let audit = self.cfg.config().audit.as_ref().map(|a| a.canaries);
+        let audit = self.cfg.config().audit.as_ref().map(|a| a.canaries).filter(|&m| m > 0);
         let corrupt =
             |why: String| Error::RunState { path: self.folder.state(), message: format!("{why}: the file is corrupt") };
         match (audit, saved) {

@@ -15,6 +15,7 @@ use crate::model::ConfigModel;
 use crate::per_example::Network;
 use crate::train::config::{Engine, ValidConfig};
 use crate::train::folder::RunFolder;
+use crate::train::input_canaries::InputCanaries;
 use crate::train::observer::{Observer, Silent};
 
 /// One training run's parts: what to train (`cfg` on `data`) and where (`dir`), its options,
@@ -176,7 +177,21 @@ fn train_model<E: TrainModel>(
     if comm.rank() != 0 {
         return serve_rank(cfg, engine, data, dir, opts, comm);
     }
-    let mut trainer = Trainer::with_engine_on(cfg, engine, data, dir, opts, observer, comm)?;
+    // An audit's input canaries join the training rows (on one process: the trainer refuses ranks).
+    let prepared = match comm.size() {
+        1 => InputCanaries::prepare(cfg, data, &RunFolder::of_run(dir, opts.candidate)),
+        _ => Ok(None),
+    };
+    let (inputs, with) = match prepared {
+        Ok(Some((inputs, with))) => (Some(inputs), Some(with)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            comm.abort(&e.to_string());
+            return Err(e);
+        }
+    };
+    let data = with.as_ref().unwrap_or(data);
+    let mut trainer = Trainer::with_inputs_on(cfg, (engine, data), dir, opts, observer, comm, inputs)?;
     while !trainer.is_done() {
         if let Err(e) = trainer.step() {
             trainer.abort(&e);

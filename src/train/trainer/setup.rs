@@ -114,7 +114,8 @@ fn rank_examples(
             (n, shard, data.train.head(0))
         }
         None => {
-            let all = data.train.head(train_subset);
+            // Rows appended after the first `train_subset` (an audit's input canaries) are the run's too.
+            let all = data.train.head(if data.appended().is_some() { 0 } else { train_subset });
             let shard = Shard::of(all.len(), ranks, rank);
             let train = all.range(shard.range.clone());
             (all.len(), shard, train)

@@ -122,11 +122,13 @@ fn run_one(a: &AuditArgs, cfg: &dpgd::train::ValidConfig, canaries: usize) -> Re
 /// claim, the f-DP analysis's bound, and the Gaussian model's where there is one.
 pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::ValidConfig) -> Vec<String> {
     let mut lines = Vec::new();
+    let kind =
+        if report.threat_model.starts_with("black-box") { "black-box audit (input canaries)" } else { "one-run audit" };
     for g in &report.groups {
         let best = g.bound.tests.iter().max_by(|x, y| x.1.total_cmp(&y.1)).map(|t| t.0);
         let (r, v) = best.map_or((0, 0), |b| (b.guesses, b.correct));
         lines.push(format!(
-            "one-run audit, {}: epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic, {:.0}% \
+            "{kind}, {}: epsilon >= {:.3} ({v} of {r} guesses right, {} canaries, {} statistic, {:.0}% \
              confidence); claimed {:.3}{} at delta = {}: {}",
             g.group,
             g.bound.epsilon_lower,

@@ -83,10 +83,12 @@ pub(crate) fn run(a: InspectArgs) -> Result<()> {
     if let Some(i) = a.example {
         // Wherever the ledger is: the state, or a run's rank shards.
         let spent = budget::spent(&folder, params, cfg.max_steps())?.spent;
-        let Some(&spent) = spent.get(i) else {
+        // Every training row's (an audit's input canaries after the examples).
+        let spent_rows = spent.len();
+        let Some(&spent) = spent.get(i).filter(|_| i < report.examples) else {
             bail!("--example {i}: the run has {} training examples (0 to {})", report.examples, report.examples - 1);
         };
-        let own = dpgd::train::budget::ledger_budgets(&cfg, report.examples)?.0.get(i);
+        let own = dpgd::train::budget::ledger_budgets(&cfg, spent_rows)?.0.get(i);
         println!("  example {i}: spent {spent} of its budget {own} ({:.1} %)", 100.0 * spent / own);
     }
     println!("  histogram: {}", folder.budget_plot().display());

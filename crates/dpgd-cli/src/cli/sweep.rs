@@ -37,8 +37,8 @@ pub(crate) struct SweepArgs {
     /// Every run (every candidate of a private search) audits itself in one run: canaries=M, as
     /// `dpgd train --audit` (each against its own epsilon); a private search's released
     /// candidate is judged again against the search's epsilon (confidential/search-audit.json).
-    #[arg(long, value_name = "canaries=M", value_parser = super::train::parse_audit)]
-    audit: Option<usize>,
+    #[arg(long, value_name = "canaries=M,inputs=M", value_parser = super::train::parse_audit)]
+    audit: Option<super::train::AuditArg>,
     /// The whole search's delta (with --select private).
     #[arg(long, requires = "select")]
     delta: Option<f64>,
@@ -69,7 +69,7 @@ pub(crate) fn run_sweep(a: SweepArgs) -> Result<()> {
     if a.select == Some(Select::Private) {
         return run_search(a);
     }
-    let (sweep, runs) = dpgd::sweep::plan_with(&a.file, &audit_override(a.audit)?)?;
+    let (sweep, runs) = dpgd::sweep::plan_with(&a.file, &super::train::audit_overrides(a.audit.as_ref())?)?;
     let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     let fields: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.point.keys()).collect();
     if let Some((k, _)) = a.only.iter().find(|(k, _)| !fields.contains(k)) {
@@ -112,7 +112,11 @@ fn run_search(a: SweepArgs) -> Result<()> {
     if !a.only.is_empty() || a.jobs != 1 {
         anyhow::bail!("--select private runs its candidates one after another: remove --only and --jobs");
     }
-    let search = dpgd::sweep::search::prepare_with(&a.file, (epsilon, delta), &audit_override(a.audit)?)?;
+    let search = dpgd::sweep::search::prepare_with(
+        &a.file,
+        (epsilon, delta),
+        &super::train::audit_overrides(a.audit.as_ref())?,
+    )?;
     let dir = a.out.unwrap_or_else(|| dpgd::sweep::default_results(&a.file));
     eprintln!(
         "search {}: {} grid points, each candidate calibrated for epsilon = {} (how many candidates run, and their \
@@ -145,15 +149,23 @@ fn run_search(a: SweepArgs) -> Result<()> {
 /// The search's audit, if its candidates were audited: a line per tier, and an error if a bound
 /// exceeds the search's claim.
 fn search_audit(dir: &std::path::Path) -> Result<()> {
-    let path = dpgd::sweep::search::search_audit_path(dir);
-    if !path.exists() {
-        return Ok(());
+    let audits = [
+        (dpgd::sweep::search::search_audit_path(dir), "canaries"),
+        (dpgd::sweep::search::search_input_audit_path(dir), "input canaries, black-box"),
+    ];
+    for (path, kind) in audits.iter().filter(|(p, _)| p.exists()) {
+        search_audit_lines(path, kind)?;
     }
-    let audit: dpgd::sweep::search::SearchAudit = dpgd::train::read_json(&path)?;
+    Ok(())
+}
+
+/// One search audit's lines, and an error if a bound exceeds the search's claim.
+fn search_audit_lines(path: &std::path::Path, kind: &str) -> Result<()> {
+    let audit: dpgd::sweep::search::SearchAudit = dpgd::train::read_json(path)?;
     for g in &audit.groups {
         let fdp = g.epsilon_lower_fdp.map_or(String::new(), |e| format!(", f-DP {e:.3}"));
         println!(
-            "search audit (the released candidate's canaries), {}: epsilon >= {:.3}{fdp}; the search claims {:.3} \
+            "search audit (the released candidate's {kind}), {}: epsilon >= {:.3}{fdp}; the search claims {:.3} \
              (the candidate {:.3}): {}",
             g.group,
             g.epsilon_lower,
@@ -181,12 +193,4 @@ impl dpgd::sweep::search::SearchObserver for SearchProgress {
         }
         Box::new(super::progress::RunProgress::new(self.mode, None, format!("[candidate {}] ", i + 1)))
     }
-}
-
-/// `--audit canaries=M` as an override of every run's config.
-fn audit_override(audit: Option<usize>) -> Result<Vec<dpgd::train::Override>> {
-    Ok(match audit {
-        Some(m) => vec![dpgd::train::Override::parse_set(&format!("audit.canaries={m}"))?],
-        None => Vec::new(),
-    })
 }

@@ -33,10 +33,12 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     quiet: bool,
     /// Audit the run itself in one run: canaries=M trains M gradient canaries beside the examples
-    /// (each in with probability 1/2) and writes confidential/audit.json (the same as --set
-    /// audit.canaries=M).
-    #[arg(long, value_name = "canaries=M", value_parser = parse_audit)]
-    audit: Option<usize>,
+    /// (white-box; each in with probability 1/2) into confidential/audit.json, inputs=M adds M
+    /// input canaries to the training examples (black-box: the published model) into
+    /// confidential/audit-inputs.json; both as canaries=M,inputs=M (the same as --set
+    /// audit.canaries=M, audit.input_canaries=M).
+    #[arg(long, value_name = "canaries=M,inputs=M", value_parser = parse_audit)]
+    audit: Option<AuditArg>,
     /// Stop after this many steps (the run can be resumed later).
     #[arg(long, hide = true)]
     stop_after: Option<usize>,
@@ -98,9 +100,10 @@ fn train_as_rank(a: TrainArgs, comm: &mut dyn Collective) -> Result<()> {
         return Ok(());
     }
     if summary.finished {
-        let audit = RunFolder::new(&dir).audit();
-        if audit.is_file() {
-            super::audit::audit_lines(&dpgd::train::read_json(&audit)?, &cfg).iter().for_each(|l| eprintln!("{l}"));
+        for audit in [RunFolder::new(&dir).audit(), RunFolder::new(&dir).input_audit()] {
+            if audit.is_file() {
+                super::audit::audit_lines(&dpgd::train::read_json(&audit)?, &cfg).iter().for_each(|l| eprintln!("{l}"));
+            }
         }
         eprintln!(
             "publishable: {}  (confidential: {})",
@@ -122,9 +125,7 @@ fn config_and_folder(a: &TrainArgs, rank0: bool) -> Result<(Vec<Override>, PathB
     for o in &a.overrides {
         overrides.push(Override::parse_set(o)?);
     }
-    if let Some(m) = a.audit {
-        overrides.push(Override::parse_set(&format!("audit.canaries={m}"))?);
-    }
+    overrides.extend(audit_overrides(a.audit.as_ref())?);
     let (config_path, dir) = match (&a.resume, &a.config) {
         (Some(dir), _) => {
             if let Some(o) = overrides.iter().find(|o| !RESUMABLE_FIELDS.contains(&o.key())) {
@@ -203,9 +204,42 @@ fn load_or_fetch(data: &dpgd::train::DataConfig) -> Result<Dataset> {
     Ok(data.load()?)
 }
 
-/// `--audit canaries=M`.
-pub(crate) fn parse_audit(s: &str) -> std::result::Result<usize, String> {
-    s.strip_prefix("canaries=")
-        .and_then(|m| m.trim().parse().ok())
-        .ok_or_else(|| format!("{s:?}: write --audit canaries=M, e.g. --audit canaries=1000"))
+/// `--audit canaries=M,inputs=M`: the gradient canaries and the input canaries (either may be
+/// left out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AuditArg {
+    canaries: Option<usize>,
+    inputs: Option<usize>,
+}
+
+/// `--audit canaries=M`, `--audit inputs=M` or `--audit canaries=M,inputs=M`.
+pub(crate) fn parse_audit(s: &str) -> std::result::Result<AuditArg, String> {
+    let bad =
+        || format!("{s:?}: write --audit canaries=M, --audit inputs=M or both, e.g. --audit canaries=1000,inputs=1000");
+    let mut arg = AuditArg { canaries: None, inputs: None };
+    for part in s.split(',') {
+        let (key, value) = part.split_once('=').ok_or_else(bad)?;
+        let m: usize = value.trim().parse().map_err(|_| bad())?;
+        let slot = match key.trim() {
+            "canaries" => &mut arg.canaries,
+            "inputs" => &mut arg.inputs,
+            _ => return Err(bad()),
+        };
+        if slot.replace(m).is_some() {
+            return Err(bad());
+        }
+    }
+    Ok(arg)
+}
+
+/// `--audit` as overrides of the config's `[audit]`.
+pub(crate) fn audit_overrides(audit: Option<&AuditArg>) -> Result<Vec<Override>> {
+    let Some(a) = audit else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (key, m) in [("audit.canaries", a.canaries), ("audit.input_canaries", a.inputs)] {
+        if let Some(m) = m {
+            out.push(Override::parse_set(&format!("{key}={m}"))?);
+        }
+    }
+    Ok(out)
 }

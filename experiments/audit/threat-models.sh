@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Both threat models on real training runs: the shipped filtered-GD and DP-SGD configs on 10,000
+# MNIST examples at epsilon = 1, 2, 4, 8 (DP-SGD's sigma calibrated in place of its 1.3), each run
+# auditing itself with 1,000 gradient canaries (white-box: every noisy update) and 1,000 input
+# canaries (black-box: the published model only), 95% confidence each.
+# Writes experiments/audit/threat-models/results.jsonl and both audits' plots per run, then the
+# table and plot (experiments/audit/threat_models_report.py, which needs matplotlib for the plot).
+# Run from the repository root: experiments/audit/threat-models.sh  (about 5 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cargo build --release -q
+out=experiments/audit/threat-models
+mkdir -p "$out"
+: > "$out/results.jsonl"
+group='[.groups[] | {claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_fdp: .fdp.epsilon_lower, fdp_family: .fdp.family}]'
+audit() { # name config [--set ...]
+    local name=$1 config=$2
+    shift 2
+    local run
+    run=$(mktemp -d)
+    local start=$SECONDS
+    ./target/release/dpgd train --config "$config" --quiet --out "$run" --set data.train_subset=10000 \
+        --audit canaries=1000,inputs=1000 "$@" > /dev/null
+    jq -n -c --arg name "$name" --arg commit "$(git rev-parse --short HEAD)" --argjson seconds $((SECONDS - start)) \
+        --slurpfile white "$run/confidential/audit.json" --slurpfile black "$run/confidential/audit-inputs.json" \
+        --slurpfile result "$run/publishable/result.json" \
+        "{name: \$name, commit: \$commit, seconds: \$seconds, method: \$white[0].method, steps: \$white[0].steps,
+          test_accuracy: \$result[0].test_accuracy,
+          white_box: {canaries: \$white[0].canaries, groups: (\$white[0] | $group)},
+          black_box: {canaries: \$black[0].canaries, groups: (\$black[0] | $group)}}" >> "$out/results.jsonl"
+    mkdir -p "$out/$name"
+    cp "$run/confidential/audit.png" "$out/$name/white-box.png"
+    cp "$run/confidential/audit-inputs.png" "$out/$name/black-box.png"
+    rm -rf "$run"
+}
+for eps in 1 2 4 8; do
+    audit "filtered-eps$eps" configs/mnist-filtered.toml --set privacy.epsilon=$eps
+done
+for eps in 1 2 4 8; do
+    audit "sgd-eps$eps" configs/mnist-sgd.toml --unset privacy.sigma --set privacy.epsilon=$eps
+done
+python3 experiments/audit/threat_models_report.py
