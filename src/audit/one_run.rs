@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::noise::Stream;
 use crate::per_example::Network;
 use crate::train::ValidConfig;
+use crate::train::canaries::LikelihoodRatio;
 pub use crate::train::canaries::{CanaryGroup, GroupAudit, OneRunReport, Scores, group_audits, plot, tier_groups};
 use crate::train::distributed::shard_sum;
 use crate::train::step::{Aggregation, GradientPlan, UpdateRule};
@@ -223,31 +224,6 @@ fn run_canaries(
     }
     let [first_k, all] = scores;
     Ok([first_k, all, likelihood])
-}
-
-/// One step's log-likelihood ratio of a projected sum o (unit noise) when the canary is in
-/// against out: in, o ~ (1 − q)·N(0, 1) + q·N(μ, 1); out, N(0, 1) (zero-out) or
-/// (1 − q)·N(0, 1) + q·N(−μ, 1) (replace-one).
-struct LikelihoodRatio {
-    ln_q: f64,
-    ln_rest: f64,
-    mu: f64,
-    replace: bool,
-}
-
-impl LikelihoodRatio {
-    fn new(q: f64, mu: f64, neighbours: Neighbours) -> Self {
-        Self { ln_q: q.ln(), ln_rest: (-q).ln_1p(), mu, replace: neighbours == Neighbours::ReplaceOne }
-    }
-    /// ln((1 − q) + q·e^{±μo − μ²/2}) for the sign `s`, without overflow.
-    fn mixture(&self, s: f64, o: f64) -> f64 {
-        let (a, b) = (self.ln_rest, self.ln_q + s * self.mu * o - self.mu * self.mu / 2.0);
-        a.max(b) + (-(a - b).abs()).exp().ln_1p()
-    }
-    fn at(&self, o: f64) -> f64 {
-        let out = if self.replace { self.mixture(-1.0, o) } else { 0.0 };
-        self.mixture(1.0, o) - out
-    }
 }
 
 /// The canaries' ledger: the run's budget for all, or tier `tier_of[i]`'s for canary i.

@@ -38,7 +38,7 @@ use rand::RngExt as _;
 use serde::{Deserialize, Serialize};
 
 use super::config::ValidConfig;
-use super::step::{Aggregation, ClippedSum};
+use super::step::{Aggregation, ClippedSum, UpdateRule};
 use crate::accounting::Neighbours;
 use crate::accounting::audit::fdp::{self, GaussianCurve, ProfileCurve};
 use crate::accounting::audit::one_run::{Guesses, OneRunBound, audit_guesses, gaussian_mu_lower};
@@ -62,6 +62,10 @@ pub struct CanaryState {
     /// The method's whole state over θ and the canaries' coordinates (a momentum buffer; empty
     /// without): in an audited run it is kept here, not in the state's own field.
     pub velocity: Vec<f32>,
+    /// A sampled method's per-step log-likelihood ratios so far, one per canary
+    /// ([`Canaries::absorb`]; absent: not kept, as in states of earlier versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub likelihood: Option<Vec<f64>>,
 }
 
 /// The canaries of a run.
@@ -77,6 +81,9 @@ pub struct Canaries {
     ledger: IndividualFilter,
     theta: Vec<f32>,
     at_k: Vec<f32>,
+    /// Each canary's Σₜ of the log-likelihood ratio of its step-t noisy sum, for a sampled
+    /// method with independent noise (`None`: not kept).
+    likelihood: Option<Vec<f64>>,
 }
 
 impl Canaries {
@@ -86,7 +93,8 @@ impl Canaries {
     /// A failing random source; a ledger the tiers cannot build.
     pub fn new(cfg: &ValidConfig, m: usize) -> Result<Self> {
         let coin_seed = cfg.noise_seed().rng(Stream::canaries())?.random::<u64>();
-        Self::build(cfg, m, coin_seed, vec![0.0; m], vec![0.0; m], Vec::new())
+        let likelihood = cfg.accounting().and_then(|a| a.sample_rate()).map(|_| vec![0.0; m]);
+        Self::build(cfg, m, coin_seed, (vec![0.0; m], vec![0.0; m], Vec::new()), likelihood)
     }
 
     /// The canaries of a resumed run, from its saved `state` (input: every length is checked).
@@ -95,8 +103,12 @@ impl Canaries {
     /// [`Error::State`] naming what does not fit `m` canaries.
     pub fn restore(cfg: &ValidConfig, m: usize, state: CanaryState) -> Result<Self> {
         // The method's state (`velocity`) is the trainer's to check and restore.
-        let CanaryState { coin_seed, theta, at_k, spent, velocity: _ } = state;
-        if theta.len() != m || spent.len() != m || !(at_k.is_empty() || at_k.len() == m) {
+        let CanaryState { coin_seed, theta, at_k, spent, velocity: _, likelihood } = state;
+        if theta.len() != m
+            || spent.len() != m
+            || !(at_k.is_empty() || at_k.len() == m)
+            || likelihood.as_ref().is_some_and(|l| l.len() != m || l.iter().any(|x| !x.is_finite()))
+        {
             return Err(Error::State(format!(
                 "the audit's state holds {} coordinates, {} budgets and {} values after step k for {m} canaries",
                 theta.len(),
@@ -104,16 +116,15 @@ impl Canaries {
                 at_k.len()
             )));
         }
-        Self::build(cfg, m, coin_seed, theta, spent, at_k)
+        Self::build(cfg, m, coin_seed, (theta, spent, at_k), likelihood)
     }
 
     fn build(
         cfg: &ValidConfig,
         m: usize,
         coin_seed: u64,
-        theta: Vec<f32>,
-        spent: Vec<f64>,
-        at_k: Vec<f32>,
+        (theta, spent, at_k): (Vec<f32>, Vec<f64>, Vec<f32>),
+        likelihood: Option<Vec<f64>>,
     ) -> Result<Self> {
         let mut coins = <rand_chacha::ChaCha20Rng as rand::SeedableRng>::seed_from_u64(coin_seed);
         let included: Vec<bool> = (0..m).map(|_| coins.random_bool(0.5)).collect();
@@ -129,7 +140,7 @@ impl Canaries {
         };
         let ledger = IndividualFilter::from_spent_with(budgets, spent)
             .map_err(|e| Error::State(format!("the audit's ledger: {e}")))?;
-        Ok(Self { coin_seed, included, tier_of, norm_of, norms, ledger, theta, at_k })
+        Ok(Self { coin_seed, included, tier_of, norm_of, norms, ledger, theta, at_k, likelihood })
     }
 
     /// M.
@@ -153,6 +164,7 @@ impl Canaries {
             at_k: self.at_k.clone(),
             spent: self.ledger.spent_all().to_vec(),
             velocity: velocity.to_vec(),
+            likelihood: self.likelihood.clone(),
         }
     }
 
@@ -218,9 +230,32 @@ impl Canaries {
     }
 
     /// Takes the canaries' coordinates back from the updated `extended` θ after step `step`
-    /// (keeping them at step `k`), leaving the model's P.
-    pub fn absorb(&mut self, extended: &mut Vec<f32>, p: usize, step: usize, k: usize) {
-        self.theta = extended.split_off(p);
+    /// (keeping them at step `k`), leaving the model's P. With `released` — the step's update
+    /// rule and the method's state over the canaries before it and over everything after it,
+    /// where the method's noise is drawn for each step alone — each canary's noisy sum of this
+    /// step is read back from its coordinate's move and its log-likelihood ratio added.
+    pub fn absorb(
+        &mut self,
+        extended: &mut Vec<f32>,
+        (p, step, k): (usize, usize, usize),
+        cfg: &ValidConfig,
+        released: Option<(UpdateRule, &[f32], &[f32])>,
+    ) {
+        let moved = extended.split_off(p);
+        match (released, &mut self.likelihood, cfg.accounting()) {
+            (Some((update, before, after)), Some(sums), Some(a)) if update.lr > 0.0 => {
+                let (q, sigma) = (a.sample_rate().unwrap_or(1.0), a.sigma());
+                let ratio = LikelihoodRatio::new(q, 1.0 / sigma, cfg.config().privacy.neighbours);
+                let unit = sigma * cfg.config().privacy.clip;
+                for (j, total) in sums.iter_mut().enumerate() {
+                    let noisy = released_sum(update, (self.theta[j], moved[j]), (before.get(j), after.get(p + j)));
+                    *total += ratio.at(noisy / unit);
+                }
+            }
+            // A step whose noisy sums cannot be read back: the statistic is not kept.
+            _ => self.likelihood = None,
+        }
+        self.theta = moved;
         if step == k {
             self.at_k.clone_from(&self.theta);
         }
@@ -264,7 +299,8 @@ impl Canaries {
         let end: Vec<f64> = self.theta.iter().map(|&x| -f64::from(x)).collect();
         let first_k =
             if self.at_k.is_empty() { end.clone() } else { self.at_k.iter().map(|&x| -f64::from(x)).collect() };
-        let scores = Scores::white_box(&first_k, &end, None);
+        let likelihood = self.likelihood.as_deref().filter(|_| steps > 0);
+        let scores = Scores::white_box(&first_k, &end, likelihood);
         let groups = group_audits(cfg, &scores, &self.included, &self.groups(cfg), confidence)?;
         Ok(OneRunReport {
             threat_model: "white-box, every noisy update, gradient canaries on coordinates of their own".into(),
@@ -580,6 +616,44 @@ fn fdp_audit(cfg: &ValidConfig, group: &CanaryGroup, tests: &[Guesses], confiden
     Some(FdpAudit { family: "composition".into(), parameter: theta, epsilon_lower, consistent: theta <= 1.0 })
 }
 
+/// A coordinate's noisy sum of one step, read back from its move `(before, after)` under
+/// `update`: θ ← θ − η·ĝ with ĝ = sum/divisor, or with momentum μ, v ← μ·v + ĝ and θ ← θ − η·v
+/// (`velocity`: v before and after; before the first step, 0).
+fn released_sum(update: UpdateRule, (before, after): (f32, f32), velocity: (Option<&f32>, Option<&f32>)) -> f64 {
+    let mean = if update.momentum == 0.0 {
+        (f64::from(before) - f64::from(after)) / update.lr
+    } else {
+        let (v0, v1) = (velocity.0.copied().unwrap_or(0.0), velocity.1.copied().unwrap_or(0.0));
+        f64::from(v1) - update.momentum * f64::from(v0)
+    };
+    mean * update.divisor
+}
+
+/// One step's log-likelihood ratio of a projected sum o (unit noise) when the canary is in
+/// against out: in, o ~ (1 − q)·N(0, 1) + q·N(μ, 1); out, N(0, 1) (zero-out) or
+/// (1 − q)·N(0, 1) + q·N(−μ, 1) (replace-one).
+pub(crate) struct LikelihoodRatio {
+    ln_q: f64,
+    ln_rest: f64,
+    mu: f64,
+    replace: bool,
+}
+
+impl LikelihoodRatio {
+    pub(crate) fn new(q: f64, mu: f64, neighbours: Neighbours) -> Self {
+        Self { ln_q: q.ln(), ln_rest: (-q).ln_1p(), mu, replace: neighbours == Neighbours::ReplaceOne }
+    }
+    /// ln((1 − q) + q·e^{±μo − μ²/2}) for the sign `s`, without overflow.
+    fn mixture(&self, s: f64, o: f64) -> f64 {
+        let (a, b) = (self.ln_rest, self.ln_q + s * self.mu * o - self.mu * self.mu / 2.0);
+        a.max(b) + (-(a - b).abs()).exp().ln_1p()
+    }
+    pub(crate) fn at(&self, o: f64) -> f64 {
+        let out = if self.replace { self.mixture(-1.0, o) } else { 0.0 };
+        self.mixture(1.0, o) - out
+    }
+}
+
 /// [`gaussian_mu_lower`] of `inn` against `out` and its ε at `delta` (μ lowered by 10⁻¹² of
 /// itself first, so the curve's upward rounding cannot lift the bound); `None` where the scores
 /// are too few or all equal.
@@ -644,6 +718,46 @@ mod tests {
         let [full, small] = &reports[1].groups[..] else { panic!("{:?}", reports[1].groups) };
         assert!(full.consistent, "{full:?}");
         assert!(!small.consistent && small.claimed_epsilon < 1.0, "{small:?}");
+    }
+
+    /// A step's noisy sum comes back from a coordinate's move, with and without momentum.
+    #[test]
+    fn a_steps_noisy_sum_is_read_back_from_the_move() {
+        use crate::train::step::UpdateRule;
+        use crate::train::update::update_theta;
+        for momentum in [0.0, 0.9] {
+            let rule = UpdateRule { lr: 0.25, divisor: 240.0, momentum };
+            let (mut theta, mut velocity) = (vec![0.3f32], vec![0.01f32]);
+            let (before, v0) = (theta[0], velocity.clone());
+            update_theta(&mut theta, &mut velocity, &[1.7], rule);
+            let v = if momentum == 0.0 { (None, None) } else { (v0.first(), velocity.first()) };
+            let got = super::released_sum(rule, (before, theta[0]), v);
+            assert!((got - 1.7).abs() < 1e-3, "momentum {momentum}: {got}");
+        }
+    }
+
+    /// DP-SGD at q = 0.05 over 300 steps (ε = 8), 2,000 canaries: each is in about 15 steps, and
+    /// the likelihood ratio of its per-step sums, read back from its coordinate's moves, is the
+    /// statistic that bounds the run best; the audit is consistent.
+    #[test]
+    fn a_sampled_runs_own_audit_weighs_each_step_by_its_likelihood() {
+        let data = tempfile::tempdir().unwrap();
+        crate::data::synthetic::Synthetic::default().write(data.path()).unwrap();
+        let text = format!(
+            "[data]\ndir = \"{}\"\ntrain_subset = 200\ntest_subset = 50\n[model]\npreset = \"logistic\"\n\
+             [privacy]\nmethod = \"sgd\"\nsample_rate = 0.05\nepsilon = 8.0\ndelta = 1e-5\nclip = 1.0\n\
+             worst_case_steps = 300\nconversion = \"cks\"\n[train]\nlr = 0.5\nmomentum = 0.5\nseed = 9\n\
+             [audit]\ncanaries = 2000\n",
+            data.path().display()
+        );
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap().validate().unwrap();
+        let set = cfg.config().data.load().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        run(&cfg, &set, dir.path(), &RunOptions::default(), &mut Silent).unwrap();
+        let report: super::OneRunReport = read_json(&RunFolder::new(dir.path()).audit()).unwrap();
+        let g = &report.groups[0];
+        assert_eq!(g.statistic, "likelihood", "{g:?}");
+        assert!(report.consistent && g.bound.epsilon_lower > 0.5, "{g:?}");
     }
 
     /// Filtered GD at ε = 4 with k = 2 run to 40 steps, 2,000 canaries: the run's own audit is

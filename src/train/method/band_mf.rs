@@ -442,6 +442,9 @@ impl BandedNoise {
 }
 
 impl StepRule for BandedNoise {
+    fn noise_is_independent(&self) -> bool {
+        false
+    }
     fn apply(&mut self, step: usize, theta: &mut [f32], sum: ClippedSum, update: UpdateRule) -> Result<()> {
         let p = theta.len();
         if let Some(saved) = self.saved.take() {

@@ -118,6 +118,12 @@ pub trait StepRule: Send + Sync {
     fn state(&self) -> &[f32];
     /// A saved state back.
     fn restore(&mut self, state: Vec<f32>);
+    /// Whether each step's noise is drawn for that step alone, so that a step's noisy sum is its
+    /// clipped sum plus one independent draw (a one-run audit reads it back per step); false for
+    /// noise correlated across steps.
+    fn noise_is_independent(&self) -> bool {
+        true
+    }
     /// The noise the next step's needs from earlier steps (correlated noise: BandMF's last
     /// b − 1 noise vectors, newest first, concatenated; empty: none), saved with the state.
     fn noise_state(&self) -> Vec<f64> {

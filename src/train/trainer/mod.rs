@@ -307,8 +307,12 @@ impl<'a, E: TrainModel> Trainer<'a, E> {
             Some(c) => {
                 let sum = c.add_to(self.cfg, self.plan.aggregation(), t, sum)?;
                 let mut extended = c.extend(&self.theta);
+                let p = self.theta.len();
+                // The method's state over the canaries before the step, to read their noisy sums back.
+                let before = self.rule.state().get(p..).unwrap_or_default().to_vec();
                 self.rule.apply(t, &mut extended, sum, update)?;
-                c.absorb(&mut extended, self.theta.len(), t, self.cfg.worst_case_steps());
+                let released = self.rule.noise_is_independent().then_some((update, &before[..], self.rule.state()));
+                c.absorb(&mut extended, (p, t, self.cfg.worst_case_steps()), self.cfg, released);
                 self.theta = extended;
             }
             None => self.rule.apply(t, &mut self.theta, sum, update)?,
