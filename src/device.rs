@@ -11,7 +11,8 @@ use crate::error::Result;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
-    /// burn's ndarray CPU backend (deprecated by burn 0.22 in favour of flex; always built).
+    /// burn's ndarray CPU backend (deprecated by burn 0.22 in favour of flex; the crate's
+    /// `ndarray` feature).
     Ndarray,
     /// burn's flex CPU backend (the default; the crate's default `flex` feature).
     #[default]
@@ -44,14 +45,20 @@ impl DeviceKind {
     pub fn device(self) -> Result<Device> {
         match self {
             // burn 0.22.1 deprecates burn-ndarray in favour of flex; it stays selectable.
+            #[cfg(feature = "ndarray")]
             #[allow(deprecated)]
             DeviceKind::Ndarray => Ok(Device::ndarray()),
+            #[cfg(not(feature = "ndarray"))]
+            DeviceKind::Ndarray => Err(crate::error::Error::config(
+                "train.device",
+                "the ndarray backend is not compiled in: rebuild with `--features ndarray` (cargo build --release --features ndarray), or use train.device = \"flex\"",
+            )),
             #[cfg(feature = "flex")]
             DeviceKind::Flex => Ok(Device::flex()),
             #[cfg(not(feature = "flex"))]
             DeviceKind::Flex => Err(crate::error::Error::config(
                 "train.device",
-                "the flex backend is not compiled in (dpgd was built without its default `flex` feature): rebuild with default features, or use train.device = \"ndarray\"",
+                "the flex backend is not compiled in (dpgd was built without its default `flex` feature): rebuild with default features",
             )),
             #[cfg(feature = "wgpu")]
             DeviceKind::Wgpu => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
@@ -68,9 +75,26 @@ impl DeviceKind {
 /// may gather values with plain loops instead of burn's generic view copies.
 #[must_use]
 pub fn is_host(device: &Device) -> bool {
+    is_flex(device) || is_ndarray(device)
+}
+
+/// Whether `device` is burn's ndarray backend (autodiff or not; never where it is not compiled in).
+#[must_use]
+pub fn is_ndarray(device: &Device) -> bool {
+    #[cfg(feature = "ndarray")]
     #[allow(deprecated)]
-    let ndarray = Device::ndarray();
-    is_flex(device) || device.clone().without_autodiff() == ndarray
+    return device.clone().without_autodiff() == Device::ndarray();
+    #[cfg(not(feature = "ndarray"))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// The CPU backends this build has (flex, and ndarray with its feature), in that order.
+#[must_use]
+pub fn cpu_devices() -> Vec<Device> {
+    [DeviceKind::Flex, DeviceKind::Ndarray].into_iter().filter_map(|k| k.device().ok()).collect()
 }
 
 /// Whether `device` is burn's flex backend (autodiff or not).
@@ -92,12 +116,10 @@ pub fn is_flex(_device: &Device) -> bool {
 /// is a software rasteriser.
 #[must_use]
 pub fn describe(device: &Device) -> String {
-    #[allow(deprecated)]
-    let ndarray = Device::ndarray();
     if is_flex(device) {
         return "flex (CPU)".into();
     }
-    if device.clone().without_autodiff() == ndarray {
+    if is_ndarray(device) {
         return "ndarray (CPU)".into();
     }
     // burn reports an adapter only for its GPU (CubeCL) backends.

@@ -84,7 +84,7 @@ enum Ranks {
 }
 
 /// The per-example engine and its device: the fast CPU engine, or the burn engine on each CPU
-/// backend (wgpu joins under its feature).
+/// backend (ndarray and wgpu join under their features).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Device {
     Fast,
@@ -130,12 +130,19 @@ struct Combo {
     audit: Audit,
 }
 
+/// The engines and devices this build has.
+fn devices() -> Vec<Device> {
+    let mut out = vec![Device::Fast, Device::Flex];
+    out.extend(cfg!(feature = "ndarray").then_some(Device::Ndarray));
+    out.extend(cfg!(feature = "wgpu").then_some(Device::Wgpu));
+    out
+}
+
 /// The options, each with its values, in [`Combo`]'s order.
 const FACTORS: usize = 11;
 
 fn levels() -> [usize; FACTORS] {
-    let devices = if cfg!(feature = "wgpu") { 4 } else { 3 };
-    [Method::ALL.len(), 4, 2, 2, 2, devices, 2, 3, 2, 3, 4]
+    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -163,7 +170,7 @@ impl Combo {
             search: [Search::None, Search::Private][v[2]],
             hold_out: [HoldOut::None, HoldOut::Some][v[3]],
             ranks: [Ranks::One, Ranks::Three][v[4]],
-            device: [Device::Fast, Device::Flex, Device::Ndarray, Device::Wgpu][v[5]],
+            device: devices()[v[5]],
             noise: [NoiseSampler::Gaussian, NoiseSampler::DiscreteGaussian][v[6]],
             conversion: [Conversion::GaussianExact, Conversion::Cks, Conversion::BunSteinke][v[7]],
             seed: [Seed::Os, Seed::Fixed][v[8]],

@@ -387,8 +387,7 @@ mod tests {
     /// both of its branches (windows of views; `unfold4d` for a dilated kernel).
     #[test]
     fn host_and_tensor_patches_equal_burns_unfold() {
-        #[allow(deprecated)]
-        let device = burn::tensor::Device::ndarray();
+        let device = crate::device::cpu_devices().into_iter().next().unwrap_or_default();
         let host = |t: Tensor<3>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
         for (dims, pad, kernel, stride, dilation) in CASES {
             let case = format!("{dims:?} {pad:?} {kernel:?} {stride:?} {dilation:?}");

@@ -157,7 +157,7 @@ fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{Device, Tensor, TensorData};
+    use burn::tensor::{Tensor, TensorData};
 
     use super::*;
 
@@ -170,13 +170,11 @@ mod tests {
         ]
     }
 
-    /// Values and input gradients equal burn's own max pool's, with ties, NaN and −∞, on both
-    /// CPU backends (bit for bit).
+    /// Values and input gradients equal burn's own max pool's, with ties, NaN and −∞, on each
+    /// CPU backend the build has (bit for bit).
     #[test]
     fn values_and_gradients_equal_burns() {
-        #[allow(deprecated)]
-        let devices = [Device::ndarray(), crate::device::DeviceKind::Flex.device().unwrap_or_default()];
-        for device in devices {
+        for device in crate::device::cpu_devices() {
             let device = device.autodiff();
             for config in pools() {
                 let dims = [2, 3, 7, 9];

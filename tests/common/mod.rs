@@ -74,11 +74,10 @@ pub fn metrics(dir: &Path) -> Vec<dpgd::train::outputs::MetricsRow> {
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// Every backend the build has: the exactness tests run on each (flex and ndarray always;
-/// wgpu when the `wgpu` feature is on — on a GPU, or on Mesa's lavapipe where there is none).
+/// Every backend the build has: the exactness tests run on each (flex always; ndarray and wgpu
+/// with their features — wgpu on a GPU, or on Mesa's lavapipe where there is none).
 pub fn devices() -> Vec<burn::tensor::Device> {
-    #[allow(deprecated)]
-    let cpu = [burn::tensor::Device::flex(), burn::tensor::Device::ndarray()];
+    let cpu = dpgd::device::cpu_devices();
     let wgpu = cfg!(feature = "wgpu").then(|| dpgd::device::DeviceKind::Wgpu.device().unwrap());
     cpu.into_iter().chain(wgpu).collect()
 }
