@@ -68,7 +68,8 @@ struct Args {
     /// Channels of the convolutions.
     #[arg(long, default_value_t = 16)]
     width: usize,
-    /// The burn device: flex or ndarray (CPU), or wgpu (built with `--features wgpu`).
+    /// The burn device: flex (CPU), ndarray (CPU, built with `--features ndarray`), or wgpu (built
+    /// with `--features wgpu`).
     #[arg(long, default_value = "flex")]
     device: String,
     /// Examples per micro-batch (64 suits the CPU; a GPU wants 1024 or more).
