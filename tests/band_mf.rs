@@ -91,6 +91,31 @@ fn what_bandmf_does_not_account_for_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("privacy.bands") && e.contains("only method = \"bandmf\""), "{e}");
+    let e =
+        TrainConfig::from_toml(&config("sgd", "sample_rate = 0.5\nfactorization = \"optimized\"\nepsilon = 2.0"), &[])
+            .and_then(|c| c.validate())
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("privacy.factorization") && e.contains("only method = \"bandmf\""), "{e}");
+}
+
+/// `factorization = "optimized"`: the run's C is the optimiser's for its T, b and momentum,
+/// published in `privacy.json`, at the same ε as the root's (the accounting does not depend on C).
+#[test]
+fn an_optimized_factorization_is_published_and_accounted_as_the_root() {
+    let (root, opt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let base = "sample_rate = 0.5\nbands = 3\nepsilon = 2.0";
+    train(&config("bandmf", base), root.path(), None);
+    train(&config("bandmf", &format!("{base}\nfactorization = \"optimized\"")), opt.path(), None);
+    let read = |d: &std::path::Path| -> serde_json::Value { read_json(&RunFolder::new(d).privacy()).unwrap() };
+    let (r, o) = (read(root.path()), read(opt.path()));
+    assert_eq!(r["accounting"]["epsilon"], o["accounting"]["epsilon"]);
+    let coefs = |p: &serde_json::Value| -> Vec<f64> {
+        p["accounting"]["correlated"]["coefficients"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    assert_eq!(coefs(&o), dpgd::train::method::factorization::optimized(3, 0.0, 9));
+    assert_ne!(coefs(&o), coefs(&r));
+    assert!(coefs(&o).iter().map(|x| x * x).sum::<f64>() < 1.0);
 }
 
 fn filtered(method: &str, privacy: &str) -> String {

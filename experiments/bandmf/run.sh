@@ -11,18 +11,23 @@ cd "$(dirname "$0")/../.."
 runs="${1:-3}"
 cargo build --release -q -p dpgd-cli
 bin="${CARGO_TARGET_DIR:-target}/release/dpgd"
-out=runs/bandmf
-results=experiments/bandmf/results.jsonl
+# FACTORIZATION=optimized runs privacy.factorization = "optimized"; BANDS and EPSILONS pick the
+# cells (default 1 2 4 8 and 1 4); TAG=x writes results-x.jsonl instead of results.jsonl (and no
+# table).
+factorization="${FACTORIZATION:-root}"
+out=runs/bandmf-$factorization
+results=experiments/bandmf/results${TAG:+-$TAG}.jsonl
 : > "$results"
-for eps in 1 4; do
-  for bands in 1 2 4 8; do
+for eps in ${EPSILONS:-1 4}; do
+  for bands in ${BANDS:-1 2 4 8}; do
     rate=$(python3 -c "print(0.004 * $bands)")
     for i in $(seq 1 "$runs"); do
       dir="$out/eps$eps-b$bands-$i"
       rm -rf "$dir"
       "$bin" train --quiet --config configs/mnist-sgd.toml --out "$dir" --unset privacy.sigma \
         --set privacy.epsilon=$eps --set privacy.method=bandmf --set privacy.bands=$bands \
-        --set privacy.sample_rate=$rate --set train.eval_every=3750 > /dev/null
+        --set privacy.sample_rate=$rate --set privacy.factorization=$factorization --set train.eval_every=3750 \
+        > /dev/null
       jq -c --arg eps "$eps" --arg bands "$bands" --arg run "$i" --arg commit "$(git rev-parse --short HEAD)" \
         --slurpfile p "$dir/publishable/privacy.json" \
         '{epsilon_target: ($eps | tonumber), bands: ($bands | tonumber), run: ($run | tonumber), commit: $commit,
@@ -32,4 +37,4 @@ for eps in 1 4; do
     done
   done
 done
-python3 experiments/bandmf/report.py
+if [ -z "${TAG:-}" ]; then python3 experiments/bandmf/report.py; fi

@@ -25,9 +25,9 @@ pub mod update;
 
 pub(crate) use config::field_differences;
 pub use config::{
-    AUTO_RELEASE_SHARE, ActiveRelease, AuditConfig, BudgetsConfig, DataConfig, Engine, MAX_CANARIES, MAX_STEPS,
-    MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig, Resolved,
-    StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig, resumable_fields,
+    AUTO_RELEASE_SHARE, ActiveRelease, AuditConfig, BudgetsConfig, DataConfig, Engine, Factorization, MAX_CANARIES,
+    MAX_STEPS, MAX_THREADS, Method, ModelConfig, Override, PrivacyConfig, RENAMED, RESUMABLE_FIELDS, ReleaseConfig,
+    Resolved, StopRule, StoppingConfig, TrainConfig, TrainSettings, ValidConfig, resumable_fields,
 };
 pub use folder::RunFolder;
 pub use observer::{FinishInfo, Observer, Silent, StartInfo, StepReport, Warning};

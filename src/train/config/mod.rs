@@ -177,6 +177,24 @@ pub struct ModelConfig {
     pub init_seed: u64,
 }
 
+/// How BandMF's banded correlation matrix is chosen (`privacy.factorization`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Factorization {
+    /// The banded square root of the workload (Kalinin & Lampert 2024).
+    #[default]
+    Root,
+    /// The unit-norm banded Toeplitz matrix of least error for the run's workload and steps
+    /// ([`crate::train::method::factorization`]).
+    Optimized,
+}
+
+impl Factorization {
+    fn is_root(&self) -> bool {
+        *self == Factorization::Root
+    }
+}
+
 /// The `[privacy]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,6 +210,11 @@ pub struct PrivacyConfig {
     /// consecutive steps); those methods only. 1 with `bandmf` is DP-SGD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bands: Option<usize>,
+    /// How BandMF's banded matrix C is chosen: `root` (the default: the banded square root of the
+    /// workload) or `optimized` (the unit-norm banded Toeplitz C of least error for the run's
+    /// workload and steps); those methods only.
+    #[serde(default, skip_serializing_if = "Factorization::is_root")]
+    pub factorization: Factorization,
     /// Target ε (calibrates σ); give this or `sigma`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epsilon: Option<f64>,

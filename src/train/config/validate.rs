@@ -298,6 +298,16 @@ impl TrainConfig {
                 )),
                 _ => Ok(()),
             },
+            match p.factorization {
+                super::Factorization::Optimized if !matches!(p.method, Method::BandMf | Method::BandMfFiltered) => {
+                    Err(Error::config(
+                        "privacy.factorization",
+                        "\"optimized\": only method = \"bandmf\" or \"bandmf-filtered\" has a correlation matrix to \
+                         optimise; remove factorization or use one of them",
+                    ))
+                }
+                _ => Ok(()),
+            },
             match (p.sample_rate, p.method.training().samples()) {
                 (Some(q), false) => Err(Error::config(
                     "privacy.sample_rate",

@@ -40,7 +40,7 @@ use crate::accounting::event::DpEvent;
 use crate::accounting::{Conversion, Rdp};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSeed, Stream, gaussian};
-use crate::train::config::{Resolved, TrainConfig};
+use crate::train::config::{Factorization, Resolved, TrainConfig};
 use crate::train::privacy::{Accounting, CorrelatedReport, RunSession, SamplingReport, TrainingReport};
 use crate::train::releases::ScheduledRelease;
 use crate::train::sgd::{SgdAccounting, poisson_sample};
@@ -75,7 +75,7 @@ impl TrainingMethod for BandMf {
 pub(super) fn banded_rule(cfg: &Resolved, sigma: Option<f64>) -> Box<dyn StepRule> {
     let p = &cfg.config().privacy;
     let bands = p.bands.unwrap_or(1).clamp(1, MAX_BANDS);
-    let coefs = coefficients_for(bands, cfg.config().train.momentum);
+    let coefs = coefficients_of(cfg, bands);
     Box::new(BandedNoise::new(coefs, sigma.map_or(0.0, |s| s * p.clip), cfg.noise_seed()))
 }
 
@@ -114,7 +114,7 @@ pub(super) fn partition_flags(n: usize, step: usize, bands: usize) -> Vec<bool> 
 pub(super) fn correlated_report(cfg: &Resolved, bands: usize, rounds: usize, partitions: String) -> CorrelatedReport {
     CorrelatedReport {
         bands,
-        coefficients: coefficients_for(bands, cfg.config().train.momentum),
+        coefficients: coefficients_of(cfg, bands),
         rounds,
         partitions,
         noise: "step t adds w_t = (z_t - sum_{j=1}^{b-1} c_j w_{t-j}) / c_0, z_t ~ N(0, sigma^2 C^2) per coordinate \
@@ -145,6 +145,17 @@ pub fn coefficients_for(bands: usize, momentum: f64) -> Vec<f64> {
     }
     let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
     r.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
+}
+
+/// The run's coefficients for `bands` bands: the workload's banded root, or with
+/// `privacy.factorization = "optimized"` the banded Toeplitz C of least error for its T steps
+/// ([`super::factorization::optimized`]).
+pub(super) fn coefficients_of(cfg: &Resolved, bands: usize) -> Vec<f64> {
+    let momentum = cfg.config().train.momentum;
+    match cfg.config().privacy.factorization {
+        Factorization::Root => coefficients_for(bands, momentum),
+        Factorization::Optimized => super::factorization::optimized(bands, momentum, cfg.worst_case_steps()),
+    }
 }
 
 /// The partition of example `i` of `bands`, and whether step `step` (1-based) samples it.

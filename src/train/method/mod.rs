@@ -16,6 +16,7 @@ mod band_mf;
 mod band_mf_filtered;
 mod dp_sgd;
 mod dp_sgd_individual;
+pub mod factorization;
 mod filtered_gd;
 pub mod full_batch;
 mod non_private;
