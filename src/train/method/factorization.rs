@@ -125,18 +125,19 @@ mod tests {
     fn dense_error(c: &[f64], beta: f64, t: usize) -> f64 {
         let cm = |i: usize, j: usize| if i >= j && i - j < c.len() { c[i - j] } else { 0.0 };
         let a = |i: usize, j: usize| if i >= j { (0..=i - j).map(|k| beta.powi(k as i32)).sum() } else { 0.0 };
-        let mut inv = vec![vec![0.0; t]; t];
-        for col in 0..t {
+        // C⁻¹ column by column: columns[j][i] = (C⁻¹)ᵢⱼ.
+        let mut columns = vec![vec![0.0; t]; t];
+        for (col, column) in columns.iter_mut().enumerate() {
             for row in 0..t {
                 let rhs = if row == col { 1.0 } else { 0.0 };
-                let s: f64 = (0..row).map(|k| cm(row, k) * inv[k][col]).sum();
-                inv[row][col] = (rhs - s) / cm(row, row);
+                let s: f64 = (0..row).map(|k| cm(row, k) * column[k]).sum();
+                column[row] = (rhs - s) / cm(row, row);
             }
         }
         let mut total = 0.0;
         for i in 0..t {
-            for j in 0..t {
-                let v: f64 = (0..t).map(|k| a(i, k) * inv[k][j]).sum();
+            for column in &columns {
+                let v: f64 = (0..t).map(|k| a(i, k) * column[k]).sum();
                 total += v * v;
             }
         }
