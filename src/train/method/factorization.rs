@@ -12,7 +12,7 @@
 //! for any such c): C is public, a function of T, b and β alone, never of the data.
 //!
 //! **The method.** Projected gradient descent on the unit sphere from the banded square root
-//! ([`super::band_mf::coefficients_for`], Kalinin & Lampert 2024), with a backtracking step. The
+//! (`band_mf::coefficients_for`, Kalinin & Lampert 2024), with a backtracking step. The
 //! gradient is exact: ∂hₖ/∂cⱼ = −gₖ₋ⱼ with g = a * r * r, and r * r is the series of 1/c(z)², so
 //! each evaluation costs O(T·b). It is deterministic (only +, ×, ÷ and √ in a fixed order), so
 //! a run's C is the same on every resume and every machine, and `privacy.json` records it.
