@@ -7,7 +7,7 @@
 //! **The mechanism.** C is the T × T lower-triangular Toeplitz matrix with b bands whose
 //! coefficients are the first b of the square root of the workload the iterates follow — the
 //! prefix sums, cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j) (Fichtenberger, Henzinger & Upadhyay 2023, Alg. 1), or
-//! with momentum β their momentum-weighted form ([`coefficients_for`]) — truncated to b bands (the
+//! with momentum β their momentum-weighted form ([`super::factorization::coefficients_for`]) — truncated to b bands (the
 //! banded square root of Kalinin & Lampert 2024) and scaled to unit ℓ2 norm, so that every column
 //! of C has norm at most 1. Step t releases its clipped sum plus wₜ, where w = C⁻¹z and z is the independent
 //! noise DP-SGD would add, N(0, σ²C²) per coordinate: by forward substitution,
@@ -35,12 +35,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use super::factorization::coefficients_of;
 use super::{RunAccounting, StepRule, TrainingMethod, poisson};
 use crate::accounting::event::DpEvent;
 use crate::accounting::{Conversion, Rdp};
 use crate::error::{Error, Result};
 use crate::noise::{NoiseSeed, Stream, gaussian};
-use crate::train::config::{Factorization, Resolved, TrainConfig};
+use crate::train::config::{Resolved, TrainConfig};
 use crate::train::privacy::{Accounting, CorrelatedReport, RunSession, SamplingReport, TrainingReport};
 use crate::train::releases::ScheduledRelease;
 use crate::train::sgd::{SgdAccounting, poisson_sample};
@@ -120,41 +121,6 @@ pub(super) fn correlated_report(cfg: &Resolved, bands: usize, rounds: usize, par
         noise: "step t adds w_t = (z_t - sum_{j=1}^{b-1} c_j w_{t-j}) / c_0, z_t ~ N(0, sigma^2 C^2) per coordinate \
                 drawn as DP-SGD draws it: the noise C^{-1} z, in f64"
             .into(),
-    }
-}
-
-/// C's Toeplitz coefficients for `bands` bands and heavy-ball momentum β: the first b of the
-/// square root of the workload the iterates follow — θₜ = θ₀ − η·Σₛ aₜ₋ₛ·ĝₛ with
-/// aₖ = (1 − β^{k+1})/(1 − β) (the prefix sums for β = 0, whose root is Fichtenberger et al.'s
-/// ∏ⱼ₌₁ᵏ (2j − 1)/(2j)) — by the power series r₀ = √a₀, rₖ = (aₖ − Σ_{j=1}^{k−1} rⱼ·rₖ₋ⱼ)/(2r₀),
-/// then scaled to unit ℓ2 norm (a hair below it for b > 1, so that the squares as stored add
-/// up to at most 1 whatever the rounding; the noise grows by 2⁻⁴⁰ of itself). Any such C is as
-/// private as any other: the workload only decides how well the noise cancels.
-#[must_use]
-pub fn coefficients_for(bands: usize, momentum: f64) -> Vec<f64> {
-    if bands <= 1 {
-        return vec![1.0]; // exactly unit norm (and DP-SGD's noise, bit for bit)
-    }
-    let beta = if (0.0..1.0).contains(&momentum) { momentum } else { 0.0 };
-    let a: Vec<f64> = (0..bands).map(|k| (0..=k).map(|j| beta.powi(j as i32)).sum()).collect();
-    let mut r: Vec<f64> = Vec::with_capacity(bands);
-    r.push(a[0].sqrt());
-    for k in 1..bands {
-        let cross: f64 = (1..k).map(|j| r[j] * r[k - j]).sum();
-        r.push((a[k] - cross) / (2.0 * r[0]));
-    }
-    let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
-    r.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
-}
-
-/// The run's coefficients for `bands` bands: the workload's banded root, or with
-/// `privacy.factorization = "optimized"` the banded Toeplitz C of least error for its T steps
-/// ([`super::factorization::optimized`]).
-pub(super) fn coefficients_of(cfg: &Resolved, bands: usize) -> Vec<f64> {
-    let momentum = cfg.config().train.momentum;
-    match cfg.config().privacy.factorization {
-        Factorization::Root => coefficients_for(bands, momentum),
-        Factorization::Optimized => super::factorization::optimized(bands, momentum, cfg.worst_case_steps()),
     }
 }
 
@@ -502,6 +468,7 @@ impl StepRule for BandedNoise {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::method::factorization::coefficients_for;
 
     /// C's coefficients without momentum: cₖ = ∏ⱼ₌₁ᵏ (2j − 1)/(2j), scaled.
     fn coefficients(bands: usize) -> Vec<f64> {

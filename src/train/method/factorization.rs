@@ -12,7 +12,7 @@
 //! for any such c): C is public, a function of T, b and β alone, never of the data.
 //!
 //! **The method.** Projected gradient descent on the unit sphere from the banded square root
-//! (`band_mf::coefficients_for`, Kalinin & Lampert 2024), with a backtracking step. The
+//! ([`coefficients_for`], Kalinin & Lampert 2024), with a backtracking step. The
 //! gradient is exact: ∂hₖ/∂cⱼ = −gₖ₋ⱼ with g = a * r * r, and r * r is the series of 1/c(z)², so
 //! each evaluation costs O(T·b). It is deterministic (only +, ×, ÷ and √ in a fixed order), so
 //! a run's C is the same on every resume and every machine, and `privacy.json` records it.
@@ -21,6 +21,43 @@
 //! b ≤ 8 at T = 586; without momentum the optimum cuts the error by 9–19 % for b = 2–8 (tested:
 //! the optimum never exceeds the root's error, and for b = 2 it is the best of a fine scan of the
 //! whole circle, computed by dense matrix algebra).
+
+use crate::train::config::{Factorization, Resolved};
+
+/// C's Toeplitz coefficients for `bands` bands and heavy-ball momentum β: the first b of the
+/// square root of the workload the iterates follow — θₜ = θ₀ − η·Σₛ aₜ₋ₛ·ĝₛ with
+/// aₖ = (1 − β^{k+1})/(1 − β) (the prefix sums for β = 0, whose root is Fichtenberger et al.'s
+/// ∏ⱼ₌₁ᵏ (2j − 1)/(2j)) — by the power series r₀ = √a₀, rₖ = (aₖ − Σ_{j=1}^{k−1} rⱼ·rₖ₋ⱼ)/(2r₀),
+/// then scaled to unit ℓ2 norm (a hair below it for b > 1, so that the squares as stored add
+/// up to at most 1 whatever the rounding; the noise grows by 2⁻⁴⁰ of itself). Any such C is as
+/// private as any other: the workload only decides how well the noise cancels.
+#[must_use]
+pub fn coefficients_for(bands: usize, momentum: f64) -> Vec<f64> {
+    if bands <= 1 {
+        return vec![1.0]; // exactly unit norm (and DP-SGD's noise, bit for bit)
+    }
+    let beta = if (0.0..1.0).contains(&momentum) { momentum } else { 0.0 };
+    let a: Vec<f64> = (0..bands).map(|k| (0..=k).map(|j| beta.powi(j as i32)).sum()).collect();
+    let mut r: Vec<f64> = Vec::with_capacity(bands);
+    r.push(a[0].sqrt());
+    for k in 1..bands {
+        let cross: f64 = (1..k).map(|j| r[j] * r[k - j]).sum();
+        r.push((a[k] - cross) / (2.0 * r[0]));
+    }
+    let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+    r.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
+}
+
+/// The run's coefficients for `bands` bands: the workload's banded root, or with
+/// `privacy.factorization = "optimized"` the banded Toeplitz C of least error for its T steps
+/// ([`optimized`]).
+pub(super) fn coefficients_of(cfg: &Resolved, bands: usize) -> Vec<f64> {
+    let momentum = cfg.config().train.momentum;
+    match cfg.config().privacy.factorization {
+        Factorization::Root => coefficients_for(bands, momentum),
+        Factorization::Optimized => optimized(bands, momentum, cfg.worst_case_steps()),
+    }
+}
 
 /// The most steps the objective is evaluated over: beyond, the coefficients are those of this
 /// horizon (the error of a longer run is dominated by the same stationary tail).
@@ -31,7 +68,7 @@ const MAX_HORIZON: usize = 16_384;
 /// 1 in the floats used).
 #[must_use]
 pub fn optimized(bands: usize, momentum: f64, steps: usize) -> Vec<f64> {
-    let root = super::band_mf::coefficients_for(bands, momentum);
+    let root = coefficients_for(bands, momentum);
     if bands <= 1 {
         return root;
     }
@@ -168,7 +205,7 @@ mod tests {
     #[test]
     fn the_optimum_improves_on_the_root_where_it_can() {
         for (beta, bands, least_gain) in [(0.0, 2, 0.08), (0.0, 4, 0.14), (0.0, 8, 0.18), (0.9, 4, 0.0)] {
-            let root = super::super::band_mf::coefficients_for(bands, beta);
+            let root = coefficients_for(bands, beta);
             let best = optimized(bands, beta, 586);
             let (r, b) = (error(&unit(&root), beta, 586), error(&unit(&best), beta, 586));
             assert!(b <= r && 1.0 - b / r >= least_gain, "beta {beta}, {bands} bands: {r} -> {b}");
