@@ -14,7 +14,7 @@ audit() { # name config [--set ...]
     shift 2
     ./target/release/dpgd audit --config "$config" --canaries 5000 --out "$out/$name" --json "$@" \
         | jq -c --arg name "$name" --arg commit "$(git rev-parse --short HEAD)" \
-            '{name: $name, commit: $commit, method, canaries, steps, groups: [.groups[] | {claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_gaussian: .gaussian.epsilon_lower, epsilon_lower_fdp: .fdp.epsilon_lower, fdp_family: .fdp.family, fdp_parameter: .fdp.parameter}]}' \
+            '{name: $name, commit: $commit, method, canaries, steps, groups: [.groups[] | {claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_gaussian: .gaussian.epsilon_lower, gaussian_family: .gaussian.family, gaussian_parameter: .gaussian.parameter, epsilon_lower_fdp: .fdp.epsilon_lower, fdp_family: .fdp.family, fdp_parameter: .fdp.parameter}]}' \
         >> "$out/results.jsonl"
     rm -f "$out/$name/audit.json"
 }

@@ -14,7 +14,7 @@ cargo build --release -q
 out=experiments/audit/threat-models
 mkdir -p "$out"
 : > "$out/results.jsonl"
-group='[.groups[] | {claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_fdp: .fdp.epsilon_lower, fdp_family: .fdp.family}]'
+group='[.groups[] | {claimed_epsilon, epsilon_lower: .bound.epsilon_lower, statistic, consistent, epsilon_lower_fdp: .fdp.epsilon_lower, fdp_family: .fdp.family, epsilon_lower_gaussian: .gaussian.epsilon_lower, gaussian_family: .gaussian.family, gaussian_parameter: .gaussian.parameter}]'
 audit() { # name config [--set ...]
     local name=$1 config=$2
     shift 2

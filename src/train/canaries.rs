@@ -41,7 +41,8 @@ use super::config::ValidConfig;
 use super::step::{Aggregation, ClippedSum, UpdateRule};
 use crate::accounting::Neighbours;
 use crate::accounting::audit::fdp::{self, GaussianCurve, ProfileCurve};
-use crate::accounting::audit::one_run::{Guesses, OneRunBound, audit_guesses, gaussian_mu_lower};
+use crate::accounting::audit::likelihood::{SampledCanaries, StepLikelihood, standardized_difference_lower};
+use crate::accounting::audit::one_run::{Guesses, OneRunBound, audit_guesses};
 use crate::accounting::convert::gaussian_epsilon;
 use crate::accounting::filter::{Budgets, IndividualFilter};
 use crate::error::{Error, Result};
@@ -245,11 +246,17 @@ impl Canaries {
         match (released, &mut self.likelihood, cfg.accounting()) {
             (Some((update, before, after)), Some(sums), Some(a)) if update.lr > 0.0 => {
                 let (q, sigma) = (a.sample_rate().unwrap_or(1.0), a.sigma());
-                let ratio = LikelihoodRatio::new(q, 1.0 / sigma, cfg.config().privacy.neighbours);
+                let replace = cfg.config().privacy.neighbours == Neighbours::ReplaceOne;
                 let unit = sigma * cfg.config().privacy.clip;
-                for (j, total) in sums.iter_mut().enumerate() {
-                    let noisy = released_sum(update, (self.theta[j], moved[j]), (before.get(j), after.get(p + j)));
-                    *total += ratio.at(noisy / unit);
+                match StepLikelihood::new(q, 1.0 / sigma, replace) {
+                    Ok(ratio) => {
+                        for (j, total) in sums.iter_mut().enumerate() {
+                            let noisy =
+                                released_sum(update, (self.theta[j], moved[j]), (before.get(j), after.get(p + j)));
+                            *total += ratio.at(noisy / unit);
+                        }
+                    }
+                    Err(_) => self.likelihood = None,
                 }
             }
             // A step whose noisy sums cannot be read back: the statistic is not kept.
@@ -299,7 +306,7 @@ impl Canaries {
         let end: Vec<f64> = self.theta.iter().map(|&x| -f64::from(x)).collect();
         let first_k =
             if self.at_k.is_empty() { end.clone() } else { self.at_k.iter().map(|&x| -f64::from(x)).collect() };
-        let likelihood = self.likelihood.as_deref().filter(|_| steps > 0);
+        let likelihood = self.likelihood.as_deref().filter(|_| steps > 0).map(|l| (l, steps));
         let scores = Scores::white_box(&first_k, &end, likelihood);
         let groups = group_audits(cfg, &scores, &self.included, &self.groups(cfg), confidence)?;
         Ok(OneRunReport {
@@ -418,11 +425,11 @@ pub struct GroupAudit {
     pub bound: OneRunBound,
     /// Whether the bound is at most the claim, and the f-DP analysis's claim stands.
     pub consistent: bool,
-    /// For a method without sampling, the tighter bound that assumes the canaries' scores are
-    /// Gaussian with one variance (as full-batch GD's are; not distribution-free):
-    /// [`gaussian_mu_lower`] at the same confidence, and its ε at δ. Its statistic is fixed in
-    /// advance: first-k for canaries at the clip (all spent by step k), all-steps for a group
-    /// below it (which goes on spending after k).
+    /// The tighter bound that reads the canaries' scores by their means and spreads (not
+    /// distribution-free: [`GaussianAudit`]). For a method without sampling, the first-k scores
+    /// of canaries at the clip (all spent by step k) or the all-steps scores of a group below it
+    /// (which goes on spending after k), against μ-Gaussian DP; for DP-SGD, the likelihood
+    /// scores against the run's steps with their noise scaled. `None` where neither applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gaussian: Option<GaussianAudit>,
     /// The f-DP analysis of the same guesses (Mahloujifar, Melis & Chaudhuri 2025;
@@ -455,13 +462,48 @@ pub struct FdpAudit {
     pub consistent: bool,
 }
 
-/// A bound that assumes Gaussian scores ([`gaussian_mu_lower`]).
+/// A bound from the canaries' scores read by their means and spreads: a lower confidence bound
+/// on their standardised difference ([`standardized_difference_lower`]: the central limit
+/// theorem over the canaries, asymptotic, not distribution-free), turned into a bound on the
+/// family of the claim.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GaussianAudit {
-    /// The lower bound on the Gaussian-DP μ.
-    pub mu_lower: f64,
-    /// Its ε at the run's δ (the exact Gaussian-DP curve).
+    /// `gaussian-dp`: a method without sampling, whose first-k (or all-steps) scores are
+    /// Gaussian with one variance and standardised difference μ, the claim's Gaussian-DP
+    /// parameter. `composition`: DP-SGD, whose likelihood scores have the standardised
+    /// difference of [`SampledCanaries::difference`] at the run's noise scaled by 1/θ (Agrawal et
+    /// al. 2026's Gaussian view of a sampled run's canary signals).
+    #[serde(default)]
+    pub family: GaussianFamily,
+    /// The lower bound on the family's parameter: μ, or θ (the run behaves as if its noise were
+    /// at most σ/θ; above 1, less noise than claimed).
+    #[serde(alias = "mu_lower")]
+    pub parameter: f64,
+    /// Its ε at the run's δ: the exact Gaussian-DP curve's at μ, or the PLD accountant's of the
+    /// canaries' steps at noise σ/θ.
     pub epsilon_lower: f64,
+}
+
+/// The family a [`GaussianAudit`] bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GaussianFamily {
+    /// μ-Gaussian DP.
+    #[default]
+    GaussianDp,
+    /// The canaries' steps of Poisson-sampled Gaussian noise, the noise divided by θ.
+    Composition,
+}
+
+impl GaussianFamily {
+    /// Its parameter's name, as the reports print it.
+    #[must_use]
+    pub fn parameter(self) -> &'static str {
+        match self {
+            Self::GaussianDp => "mu",
+            Self::Composition => "noise divided by theta, theta",
+        }
+    }
 }
 
 /// Canaries audited together against one claim.
@@ -510,25 +552,28 @@ pub struct Scores<'a> {
     /// For the Gaussian bound of a method without sampling, white-box scores over the first k
     /// steps and over all (`None`: scores the bound does not describe).
     gaussian: Option<(&'a [f64], &'a [f64])>,
+    /// A sampled method's likelihood scores and the steps they sum ([`GaussianFamily::Composition`]).
+    likelihood: Option<(&'a [f64], usize)>,
 }
 
 impl<'a> Scores<'a> {
     /// White-box scores: a canary's noisy sums over the first k steps (the steps every example
     /// can afford) and over every step; where a sampled method's per-step sums are at hand,
-    /// their log-likelihood ratio of "in" against "out" (the Neyman–Pearson statistic for
-    /// Poisson-sampled Gaussian steps).
+    /// their log-likelihood ratio of "in" against "out" summed over its steps (the
+    /// Neyman–Pearson statistic for Poisson-sampled Gaussian steps, [`StepLikelihood`]) with
+    /// the number of steps.
     #[must_use]
-    pub fn white_box(first_k: &'a [f64], all: &'a [f64], likelihood: Option<&'a [f64]>) -> Self {
+    pub fn white_box(first_k: &'a [f64], all: &'a [f64], likelihood: Option<(&'a [f64], usize)>) -> Self {
         let mut statistics = vec![("first-k", first_k), ("all-steps", all)];
-        statistics.extend(likelihood.map(|l| ("likelihood", l)));
-        Self { statistics, gaussian: Some((first_k, all)) }
+        statistics.extend(likelihood.map(|l| ("likelihood", l.0)));
+        Self { statistics, gaussian: Some((first_k, all)), likelihood }
     }
 
     /// Black-box scores of input canaries: the published model's log-likelihood of each
     /// canary's label less the initial model's, and the published model's alone.
     #[must_use]
     pub fn black_box(gain: &'a [f64], end: &'a [f64]) -> Self {
-        Self { statistics: vec![("likelihood-gain", gain), ("likelihood", end)], gaussian: None }
+        Self { statistics: vec![("likelihood-gain", gain), ("likelihood", end)], gaussian: None, likelihood: None }
     }
 }
 
@@ -567,16 +612,7 @@ pub fn group_audits(
         }
         let Some((mut bound, statistic)) = best else { continue };
         bound.confidence = confidence;
-        let gaussian = if let (Some((first_k, all)), None) =
-            (scores.gaussian, cfg.accounting().and_then(|a| a.sample_rate()))
-        {
-            let scores = if g.gradient_norm.is_some_and(|n| n < 1.0) { all } else { first_k };
-            let side =
-                |want: bool| -> Vec<f64> { of.iter().filter(|&&i| included[i] == want).map(|&i| scores[i]).collect() };
-            gaussian_bound(&side(true), &side(false), cfg.delta(), confidence)
-        } else {
-            None
-        };
+        let gaussian = gaussian_audit(cfg, scores, (g, included), confidence);
         let fdp = fdp_audit(cfg, g, &tests, 1.0 - (1.0 - confidence) / 2.0);
         out.push(GroupAudit {
             group: g.name.clone(),
@@ -629,38 +665,40 @@ fn released_sum(update: UpdateRule, (before, after): (f32, f32), velocity: (Opti
     mean * update.divisor
 }
 
-/// One step's log-likelihood ratio of a projected sum o (unit noise) when the canary is in
-/// against out: in, o ~ (1 − q)·N(0, 1) + q·N(μ, 1); out, N(0, 1) (zero-out) or
-/// (1 − q)·N(0, 1) + q·N(−μ, 1) (replace-one).
-pub(crate) struct LikelihoodRatio {
-    ln_q: f64,
-    ln_rest: f64,
-    mu: f64,
-    replace: bool,
-}
-
-impl LikelihoodRatio {
-    pub(crate) fn new(q: f64, mu: f64, neighbours: Neighbours) -> Self {
-        Self { ln_q: q.ln(), ln_rest: (-q).ln_1p(), mu, replace: neighbours == Neighbours::ReplaceOne }
+/// A group's [`GaussianAudit`], where its scores' means and spreads describe its claim: a
+/// method without sampling (Gaussian DP), or DP-SGD's likelihood scores with its composition
+/// (no tiers, canaries at the clip, Gaussian noise: the family [`fdp_audit`]'s composition takes).
+fn gaussian_audit(
+    cfg: &ValidConfig,
+    scores: &Scores<'_>,
+    (g, included): (&CanaryGroup, &[bool]),
+    confidence: f64,
+) -> Option<GaussianAudit> {
+    let accounting = cfg.accounting()?;
+    let side = |scores: &[f64], want: bool| -> Vec<f64> {
+        g.members.iter().filter(|&&i| included[i] == want).map(|&i| scores[i]).collect()
+    };
+    let delta = cfg.delta();
+    let Some(q) = accounting.sample_rate() else {
+        let (first_k, all) = scores.gaussian?;
+        let scores = if g.gradient_norm.is_some_and(|n| n < 1.0) { all } else { first_k };
+        let mu = standardized_difference_lower(&side(scores, true), &side(scores, false), confidence).ok()?;
+        // μ lowered by 10⁻¹² of itself first, so the curve's upward rounding cannot lift the bound.
+        let epsilon_lower = if mu > 0.0 { gaussian_epsilon(mu * (1.0 - 1e-12), delta) } else { 0.0 };
+        let family = GaussianFamily::GaussianDp;
+        return epsilon_lower.is_finite().then_some(GaussianAudit { family, parameter: mu, epsilon_lower });
+    };
+    let (likelihood, steps) = scores.likelihood?;
+    let plain = accounting.event().is_some() && cfg.tiers().is_empty() && g.gradient_norm.is_none();
+    let p = &cfg.config().privacy;
+    if !plain || p.noise != NoiseSampler::Gaussian || p.neighbours != Neighbours::ZeroOut {
+        return None;
     }
-    /// ln((1 − q) + q·e^{±μo − μ²/2}) for the sign `s`, without overflow.
-    fn mixture(&self, s: f64, o: f64) -> f64 {
-        let (a, b) = (self.ln_rest, self.ln_q + s * self.mu * o - self.mu * self.mu / 2.0);
-        a.max(b) + (-(a - b).abs()).exp().ln_1p()
-    }
-    pub(crate) fn at(&self, o: f64) -> f64 {
-        let out = if self.replace { self.mixture(-1.0, o) } else { 0.0 };
-        self.mixture(1.0, o) - out
-    }
-}
-
-/// [`gaussian_mu_lower`] of `inn` against `out` and its ε at `delta` (μ lowered by 10⁻¹² of
-/// itself first, so the curve's upward rounding cannot lift the bound); `None` where the scores
-/// are too few or all equal.
-fn gaussian_bound(inn: &[f64], out: &[f64], delta: f64, confidence: f64) -> Option<GaussianAudit> {
-    let mu_lower = gaussian_mu_lower(inn, out, confidence).ok()?;
-    let epsilon_lower = if mu_lower > 0.0 { gaussian_epsilon(mu_lower * (1.0 - 1e-12), delta) } else { 0.0 };
-    epsilon_lower.is_finite().then_some(GaussianAudit { mu_lower, epsilon_lower })
+    let canaries = SampledCanaries::new(q, accounting.sigma(), u64::try_from(steps).ok()?).ok()?;
+    let d = standardized_difference_lower(&side(likelihood, true), &side(likelihood, false), confidence).ok()?;
+    let theta = canaries.noise_scale_lower(d);
+    let epsilon_lower = canaries.epsilon(theta, delta).ok()?;
+    Some(GaussianAudit { family: GaussianFamily::Composition, parameter: theta, epsilon_lower })
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@
 //! [DRS19]: https://arxiv.org/abs/1905.02383
 
 pub mod fdp;
+pub mod likelihood;
 pub mod one_run;
 
 use super::convert::gaussian_epsilon;

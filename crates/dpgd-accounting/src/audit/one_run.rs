@@ -33,7 +33,7 @@
 //!
 //! [SNJ23]: https://arxiv.org/abs/2305.08846
 
-use super::{binomial_sf, ln_binomial_pmf, normal_quantile};
+use super::{binomial_sf, ln_binomial_pmf};
 use crate::error::{AccountingError, Result};
 
 /// At most this many canaries (the p-value's sums are linear in the number of guesses).
@@ -236,44 +236,6 @@ pub fn audit_guesses(scores: &[f64], included: &[bool], delta: f64, confidence: 
     Ok(OneRunBound { epsilon_lower, delta, confidence, tests })
 }
 
-/// A lower confidence bound on μ when the canaries' scores are Gaussian with one variance: the
-/// included ones N(μ·s, s²) and the excluded ones N(0, s²) up to a common shift — as the
-/// white-box scores of full-batch GD's gradient canaries are, each canary's coordinate getting
-/// independent Gaussian noise (Dong, Roth & Su 2019: μ-GDP is testing N(0, 1) against N(μ, 1)).
-/// The standardised mean difference d = (mean_in − mean_out)/sd_out, less z·SE with
-/// SE² = 1/n_in + 1/n_out + d²/(2(n_out − 1)) (its large-sample variance), z the one-sided
-/// normal quantile at `confidence`; 0 if that is negative.
-///
-/// **Not distribution-free**: the coverage holds for Gaussian scores and large samples (tested:
-/// 400 seeds of 1,000 scores each), not for any mechanism as [`epsilon_lower_bound`] does; a
-/// method whose scores are a mixture (Poisson sampling) has a smaller mean difference than its
-/// privacy curve, so the bound is only looser there.
-///
-/// # Errors
-/// [`AccountingError::InvalidParameter`] naming `scores` (fewer than 2 on a side, a NaN, or the
-/// excluded ones all equal) or `confidence`.
-pub fn gaussian_mu_lower(scores_in: &[f64], scores_out: &[f64], confidence: f64) -> Result<f64> {
-    let bad = || AccountingError::InvalidParameter {
-        name: "scores",
-        value: scores_in.len().min(scores_out.len()) as f64,
-        expected: "at least 2 finite scores on each side, the excluded ones not all equal",
-    };
-    if scores_in.len() < 2 || scores_out.len() < 2 || scores_in.iter().chain(scores_out).any(|x| !x.is_finite()) {
-        return Err(bad());
-    }
-    let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
-    let (n_in, n_out) = (scores_in.len() as f64, scores_out.len() as f64);
-    let m_out = mean(scores_out);
-    let sd = (scores_out.iter().map(|x| (x - m_out).powi(2)).sum::<f64>() / (n_out - 1.0)).sqrt();
-    if sd.is_nan() || sd <= 0.0 {
-        return Err(bad());
-    }
-    let d = (mean(scores_in) - m_out) / sd;
-    let se = (1.0 / n_in + 1.0 / n_out + d * d / (2.0 * (n_out - 1.0))).sqrt();
-    let z = normal_quantile(confidence)?;
-    Ok((d - z * se).max(0.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,31 +296,6 @@ mod tests {
         assert!(p_value(g(10, 5, 5), 1.0, 1.0).is_err());
         assert!(epsilon_lower_bound(g(10, 5, 5), 0.0, 1.0).is_err());
         assert!(guess(&[1.0, f64::NAN], &[true, false], 2).is_err());
-    }
-
-    /// Gaussian scores: the bound covers μ in at least 93 % of 400 seeds at 95 % (the normal
-    /// approximation's), and its median is within 10 % of μ.
-    #[test]
-    fn the_gaussian_bound_covers_mu_and_is_tight() {
-        use rand::SeedableRng;
-        use rand_distr::{Distribution, Normal};
-        for mu in [0.3, 1.0, 2.5] {
-            let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
-            let (z, shift) = (Normal::new(0.0, 1.0).unwrap(), 3.0);
-            let mut bounds: Vec<f64> = (0..400)
-                .map(|_| {
-                    let out: Vec<f64> = (0..1000).map(|_| 2.0 * z.sample(&mut rng) + shift).collect();
-                    let inn: Vec<f64> = (0..1000).map(|_| 2.0 * (z.sample(&mut rng) + mu) + shift).collect();
-                    gaussian_mu_lower(&inn, &out, 0.95).unwrap()
-                })
-                .collect();
-            let covered = bounds.iter().filter(|&&b| b <= mu).count();
-            assert!(covered >= 372, "μ = {mu}: covered {covered} of 400");
-            bounds.sort_by(f64::total_cmp);
-            assert!((bounds[200] - mu).abs() < 0.1 * mu + 0.05, "μ = {mu}: median {}", bounds[200]);
-        }
-        assert!(gaussian_mu_lower(&[1.0, 2.0], &[3.0, 3.0], 0.95).is_err());
-        assert!(gaussian_mu_lower(&[1.0], &[0.0, 1.0], 0.95).is_err());
     }
 
     #[test]

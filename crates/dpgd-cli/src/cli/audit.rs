@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dpgd::audit::one_run::{self, OneRunSettings, audit_one_run};
 use dpgd::audit::{AuditSettings, audit, plot};
+use dpgd::train::canaries::GaussianFamily;
 use dpgd::train::{Override, TrainConfig};
 
 #[derive(Debug, Args)]
@@ -152,9 +153,16 @@ pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::Val
             ));
         }
         if let Some(gauss) = g.gaussian {
+            let reading = match gauss.family {
+                GaussianFamily::GaussianDp => "the canaries' scores Gaussian with one variance, as full-batch GD's are",
+                GaussianFamily::Composition => {
+                    "the canaries' likelihood scores read by their means and spreads (Agrawal et al. 2026)"
+                }
+            };
             lines.push(format!(
-                "  assuming the canaries' scores are Gaussian (as full-batch GD's are): mu >= {:.4}, epsilon >= {:.3}{}",
-                gauss.mu_lower,
+                "  assuming {reading}: {} >= {:.4}, epsilon >= {:.3}{}",
+                gauss.family.parameter(),
+                gauss.parameter,
                 gauss.epsilon_lower,
                 if gauss.epsilon_lower > g.claimed_epsilon {
                     format!(
