@@ -482,6 +482,11 @@ pub struct GaussianAudit {
     /// Its ε at the run's δ: the exact Gaussian-DP curve's at μ, or the PLD accountant's of the
     /// canaries' steps at noise σ/θ.
     pub epsilon_lower: f64,
+    /// `composition`: the PLD accountant's ε of the canaries' steps as claimed (θ = 1), the most
+    /// an audit of them can show. The run's claim is larger where its conversion is looser (the
+    /// Rényi DP one) or its releases add to it, and that gap is the accounting's, not the audit's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epsilon_as_claimed: Option<f64>,
 }
 
 /// The family a [`GaussianAudit`] bounds.
@@ -686,7 +691,8 @@ fn gaussian_audit(
         // μ lowered by 10⁻¹² of itself first, so the curve's upward rounding cannot lift the bound.
         let epsilon_lower = if mu > 0.0 { gaussian_epsilon(mu * (1.0 - 1e-12), delta) } else { 0.0 };
         let family = GaussianFamily::GaussianDp;
-        return epsilon_lower.is_finite().then_some(GaussianAudit { family, parameter: mu, epsilon_lower });
+        let audit = GaussianAudit { family, parameter: mu, epsilon_lower, epsilon_as_claimed: None };
+        return epsilon_lower.is_finite().then_some(audit);
     };
     let (likelihood, steps) = scores.likelihood?;
     let plain = accounting.event().is_some() && cfg.tiers().is_empty() && g.gradient_norm.is_none();
@@ -698,7 +704,8 @@ fn gaussian_audit(
     let d = standardized_difference_lower(&side(likelihood, true), &side(likelihood, false), confidence).ok()?;
     let theta = canaries.noise_scale_lower(d);
     let epsilon_lower = canaries.epsilon(theta, delta).ok()?;
-    Some(GaussianAudit { family: GaussianFamily::Composition, parameter: theta, epsilon_lower })
+    let epsilon_as_claimed = canaries.epsilon(1.0, delta).ok();
+    Some(GaussianAudit { family: GaussianFamily::Composition, parameter: theta, epsilon_lower, epsilon_as_claimed })
 }
 
 #[cfg(test)]

@@ -159,8 +159,11 @@ pub(crate) fn audit_lines(report: &one_run::OneRunReport, cfg: &dpgd::train::Val
                     "the canaries' likelihood scores read by their means and spreads (Agrawal et al. 2026)"
                 }
             };
+            let exact = gauss.epsilon_as_claimed.map_or(String::new(), |e| {
+                format!(" (these steps as claimed: {e:.3} by the PLD accountant, the most an audit can show)")
+            });
             lines.push(format!(
-                "  assuming {reading}: {} >= {:.4}, epsilon >= {:.3}{}",
+                "  assuming {reading}: {} >= {:.4}, epsilon >= {:.3}{exact}{}",
                 gauss.family.parameter(),
                 gauss.parameter,
                 gauss.epsilon_lower,
