@@ -248,6 +248,58 @@ fn sgd_with_bands_accounts_bandmf_as_rounds_of_dp_sgd() {
         "--json",
     ]);
     assert_eq!((one["epsilon"].clone(), b1.get("bands")), (b1["epsilon"].clone(), None));
+    // `account bandmf` is `account sgd --bands b`, and wants its bands.
+    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let tail = "--sample-rate 0.016 --sigma 0.9 --steps 3750 --bands 4 --delta 1e-5 --orders dp-accounting --json";
+    let as_sgd = json(&words(&format!("account sgd {tail}")).iter().map(String::as_str).collect::<Vec<_>>());
+    let as_bandmf = json(&words(&format!("account bandmf {tail}")).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(as_sgd, as_bandmf);
+    let e =
+        fails(&["account", "bandmf", "--sample-rate", "0.016", "--sigma", "0.9", "--steps", "10", "--delta", "1e-5"]);
+    assert!(e.contains("--bands"), "{e}");
+}
+
+/// Little noise over many steps: the PLD's losses would span more points than its grid holds at
+/// the default interval, and the calculator moves to the next coarser one that fits and says so
+/// (σ = 0.5, q = 0.05, 200 steps: 10⁻⁴ and 2·10⁻⁴ overflow).
+#[test]
+fn the_pld_calculator_takes_a_coarser_grid_where_the_losses_do_not_fit() {
+    let v = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.05",
+        "--sigma",
+        "0.5",
+        "--steps",
+        "200",
+        "--delta",
+        "1e-5",
+        "--accountant",
+        "pld",
+        "--json",
+    ]);
+    let (eps, lower, h) = (
+        v["epsilon"].as_f64().unwrap(),
+        v["epsilon_lower_estimate"].as_f64().unwrap(),
+        v["pld_interval"].as_f64().unwrap(),
+    );
+    assert!(h > 1e-4 && h <= 1e-3 && lower <= eps && eps.is_finite(), "{v}");
+    // Tighter than the RDP accountant, as a PLD is.
+    let rdp = json(&[
+        "account",
+        "sgd",
+        "--sample-rate",
+        "0.05",
+        "--sigma",
+        "0.5",
+        "--steps",
+        "200",
+        "--delta",
+        "1e-5",
+        "--json",
+    ]);
+    assert!(eps <= rdp["epsilon"].as_f64().unwrap(), "PLD {eps} above RDP {rdp}");
 }
 
 #[test]

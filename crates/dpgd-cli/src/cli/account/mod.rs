@@ -26,6 +26,10 @@ pub(crate) enum AccountCommand {
     /// ε of DP-SGD (Poisson sampling at rate q, σ, T steps) by the RDP accountant, or the σ
     /// that meets a target ε (add-or-remove-one neighbours, as Opacus states its ε).
     Sgd(SgdArgs),
+    /// ε of BandMF (`privacy.method = "bandmf"`: --bands b partitions taken in turn, each step
+    /// Poisson-sampling its partition at --sample-rate), or the σ that meets a target ε: T steps
+    /// as ⌈T/b⌉ rounds of DP-SGD (Choquette-Choo, Ganesh, Steinke & Thakurta 2023); `sgd --bands b`.
+    Bandmf(SgdArgs),
     /// How many rounds of ε₀-DP mechanisms a privacy filter allows for a target (ε, δ).
     Filter(FilterArgs),
     /// An odometer's bound on the privacy loss after N rounds of ε₀-DP mechanisms.
@@ -274,7 +278,9 @@ pub(crate) struct SgdArgs {
     /// dominated pair, to show how tight ε is).
     #[arg(long, value_enum, default_value = "rdp")]
     accountant: SgdAccountant,
-    /// The PLD accountant's loss grid interval (finer: tighter and slower).
+    /// The PLD accountant's loss grid interval (finer: tighter and slower). Where the composed
+    /// losses would span more points than the accountant holds (little noise, many steps), the
+    /// next coarser of 2, 5 and 10 times it that fits is used, and printed.
     #[arg(long, value_parser = pld_interval, default_value_t = 1e-4)]
     pld_interval: f64,
     /// Rényi orders: `opacus` (Opacus 1.6's defaults), `dp-accounting` (dp_accounting's), or a
@@ -373,6 +379,13 @@ pub(crate) fn run(cmd: AccountCommand) -> Result<()> {
             (a.json, odometer(&a)?, None)
         }
         AccountCommand::Sgd(a) => (a.json, sgd(&a)?, None),
+        AccountCommand::Bandmf(a) => {
+            anyhow::ensure!(
+                a.bands >= 2,
+                "give BandMF's bands, --bands b with b >= 2 (one band is DP-SGD: dpgd account sgd)"
+            );
+            (a.json, sgd(&a)?, None)
+        }
         AccountCommand::Budget(a) => {
             let v = budget(&a)?;
             let table = budget_table(&v);
@@ -579,8 +592,9 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
     let sigma = match (a.sigma, a.epsilon, a.accountant) {
         (Some(s), _, _) => s,
         (None, Some(eps), SgdAccountant::Pld) => {
-            calibrate_sgd_sigma_pld(a.sample_rate, steps, (eps, a.delta), a.pld_interval)
+            coarser_if_needed(a.pld_interval, |h| calibrate_sgd_sigma_pld(a.sample_rate, steps, (eps, a.delta), h))
                 .context("calibrating --sigma for --epsilon with the PLD accountant")?
+                .0
         }
         (None, Some(eps), SgdAccountant::Rdp) => {
             calibrate_sgd_sigma(a.sample_rate, steps, (eps, a.delta), orders, conversion)
@@ -614,13 +628,15 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
             })
         }
         SgdAccountant::Pld => {
-            let mut acc = PldAccountant::new(a.pld_interval)?;
-            acc.compose(&step.repeated(steps))?;
-            let (epsilon, lower) = acc.epsilon_bounds(a.delta)?;
+            let ((epsilon, lower), interval) = coarser_if_needed(a.pld_interval, |h| {
+                let mut acc = PldAccountant::new(h)?;
+                acc.compose(&step.clone().repeated(steps))?;
+                acc.epsilon_bounds(a.delta)
+            })?;
             json!({
                 "epsilon": epsilon, "epsilon_lower_estimate": lower,
                 "accountant": "pld (privacy loss distribution; Koskela et al. 2021, Doroshenko et al. 2022)",
-                "pld_interval": a.pld_interval,
+                "pld_interval": interval,
             })
         }
     };
@@ -628,6 +644,27 @@ fn sgd(a: &SgdArgs) -> Result<Value> {
         o.extend(f.clone());
     }
     Ok(out)
+}
+
+/// `f` on the PLD grid `interval`, or on the first of 2, 5, 10, 20, 50, … times it (up to 0.1)
+/// where the composed losses would span more grid points than the accountant holds; the
+/// result and the interval used.
+fn coarser_if_needed<T>(
+    interval: f64,
+    f: impl Fn(f64) -> dpgd_accounting::Result<T>,
+) -> dpgd_accounting::Result<(T, f64)> {
+    let (mut h, mut step) = (interval, 0usize);
+    loop {
+        let factor = [2.0, 2.5, 2.0][step % 3];
+        match f(h) {
+            Err(dpgd_accounting::AccountingError::InvalidParameter { name: "grid interval", .. })
+                if h * factor <= 0.1 =>
+            {
+                (h, step) = (h * factor, step + 1);
+            }
+            other => return other.map(|t| (t, h)),
+        }
+    }
 }
 
 fn budget(a: &BudgetArgs) -> Result<Value> {
