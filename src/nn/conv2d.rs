@@ -259,8 +259,17 @@ fn patches_host(
                     // The input row this kernel row reads, if it is not padding.
                     let Some(y) = (oy * sh + i * dh).checked_sub(top).filter(|&y| y < h) else { continue };
                     let line = &plane[y * w..(y + 1) * w];
+                    let x0 = ox * sw; // column j reads padded column x0 + j·dw
+                    if dw == 1 {
+                        // One contiguous run of the line: the columns that are not padding.
+                        let (j0, j1) = (left.saturating_sub(x0).min(kw), (left + w).saturating_sub(x0).min(kw));
+                        if j0 < j1 {
+                            row[j0..j1].copy_from_slice(&line[x0 + j0 - left..x0 + j1 - left]);
+                        }
+                        continue;
+                    }
                     for (j, v) in row.iter_mut().enumerate() {
-                        if let Some(&value) = (ox * sw + j * dw).checked_sub(left).and_then(|x| line.get(x)) {
+                        if let Some(&value) = (x0 + j * dw).checked_sub(left).and_then(|x| line.get(x)) {
                             *v = value;
                         }
                     }
