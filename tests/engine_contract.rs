@@ -1,5 +1,6 @@
 //! The contract of a per-example engine ([`PerExample`]), one test every engine passes: the
-//! fast engine, the burn engine (batched backward) and its fallback (one backward per example),
+//! fast engine (also as a user's sequential module runs on it), the burn engine (batched
+//! backward) and its fallback (one backward per example),
 //! on a model with convolutions, outer-product blocks and every parameter kind they share.
 //! The clauses, each what the clip's guarantee rests on:
 //!
@@ -22,7 +23,7 @@ use common::devices;
 use dpgd::accounting::filter::{IndividualFilter, LedgerSlot};
 use dpgd::arch::{LayerSpec as L, ModelSpec, kinds};
 use dpgd::clip::{BlockStats, DeviceGrid, NonFinitePolicy, Rows, SumGrid, clip_block, clip_kept_block};
-use dpgd::model::BurnModel;
+use dpgd::model::{BurnModel, FastModel};
 use dpgd::per_example::{BurnEngine, Held, Network, PerExample, check_rows_are_own};
 use rand::{RngExt, SeedableRng};
 use rayon::iter::ParallelIterator;
@@ -229,6 +230,18 @@ fn the_fast_engine_keeps_the_contract() {
     let net = Network::new(&spec()).unwrap();
     let theta = net.init_params(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
     contract("fast engine", &net, &theta);
+}
+
+/// A user's sequential module on the fast engine ([`FastModel`]): the fast engine's rows, from
+/// the module's own values.
+#[test]
+fn a_sequential_module_on_the_fast_engine_keeps_the_contract() {
+    let d = burn::tensor::Device::flex();
+    let module = BurnModel::from_spec(&spec(), &d).unwrap();
+    let engine = FastModel::new(&spec(), &module, &d).unwrap();
+    let theta = engine.start().to_vec();
+    assert_eq!(theta, module.to_params(engine.network()).unwrap());
+    contract("a sequential module on the fast engine", &engine, &theta);
 }
 
 #[test]

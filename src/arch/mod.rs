@@ -29,6 +29,31 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// A sequential model for examples of `input` (`[channels, height, width]`) and `classes`
+    /// classes, with no layers yet: add them in order with [`then`](Self::then).
+    ///
+    /// ```
+    /// use dpgd::arch::ModelSpec;
+    /// use dpgd::arch::kinds::{Flatten, Linear, Relu};
+    /// let mlp = ModelSpec::sequential([1, 28, 28], 10)
+    ///     .then(Flatten)
+    ///     .then(Linear { out_features: 128, bias: true })
+    ///     .then(Relu)
+    ///     .then(Linear { out_features: 10, bias: true });
+    /// assert_eq!(mlp, ModelSpec::mlp(128));
+    /// ```
+    #[must_use]
+    pub fn sequential(input: [usize; 3], classes: usize) -> Self {
+        Self { input, classes, layers: Vec::new() }
+    }
+
+    /// This model with `layer` (any kind of [`kinds`], or a [`LayerSpec`]) appended.
+    #[must_use]
+    pub fn then(mut self, layer: impl Into<LayerSpec>) -> Self {
+        self.layers.push(layer.into());
+        self
+    }
+
     /// The Opacus MNIST example CNN: conv 1→16 k8 s2 p3, ReLU, maxpool 2 s1, conv 16→32 k4 s2,
     /// ReLU, maxpool 2 s1, linear 512→32, ReLU, linear 32→10 (26,010 parameters).
     #[must_use]

@@ -207,6 +207,14 @@ macro_rules! kinds {
             )*
         }
 
+        $(
+            impl From<$ty> for LayerSpec {
+                fn from(kind: $ty) -> Self {
+                    LayerSpec::$variant(kind)
+                }
+            }
+        )*
+
         impl LayerSpec {
             /// Every kind's name as configs write it, in registration order.
             pub const KINDS: &'static [&'static str] = &[$($name),*];

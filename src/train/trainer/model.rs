@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::options::RunSummary;
 use crate::error::Result;
 use crate::model::export::ModelInput;
-use crate::model::{BurnModel, ConfigModel};
+use crate::model::{BurnModel, ConfigModel, FastModel};
 use crate::nn::Classifier;
 use crate::per_example::{BurnEngine, Network, PerExample};
 use crate::train::config::ValidConfig;
@@ -118,6 +118,24 @@ impl TrainModel for ConfigModel {
     }
     fn initial_weights(&self, cfg: &ValidConfig) -> String {
         drawn_from_seed(cfg)
+    }
+}
+
+impl TrainModel for FastModel {
+    /// The module's own values (the caller initialised or loaded them); `seed` is not used.
+    fn initial_params(&self, _seed: u64) -> Result<Vec<f32>> {
+        Ok(self.start().to_vec())
+    }
+    fn write_model(&self, theta: &[f32], input: &ModelInput, folder: &RunFolder, cfg: &ValidConfig) -> Result<()> {
+        self.network().write_model(theta, input, folder, cfg)
+    }
+    /// The architecture, in place of the config's `model` section (which a run of your model
+    /// does not use).
+    fn identity(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "sequential": self.spec() }))
+    }
+    fn engine_name(&self) -> &'static str {
+        "the fast CPU engine"
     }
 }
 

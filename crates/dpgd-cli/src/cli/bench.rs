@@ -12,7 +12,7 @@ use dpgd::clip::{NonFinitePolicy, SumGrid};
 use dpgd::cube::Kernel;
 use dpgd::data::{Dataset, Normalize};
 use dpgd::device::DeviceKind;
-use dpgd::model::BurnModel;
+use dpgd::model::{BurnModel, FastModel};
 use dpgd::noise::Stream;
 use dpgd::noise::{NoiseSampler, NoiseSeed};
 use dpgd::per_example::{BurnEngine, Network, PerExample};
@@ -89,6 +89,9 @@ pub(crate) enum Engine {
     /// exact sum (`BurnEngine::with_rows_on_host`: what it did before it kept its rows), for
     /// comparisons.
     BurnHostRows,
+    /// The model as a user's sequential burn module (`ModelSpec::sequential` and `then`, its
+    /// `BurnModel` on `--device`) trained on the fast engine (`dpgd::model::FastModel`).
+    Sequential,
 }
 
 /// How many examples `--layers` times.
@@ -96,7 +99,7 @@ const PROFILE_EXAMPLES: usize = 2000;
 
 pub(crate) fn run(a: BenchArgs) -> Result<()> {
     dpgd::cube::disable(&a.without_kernels);
-    if a.phases && matches!(a.engine, Engine::Fast | Engine::BurnFallback | Engine::BurnHostRows) {
+    if a.phases && matches!(a.engine, Engine::Fast | Engine::BurnFallback | Engine::BurnHostRows | Engine::Sequential) {
         anyhow::bail!("--phases times a burn engine that keeps its rows on its device: use --engine burn");
     }
     if a.layers && a.engine != Engine::Fast {
@@ -128,6 +131,15 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     match a.engine {
         Engine::Fast => {
             time(&a, GradientPlan::new(net, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, layers))
+        }
+        Engine::Sequential => {
+            // The model's burn module, trained from its own values through FastModel: the path
+            // of a user's sequential model.
+            let device = a.device.device()?;
+            let module = BurnModel::from_params(&net, &theta, &device)?;
+            let engine = FastModel::new(net.spec(), &module, &device)?;
+            let theta = engine.start().to_vec();
+            time(&a, GradientPlan::new(engine, train, Normalize::MNIST, aggregation, chunk), theta, (name, flops, None))
         }
         Engine::Burn | Engine::BurnFallback | Engine::BurnHostRows => {
             let device = a.device.device()?;
