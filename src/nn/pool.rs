@@ -107,34 +107,21 @@ impl MaxPool2d {
     }
 }
 
-/// For each of `planes` planes of `h × w` values, each window's argmax (its index in the plane),
-/// valid padding, floor mode; with the output size. The window offsets are the outer loops and
-/// an output row the inner one, so that the comparisons run along contiguous values, compiled
-/// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
-/// private step on the burn engine (`perf`, 2 cores).
-fn argmax(
-    x: &[f32],
-    [planes, h, w]: [usize; 3],
-    [kh, kw]: [usize; 2],
-    [sh, sw]: [usize; 2],
-    [dh, dw]: [usize; 2],
-) -> (Vec<i64>, [usize; 2]) {
-    let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
-    let mut out = vec![0i64; planes * ho * wo];
-    argmax_planes(x, [planes, h, w], [kh, kw], [sh, sw], [dh, dw], (ho, wo), &mut out);
-    (out, [ho, wo])
-}
-
 crate::simd::kernel! {
-    fn argmax_planes(
+    /// For each of `planes` planes of `h × w` values, each window's argmax (its index in the plane),
+    /// valid padding, floor mode; with the output size. The window offsets are the outer loops and
+    /// an output row the inner one, so that the comparisons run along contiguous values, compiled
+    /// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
+    /// private step on the burn engine (`perf`, 2 cores).
+    fn argmax(
         x: &[f32],
         [planes, h, w]: [usize; 3],
         [kh, kw]: [usize; 2],
         [sh, sw]: [usize; 2],
         [dh, dw]: [usize; 2],
-        (ho, wo): (usize, usize),
-        out: &mut [i64],
-    ) {
+    ) -> (Vec<i64>, [usize; 2]) {
+        let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
+        let mut out = vec![0i64; planes * ho * wo];
         let mut best = vec![0.0f32; wo];
         for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
             for (oy, at) in out.chunks_exact_mut(wo).enumerate() {
@@ -159,6 +146,7 @@ crate::simd::kernel! {
                 }
             }
         }
+        (out, [ho, wo])
     }
 }
 

@@ -264,21 +264,11 @@ fn sgd_with_bands_accounts_bandmf_as_rounds_of_dp_sgd() {
 /// (σ = 0.5, q = 0.05, 200 steps: 10⁻⁴ and 2·10⁻⁴ overflow).
 #[test]
 fn the_pld_calculator_takes_a_coarser_grid_where_the_losses_do_not_fit() {
-    let v = json(&[
-        "account",
-        "sgd",
-        "--sample-rate",
-        "0.05",
-        "--sigma",
-        "0.5",
-        "--steps",
-        "200",
-        "--delta",
-        "1e-5",
-        "--accountant",
-        "pld",
-        "--json",
-    ]);
+    let run = |accountant: &[&str]| {
+        let base = ["account", "sgd", "--sample-rate", "0.05", "--sigma", "0.5", "--steps", "200", "--delta", "1e-5"];
+        json(&[&base[..], accountant, &["--json"]].concat())
+    };
+    let v = run(&["--accountant", "pld"]);
     let (eps, lower, h) = (
         v["epsilon"].as_f64().unwrap(),
         v["epsilon_lower_estimate"].as_f64().unwrap(),
@@ -286,19 +276,7 @@ fn the_pld_calculator_takes_a_coarser_grid_where_the_losses_do_not_fit() {
     );
     assert!(h > 1e-4 && h <= 1e-3 && lower <= eps && eps.is_finite(), "{v}");
     // Tighter than the RDP accountant, as a PLD is.
-    let rdp = json(&[
-        "account",
-        "sgd",
-        "--sample-rate",
-        "0.05",
-        "--sigma",
-        "0.5",
-        "--steps",
-        "200",
-        "--delta",
-        "1e-5",
-        "--json",
-    ]);
+    let rdp = run(&[]);
     assert!(eps <= rdp["epsilon"].as_f64().unwrap(), "PLD {eps} above RDP {rdp}");
 }
 
