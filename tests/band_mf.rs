@@ -97,12 +97,19 @@ fn what_bandmf_does_not_account_for_is_refused() {
             .unwrap_err()
             .to_string();
     assert!(e.contains("privacy.factorization") && e.contains("only method = \"bandmf\""), "{e}");
+    let e =
+        TrainConfig::from_toml(&config("sgd", "sample_rate = 0.5\nfactorization = \"identity\"\nepsilon = 2.0"), &[])
+            .and_then(|c| c.validate())
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("privacy.factorization") && e.contains("\"identity\": only method"), "{e}");
 }
 
 /// `factorization = "optimized"`: the run's C is the optimiser's for its T, b and momentum,
-/// published in `privacy.json`, at the same ε as the root's (the accounting does not depend on C).
+/// published in `privacy.json`, at the same ε as the root's (the accounting does not depend on C);
+/// `"identity"`: C = I, the same ε.
 #[test]
-fn an_optimized_factorization_is_published_and_accounted_as_the_root() {
+fn every_factorization_is_published_and_accounted_as_the_root() {
     let (root, opt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let base = "sample_rate = 0.5\nbands = 3\nepsilon = 2.0";
     train(&config("bandmf", base), root.path(), None);
@@ -116,6 +123,13 @@ fn an_optimized_factorization_is_published_and_accounted_as_the_root() {
     assert_eq!(coefs(&o), dpgd::train::method::factorization::optimized(3, 0.0, 9));
     assert_ne!(coefs(&o), coefs(&r));
     assert!(coefs(&o).iter().map(|x| x * x).sum::<f64>() < 1.0);
+    // `identity`: independent noise on the same partitions (C = I), the control; same ε.
+    let id = tempfile::tempdir().unwrap();
+    train(&config("bandmf", &format!("{base}\nfactorization = \"identity\"")), id.path(), None);
+    let i = read(id.path());
+    assert_eq!(r["accounting"]["epsilon"], i["accounting"]["epsilon"]);
+    assert_eq!(coefs(&i), vec![1.0]);
+    assert_eq!(i["accounting"]["correlated"]["bands"], 3);
 }
 
 fn filtered(method: &str, privacy: &str) -> String {

@@ -187,6 +187,10 @@ pub enum Factorization {
     /// The unit-norm banded Toeplitz matrix of least error for the run's workload and steps
     /// ([`crate::train::method::factorization`]).
     Optimized,
+    /// C = I: independent noise on the same partitions taken in turn, accounted as the other
+    /// choices (a 1-banded C is b-banded, its columns of norm 1) — the control that tells what
+    /// the correlation adds to the partitions' schedule.
+    Identity,
 }
 
 impl Factorization {

@@ -299,11 +299,16 @@ impl TrainConfig {
                 _ => Ok(()),
             },
             match p.factorization {
-                super::Factorization::Optimized if !matches!(p.method, Method::BandMf | Method::BandMfFiltered) => {
+                f @ (super::Factorization::Optimized | super::Factorization::Identity)
+                    if !matches!(p.method, Method::BandMf | Method::BandMfFiltered) =>
+                {
                     Err(Error::config(
                         "privacy.factorization",
-                        "\"optimized\": only method = \"bandmf\" or \"bandmf-filtered\" has a correlation matrix to \
-                         optimise; remove factorization or use one of them",
+                        format!(
+                            "{}: only method = \"bandmf\" or \"bandmf-filtered\" has a correlation matrix to \
+                             choose; remove factorization or use one of them",
+                            serde_json::to_string(&f).unwrap_or_default()
+                        ),
                     ))
                 }
                 _ => Ok(()),

@@ -48,14 +48,15 @@ pub fn coefficients_for(bands: usize, momentum: f64) -> Vec<f64> {
     r.iter().map(|x| x / norm * (1.0 - 2f64.powi(-40))).collect()
 }
 
-/// The run's coefficients for `bands` bands: the workload's banded root, or with
+/// The run's coefficients for `bands` bands: the workload's banded root, with
 /// `privacy.factorization = "optimized"` the banded Toeplitz C of least error for its T steps
-/// ([`optimized`]).
+/// ([`optimized`]), with `"identity"` the one coefficient 1 (independent noise).
 pub(super) fn coefficients_of(cfg: &Resolved, bands: usize) -> Vec<f64> {
     let momentum = cfg.config().train.momentum;
     match cfg.config().privacy.factorization {
         Factorization::Root => coefficients_for(bands, momentum),
         Factorization::Optimized => optimized(bands, momentum, cfg.worst_case_steps()),
+        Factorization::Identity => coefficients_for(1, momentum),
     }
 }
 
