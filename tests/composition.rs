@@ -43,7 +43,7 @@ use dpgd::audit::one_run::{OneRunSettings, audit_one_run};
 use dpgd::collective::InProcess;
 use dpgd::noise::NoiseSampler;
 use dpgd::sweep::search::{SearchObserver, prepare, run_search};
-use dpgd::train::{ActiveRelease, Method, Observer, Run, RunFolder, Silent, TrainConfig};
+use dpgd::train::{ActiveRelease, Factorization, Method, Observer, Run, RunFolder, Silent, TrainConfig};
 use serde_json::Value;
 
 /// Training rows of the test's CSV data; every third row (0, 3, …) asks for the strict tier.
@@ -128,6 +128,7 @@ struct Combo {
     seed: Seed,
     counts: ActiveRelease,
     audit: Audit,
+    factorization: Factorization,
 }
 
 /// The engines and devices this build has.
@@ -139,10 +140,10 @@ fn devices() -> Vec<Device> {
 }
 
 /// The options, each with its values, in [`Combo`]'s order.
-const FACTORS: usize = 11;
+const FACTORS: usize = 12;
 
 fn levels() -> [usize; FACTORS] {
-    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4]
+    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -158,6 +159,7 @@ const NAMES: [&[&str]; FACTORS] = [
     &["train.seed", "seed"],
     &["release.active_count", "active count", "count"],
     &["audit.canaries", "audit"],
+    &["privacy.factorization", "factorization"],
 ];
 
 impl Combo {
@@ -176,6 +178,7 @@ impl Combo {
             seed: [Seed::Os, Seed::Fixed][v[8]],
             counts: [ActiveRelease::None, ActiveRelease::Noisy, ActiveRelease::ExactNonPrivate][v[9]],
             audit: [Audit::None, Audit::Canaries, Audit::Norms, Audit::Inputs][v[10]],
+            factorization: [Factorization::Root, Factorization::Optimized, Factorization::Identity][v[11]],
         }
     }
 
@@ -240,22 +243,27 @@ impl Combo {
             Audit::Norms => "[audit]\ncanaries = 200\nconfidence = 0.999999\ngradient_norms = [1.0, 0.25]\n",
             Audit::Inputs => "[audit]\ninput_canaries = 60\nconfidence = 0.999999\n",
         };
+        let factorization = match self.factorization {
+            Factorization::Root => "",
+            Factorization::Optimized => "factorization = \"optimized\"\n",
+            Factorization::Identity => "factorization = \"identity\"\n",
+        };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
         format!(
             "name = \"combo\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n{hold_out}[model]\npreset = \
              \"logistic\"\n[privacy]\nmethod = \"{method}\"\n{private_steps}{target}delta = 1e-5\nclip = 0.1\nnoise = \
-             \"{noise}\"\nconversion = \"{conversion}\"\n{budgets}[train]\nlr = 0.5\nmax_steps = {max_steps}\nchunk = \
+             \"{noise}\"\nconversion = \"{conversion}\"\n{factorization}{budgets}[train]\nlr = 0.5\nmax_steps = {max_steps}\nchunk = \
              8\nthreads = 1\neval_every = 3\n{engine}{seed}{counts}{audit}",
             data.display()
         )
     }
 }
 
-/// A combination compatible with every single option value: filtered GD, no tiers, no search,
-/// no hold-out, one rank, the fast engine, Gaussian noise, the CKS conversion, a fixed seed, no
-/// counts.
-const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0];
+/// A combination compatible with every single option value but BandMF's own (the factorization):
+/// filtered GD, no tiers, no search, no hold-out, one rank, the fast engine, Gaussian noise, the
+/// CKS conversion, a fixed seed, no counts, no audit, the default factorization.
+const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0];
 
 /// A pair of option values that may not meet, and why (the refusal must say it, naming both).
 struct Refusal {
@@ -268,7 +276,14 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 12] = [
+const REFUSED: [Refusal; 13] = [
+    Refusal {
+        why: "only BandMF's methods have a correlation matrix to choose",
+        pair: |c| {
+            (c.factorization != Factorization::Root && !matches!(c.method, Method::BandMf | Method::BandMfFiltered))
+                .then_some((0, 11))
+        },
+    },
     Refusal {
         why: "a method without a per-example ledger cannot give examples budgets of their own",
         pair: |c| {

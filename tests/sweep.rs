@@ -148,6 +148,26 @@ fn a_case_with_its_own_seeds_runs_at_those_instead_of_the_grids() {
 }
 
 #[test]
+fn a_sweep_removes_the_base_fields_it_unsets_before_it_sets_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("sgd.toml");
+    let privacy = "method = \"sgd\"\nsample_rate = 0.1\nepsilon = 4.0\ndelta = 1e-5\nclip = 1.0\nsteps = 4";
+    std::fs::write(&base, common::fixture_config("sgd", "logistic", (600, 300), privacy, "lr = 1.0")).unwrap();
+    let sweep = tmp.path().join("sweep.toml");
+    let write = |unset: &str| {
+        let set = "[set]\n\"privacy.method\" = \"filtered\"\n[grid]\n\"train.lr\" = [0.5, 1.0]\n";
+        std::fs::write(&sweep, format!("name = \"u\"\nbase = \"{}\"\n{unset}{set}", base.display())).unwrap();
+    };
+    // Without `unset`, the DP-SGD base's sample rate stays and the filtered method refuses it.
+    write("");
+    assert!(plan(&sweep).unwrap_err().to_string().contains("sample_rate"));
+    write("unset = [\"privacy.sample_rate\"]\n");
+    let (_, runs) = plan(&sweep).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|r| r.config.config().privacy.sample_rate.is_none()));
+}
+
+#[test]
 fn bad_sweep_files_fail_before_any_run_naming_the_field() {
     let tmp = tempfile::tempdir().unwrap();
     for (grid, want) in [

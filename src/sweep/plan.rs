@@ -22,6 +22,10 @@ pub struct SweepFile {
     /// Base training config: relative to the sweep file's folder, or else to the working
     /// directory.
     pub base: PathBuf,
+    /// Fields of the base removed from every run before `set` applies (as `dpgd train
+    /// --unset`), e.g. a DP-SGD base's `privacy.sample_rate` under a method that does not sample.
+    #[serde(default)]
+    pub unset: Vec<String>,
     /// Overrides applied to every run.
     #[serde(default)]
     pub set: BTreeMap<String, toml::Value>,
@@ -215,10 +219,11 @@ fn expand(sweep: &SweepFile) -> Result<Vec<BTreeMap<String, toml::Value>>> {
     Ok(seeded.into_iter().map(|(_, point)| point).collect())
 }
 
-/// The overrides of one point: the sweep's `[set]`, then its case's settings, then its grid
-/// values.
+/// The overrides of one point: the sweep's `unset`, its `[set]`, then its case's settings, then
+/// its grid values.
 fn overrides(sweep: &SweepFile, point: &BTreeMap<String, toml::Value>) -> Vec<Override> {
-    let mut out: Vec<Override> = sweep.set.iter().map(|(k, v)| Override::Set(k.clone(), v.clone())).collect();
+    let mut out: Vec<Override> = sweep.unset.iter().map(|k| Override::Unset(k.clone())).collect();
+    out.extend(sweep.set.iter().map(|(k, v)| Override::Set(k.clone(), v.clone())));
     for (field, value) in point {
         if field == "case" {
             if let Some(case) = sweep.cases.get(&value_text(value)) {
