@@ -105,24 +105,31 @@ fn per_channel_normalisation_applies_each_channels_constants_and_is_checked_agai
     assert!(e.contains("data.normalize.mean") && e.contains("3 channels"), "{e}");
 }
 
-/// The config's layer list takes the kinds only the burn engine trains (group norm, average
-/// pooling): such a model trains there with the same trainer, resumes, and publishes its spec.
+/// The config's layer list takes group norm and average pooling: such a model trains on either
+/// engine with the same trainer, resumes, and publishes its spec.
 #[test]
-fn config_layers_with_group_norm_and_average_pooling_train_on_the_burn_engine_and_resume() {
+fn config_layers_with_group_norm_and_average_pooling_train_on_either_engine_and_resume() {
+    for engine in ["fast", "burn"] {
+        group_norm_and_average_pooling_on(engine);
+    }
+}
+
+fn group_norm_and_average_pooling_on(engine: &str) {
     let data = tempfile::tempdir().unwrap();
     write(data.path(), (120, 40), [8, 8, 3], 2);
     let layers = "layers = [{ kind = \"conv2d\", out_channels = 4, kernel = 3, padding = 1 }, \
                   { kind = \"group_norm\", groups = 2 }, { kind = \"relu\" }, \
                   { kind = \"avg_pool2d\", kernel = 2, stride = 2 }, { kind = \"flatten\" }, \
                   { kind = \"linear\", out_features = 2 }]";
-    let text = config(data.path(), layers, "").replace("seed = 1", "seed = 1\nchunk = 16");
+    let text =
+        config(data.path(), layers, "").replace("seed = 1", &format!("seed = 1\nchunk = 16\nengine = \"{engine}\""));
     let (whole, parts) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let accuracy = try_train(&text, whole.path(), None).unwrap().result.unwrap().test_accuracy;
-    assert!(accuracy > 0.6, "two brightness classes: {accuracy}");
+    assert!(accuracy > 0.6, "{engine}: two brightness classes: {accuracy}");
     let folder = dpgd::train::RunFolder::new(whole.path());
     let spec: dpgd::arch::ModelSpec = dpgd::train::read_json(&folder.model_spec()).unwrap();
     assert_eq!(spec.layers[1], dpgd::arch::LayerSpec::GroupNorm(dpgd::arch::kinds::GroupNorm { groups: 2 }));
-    assert!(folder.model().exists(), "the burn record");
+    assert!(folder.model().exists(), "{engine}: the burn record");
     let published = std::fs::read_to_string(folder.config()).unwrap();
     assert!(!published.contains("burn module"), "the config's model section is the model: {published}");
     // Stopped after 3 steps and resumed: the same model as the run in one go.

@@ -11,7 +11,14 @@ use rand_chacha::ChaCha8Rng;
 fn check(spec: ModelSpec, n: usize) {
     let net = Network::new(&spec).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let theta = net.init_params(&mut rng);
+    let mut theta = net.init_params(&mut rng);
+    // A normalisation starts at γ = 1, β = 0: drawn instead, so that each term of its rule counts.
+    for l in net.layers().iter().filter(|l| matches!(l, dpgd::per_example::Layer::GroupNorm(_))) {
+        let q = l.params().unwrap();
+        theta[q.weight..q.weight + q.weight_len].iter_mut().for_each(|t| *t = rng.random_range(0.5f32..1.5));
+        let beta = q.bias.unwrap();
+        theta[beta..beta + q.bias_len].iter_mut().for_each(|t| *t = rng.random_range(-0.5f32..0.5));
+    }
     let x: Vec<f32> = (0..n * net.input_len()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let labels: Vec<u8> = (0..n).map(|i| (i % spec.classes) as u8).collect();
 
@@ -163,6 +170,30 @@ fn max_pool_multi_channel() {
             vec![
                 L::Conv2d(Conv2d { out_channels: 3, kernel: 2, stride: 1, padding: 0, bias: true }),
                 L::MaxPool2d(MaxPool2d { kernel: 3, stride: 2 }),
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 3, bias: true }),
+            ],
+        ),
+        3,
+    );
+}
+
+/// GroupNorm (two groups of two channels; γ and β drawn, not 1 and 0, so that every term of its
+/// rule counts) and average pooling, with overlapping windows (stride 1) and without.
+#[test]
+fn group_norm_and_average_pooling() {
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
+    check(
+        small(
+            [2, 8, 8],
+            vec![
+                L::Conv2d(Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true }),
+                L::GroupNorm(GroupNorm { groups: 2 }),
+                L::Relu(Relu),
+                L::AvgPool2d(AvgPool2d { kernel: 3, stride: 1 }),
+                L::GroupNorm(GroupNorm { groups: 1 }),
+                L::AvgPool2d(AvgPool2d { kernel: 2, stride: 2 }),
                 L::Flatten(Flatten),
                 L::Linear(Linear { out_features: 3, bias: true }),
             ],

@@ -24,7 +24,7 @@ pub use burn_engine::{Backprop, BurnEngine, BurnScratch, GPU_CHUNK, GPU_THREADS,
 pub use device_rows::{DeviceRows, blocked_squares};
 pub use engine::{LayerTimes, Workspace};
 pub use independence::{Finding, Mixed, check_rows_are_own};
-pub use layers::{Layer, Params};
+pub use layers::{Init, Layer, Params};
 pub use network::{MAX_VALUES, Network, ShapeError};
 pub use predict::count_correct;
 

@@ -4,7 +4,7 @@
 
 use rand::RngExt;
 
-use super::layers::{Alloc, Layer};
+use super::layers::{Alloc, Init, Layer};
 use crate::arch::ModelSpec;
 pub use crate::arch::{MAX_VALUES, ShapeError};
 pub(crate) use crate::arch::{Shape, walk};
@@ -86,18 +86,23 @@ impl Network {
         self.spec.classes
     }
 
-    /// PyTorch's default initialisation (U(−1/√fan_in, 1/√fan_in) for weights and biases),
-    /// from a seeded generator.
+    /// PyTorch's default initialisation (U(−1/√fan_in, 1/√fan_in) for weights and biases,
+    /// γ = 1 and β = 0 for a normalisation), from a seeded generator.
     #[must_use]
     pub fn init_params(&self, rng: &mut impl rand::Rng) -> Vec<f32> {
         let mut theta = vec![0.0f32; self.num_params];
         for p in self.layers.iter().filter_map(Layer::params) {
-            let bound = 1.0 / (p.fan_in as f32).sqrt();
             let ranges = [Some((p.weight, p.weight_len)), p.bias.map(|b| (b, p.bias_len))];
-            for (start, len) in ranges.into_iter().flatten() {
-                for t in &mut theta[start..start + len] {
-                    *t = rng.random_range(-bound..bound);
+            match p.init {
+                Init::Uniform { fan_in } => {
+                    let bound = 1.0 / (fan_in as f32).sqrt();
+                    for (start, len) in ranges.into_iter().flatten() {
+                        for t in &mut theta[start..start + len] {
+                            *t = rng.random_range(-bound..bound);
+                        }
+                    }
                 }
+                Init::ScaleOneShiftZero => theta[p.weight..p.weight + p.weight_len].fill(1.0),
             }
         }
         theta

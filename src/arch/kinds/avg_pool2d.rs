@@ -1,5 +1,5 @@
-//! `avg_pool2d`: average pooling over square windows (no padding), burn's. Trained on the
-//! burn engine.
+//! `avg_pool2d`: average pooling over square windows (no padding), burn's. Trained on both
+//! engines (the fast one by [`crate::per_example::layers::AvgPool2d`]'s rule).
 
 use burn::nn::pool::{AvgPool2d as BurnAvgPool2d, AvgPool2dConfig};
 use burn::tensor::Device;

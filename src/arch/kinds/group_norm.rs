@@ -1,6 +1,6 @@
 //! `group_norm`: group normalisation within each example (Wu & He 2018) with a per-channel
 //! scale γ and shift β, by [`crate::nn::GroupNorm`]: the private alternative to batch norm.
-//! Trained on the burn engine.
+//! Trained on both engines (the fast one by [`crate::per_example::layers::GroupNorm`]'s rule).
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};

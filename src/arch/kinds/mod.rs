@@ -299,8 +299,8 @@ macro_rules! with_kinds {
             Tanh(Tanh) = "tanh" fast,
             MaxPool2d(MaxPool2d) = "max_pool2d" fast,
             Flatten(Flatten) = "flatten" fast,
-            GroupNorm(GroupNorm) = "group_norm",
-            AvgPool2d(AvgPool2d) = "avg_pool2d",
+            GroupNorm(GroupNorm) = "group_norm" fast,
+            AvgPool2d(AvgPool2d) = "avg_pool2d" fast,
             LayerNorm(LayerNorm) = "layer_norm",
         }
     };

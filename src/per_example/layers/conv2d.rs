@@ -10,7 +10,7 @@
 
 use super::super::matrix::{MatMut, MatRef, matmul, transpose};
 use super::Alloc;
-use super::{Backward, Forward, Needs, Params, Rule};
+use super::{Backward, Forward, Init, Needs, Params, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError, checked};
 
@@ -281,7 +281,13 @@ impl Rule for Conv2d {
 
     fn params(&self) -> Option<Params> {
         let kk = self.geometry.patch();
-        Some(Params { weight: self.w, weight_len: self.cout * kk, bias: self.b, bias_len: self.cout, fan_in: kk })
+        Some(Params {
+            weight: self.w,
+            weight_len: self.cout * kk,
+            bias: self.b,
+            bias_len: self.cout,
+            init: Init::Uniform { fan_in: kk },
+        })
     }
 
     /// Forward T·K·cout multiply-adds, the weight gradient Δᵢ·colsᵢ as many, the column

@@ -10,7 +10,7 @@
 
 use super::super::matrix::{MatMut, MatRef, matmul};
 use super::Alloc;
-use super::{Backward, Forward, OuterBlock, Params, Rule};
+use super::{Backward, Forward, Init, OuterBlock, Params, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError, checked};
 
@@ -54,7 +54,7 @@ impl Rule for Linear {
             weight_len: self.dout * self.din,
             bias: self.b,
             bias_len: self.dout,
-            fan_in: self.din,
+            init: Init::Uniform { fan_in: self.din },
         })
     }
 

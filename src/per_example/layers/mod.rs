@@ -11,15 +11,19 @@
 //! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
 //! example after example.
 
+mod avg_pool;
 mod conv2d;
 mod elementwise;
 mod flatten;
+mod group_norm;
 mod linear;
 mod max_pool;
 
+pub use avg_pool::AvgPool2d;
 pub use conv2d::Conv2d;
 pub use elementwise::{Relu, Tanh};
 pub use flatten::Flatten;
+pub use group_norm::GroupNorm;
 pub use linear::Linear;
 pub use max_pool::MaxPool2d;
 
@@ -58,8 +62,20 @@ pub struct Params {
     pub bias: Option<usize>,
     /// Number of bias values.
     pub bias_len: usize,
-    /// The fan-in of PyTorch's default initialisation U(−1/√fan_in, 1/√fan_in).
-    pub fan_in: usize,
+    /// How they start.
+    pub init: Init,
+}
+
+/// How a layer's parameters are initialised ([`super::Network::init_params`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// PyTorch's default for weights and biases: U(−1/√fan_in, 1/√fan_in).
+    Uniform {
+        /// The fan-in.
+        fan_in: usize,
+    },
+    /// A normalisation's scale γ = 1 and shift β = 0 (PyTorch's and burn's), no draw.
+    ScaleOneShiftZero,
 }
 
 /// Scratch a layer needs per example of a micro-batch.
