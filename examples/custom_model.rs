@@ -1,10 +1,13 @@
 //! Train YOUR burn model privately, with individual privacy accounting.
 //!
 //! The model below — a residual CNN with GroupNorm — is ordinary burn code except that its
-//! trainable layers come from `dpgd::nn` instead of `burn::nn`; the config list of `dpgd train`
-//! cannot express it (no GroupNorm, no residual add). It is trained by private gradient descent
-//! with individual filtering (Feldman & Zrnic 2021, Algorithm 3) on the burn engine, and the run
-//! folder is the same as `dpgd train`'s: `publishable/privacy.json` states the guarantee.
+//! trainable layers come from `dpgd::nn` instead of `burn::nn`: the general path, for any
+//! composition of burn operations. (This network happens to be a sequence of the fast engine's
+//! kinds with an `add`: `configs/mnist-residual.toml` writes it as a layer list, which trains on
+//! the fast CPU engine several times faster; see docs/custom-models.md.) It is trained by
+//! private gradient descent with individual filtering (Feldman & Zrnic 2021, Algorithm 3) on the
+//! burn engine, and the run folder is the same as `dpgd train`'s: `publishable/privacy.json`
+//! states the guarantee.
 //!
 //!     cargo run --release --example custom_model -- --help
 //!     cargo run --release --example custom_model                      # MNIST at (1, 1e-5)-DP

@@ -5,8 +5,9 @@
 //! than Opacus 1.6 on a 2-core Xeon, where the burn engine that trains any burn model is 1.6–2.0×
 //! (`dpgd bench-step --engine sequential` and `--engine burn`; experiments/speed/results). Its burn module is yours before
 //! and after: initialise it, or load weights to fine-tune, and get the trained module back. A
-//! model with a residual add, a layer used twice or a kind without a fast rule trains on the burn
-//! engine instead (`examples/custom_model.rs`).
+//! residual connection is the kind `add` (`configs/mnist-residual.toml`; docs/custom-models.md);
+//! a layer used twice or a kind without a fast rule (`layer_norm`) trains on the burn engine
+//! instead (`examples/custom_model.rs`).
 //!
 //!     cargo run --release --example sequential_model -- --help
 //!     cargo run --release --example sequential_model        # MNIST at (1, 1e-5)-DP, DP-SGD
@@ -43,6 +44,10 @@ struct Args {
     /// The run folder.
     #[arg(long, default_value = "runs/sequential-model")]
     out: PathBuf,
+    /// Train the residual GroupNorm network (a residual block added by `add`) instead of the
+    /// Opacus CNN.
+    #[arg(long)]
+    residual: bool,
 }
 
 /// The Opacus MNIST CNN for examples of `input` and `classes` classes, layer by layer.
@@ -57,6 +62,22 @@ fn model(input: [usize; 3], classes: usize) -> ModelSpec {
         .then(kinds::Flatten)
         .then(kinds::Linear { out_features: 32, bias: true })
         .then(kinds::Relu)
+        .then(kinds::Linear { out_features: classes, bias: true })
+}
+
+/// examples/custom_model.rs's residual network with GroupNorm, as a sequence: the block's input
+/// (layer 2's output) is added back by `add`.
+fn residual(input: [usize; 3], classes: usize) -> ModelSpec {
+    ModelSpec::sequential(input, classes)
+        .then(kinds::Conv2d { out_channels: 16, kernel: 3, stride: 2, padding: 1, bias: true }) // 0
+        .then(kinds::GroupNorm { groups: 4 })
+        .then(kinds::Relu) // 2: the block's input
+        .then(kinds::Conv2d { out_channels: 16, kernel: 3, stride: 1, padding: 1, bias: true })
+        .then(kinds::GroupNorm { groups: 4 })
+        .then(kinds::Relu)
+        .then(kinds::Add { from: 2 }) // h + relu(norm(conv(h)))
+        .then(kinds::AvgPool2d { kernel: 2, stride: 2 })
+        .then(kinds::Flatten)
         .then(kinds::Linear { out_features: classes, bias: true })
 }
 
@@ -78,7 +99,7 @@ fn main() -> anyhow::Result<()> {
     let cfg = TrainConfig::from_toml(&config, &[])?.validate()?;
     let data = cfg.config().data.load()?;
     let device = cfg.config().train.device.device()?;
-    let spec = model(data.shape(), data.classes());
+    let spec = if a.residual { residual(data.shape(), data.classes()) } else { model(data.shape(), data.classes()) };
     device.seed(7);
     let module = BurnModel::from_spec(&spec, &device)?; // burn's initialisers: yours to replace
     let engine = FastModel::new(&spec, &module, &device)?;

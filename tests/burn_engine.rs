@@ -577,6 +577,7 @@ fn a_config_model_of_every_layer_kind_matches_autodiff() {
             L::Conv2d(Conv2d { out_channels: 4, kernel: 3, stride: 1, padding: 1, bias: true }),
             L::GroupNorm(GroupNorm { groups: 2 }),
             L::Relu(Relu),
+            L::Add(Add { from: 0 }),
             L::MaxPool2d(MaxPool2d { kernel: 2, stride: 1 }),
             L::AvgPool2d(AvgPool2d { kernel: 2, stride: 2 }),
             L::Tanh(Tanh),

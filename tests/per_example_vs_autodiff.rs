@@ -202,6 +202,39 @@ fn group_norm_and_average_pooling() {
     );
 }
 
+/// Residual connections: examples/custom_model.rs's network (a block of conv, GroupNorm and
+/// ReLU added to its input) as a sequential spec with `add`, and a join of flat activations
+/// that a later join reads again (two gradients flowing back into one layer).
+#[test]
+fn residual_connections() {
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
+    let conv = |stride| L::Conv2d(Conv2d { out_channels: 4, kernel: 3, stride, padding: 1, bias: true });
+    check(
+        small(
+            [1, 8, 8],
+            vec![
+                conv(2),
+                L::GroupNorm(GroupNorm { groups: 2 }),
+                L::Relu(Relu),
+                conv(1),
+                L::GroupNorm(GroupNorm { groups: 2 }),
+                L::Relu(Relu),
+                L::Add(Add { from: 2 }),
+                L::AvgPool2d(AvgPool2d { kernel: 2, stride: 2 }),
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 5, bias: true }),
+                L::Tanh(Tanh),
+                L::Linear(Linear { out_features: 5, bias: true }),
+                L::Add(Add { from: 10 }),
+                L::Add(Add { from: 10 }),
+                L::Linear(Linear { out_features: 3, bias: true }),
+            ],
+        ),
+        3,
+    );
+}
+
 #[test]
 fn opacus_cnn() {
     check(ModelSpec::opacus_cnn(), 3);

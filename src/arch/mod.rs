@@ -201,8 +201,20 @@ pub(crate) fn walk(
     }
     checked(&spec.input, 0, "the input shape").map_err(|e| whole(e.reason))?;
     let mut shape = Shape::Spatial { c, h, w };
+    let mut outputs = Vec::with_capacity(spec.layers.len());
     for (i, l) in spec.layers.iter().enumerate() {
         shape = layer(l, shape, i)?;
+        if let Some(j) = l.joins() {
+            let at = |reason: String| ShapeError { layer: Some(i), reason: format!("{}: {reason}", l.name()) };
+            let Some(&joined) = outputs.get(j) else {
+                let earlier = if i == 0 { "there is none".to_string() } else { format!("0 to {}", i - 1) };
+                return Err(at(format!("`from` = {j} must name an earlier layer ({earlier})")));
+            };
+            if joined != shape {
+                return Err(at(format!("layer {j}'s output {joined:?} is not this layer's {shape:?}")));
+            }
+        }
+        outputs.push(shape);
         let dims = match shape {
             Shape::Spatial { c, h, w } => vec![c, h, w],
             Shape::Flat(n) => vec![n],

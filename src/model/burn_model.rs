@@ -115,7 +115,21 @@ impl BurnModel {
     /// Logits `[batch, classes]` for inputs `[batch, c, h, w]`.
     #[must_use]
     pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
-        self.layers.iter().fold(Activation::Spatial(x), |act, layer| layer.forward(act)).flat()
+        // The outputs a later layer adds (residual connections), kept as they are computed.
+        let sources: Vec<usize> = self.layers.iter().filter_map(BurnLayer::joins).collect();
+        let mut kept: Vec<Option<Activation>> = vec![None; self.layers.len()];
+        let mut act = Activation::Spatial(x);
+        for (i, layer) in self.layers.iter().enumerate() {
+            act = layer.forward(act);
+            // The model's walk checked that `j` is an earlier layer of the same shape.
+            if let Some(earlier) = layer.joins().and_then(|j| kept.get(j).cloned().flatten()) {
+                act = act + earlier;
+            }
+            if sources.contains(&i) {
+                kept[i] = Some(act.clone());
+            }
+        }
+        act.flat()
     }
     /// Summed cross-entropy of `labels` under this model's logits for `x`.
     #[must_use]

@@ -40,6 +40,10 @@ pub struct Workspace {
     shared: Shared,
     grad_a: Vec<f32>,
     grad_b: Vec<f32>,
+    /// For each layer whose output a later layer adds (a residual connection), the output
+    /// gradient that comes back through the join, summed in the backward pass; empty for the
+    /// others.
+    joined: Vec<Vec<f32>>,
 }
 
 impl Network {
@@ -49,18 +53,20 @@ impl Network {
     pub fn workspace_bytes(&self, batch: usize) -> Option<u64> {
         let mut per_example: u64 = self.input_len() as u64;
         let (mut widest, mut hwc, mut dcols) = (self.input_len() as u64, 0u64, 0u64);
-        for layer in self.layers() {
+        for (l, layer) in self.layers().iter().enumerate() {
             let (out, needs, delta) = (layer.out_len() as u64, layer.needs(), delta_len(layer) as u64);
             widest = widest.max(out);
+            let joined = if self.is_joined(l) { out } else { 0 };
             per_example = per_example
                 .checked_add(out)?
+                .checked_add(joined)?
                 .checked_add(needs.cols as u64)?
                 .checked_add(needs.argmax as u64)?
                 .checked_add(delta)?;
             hwc = hwc.max(needs.hwc as u64);
             dcols = dcols.max(needs.dcols as u64);
         }
-        // acts + cols + argmax + delta, then hwc, two gradient buffers and dcols; 4 bytes each
+        // acts + joined + cols + argmax + delta, then hwc, two gradient buffers and dcols; 4 bytes each
         let per_example = per_example.checked_add(hwc)?.checked_add(widest.checked_mul(2)?)?.checked_add(dcols)?;
         per_example.checked_mul(batch as u64)?.checked_mul(4)
     }
@@ -71,6 +77,9 @@ impl Network {
         let mut acts = vec![vec![0.0; batch * self.input_len()]];
         let mut own = Vec::with_capacity(self.layers().len());
         let (mut widest, mut hwc, mut dcols) = (self.input_len(), 0, 0);
+        let joined = (0..self.layers().len())
+            .map(|l| if self.is_joined(l) { vec![0.0; batch * self.layers()[l].out_len()] } else { Vec::new() })
+            .collect();
         for layer in self.layers() {
             let needs = layer.needs();
             acts.push(vec![0.0; batch * layer.out_len()]);
@@ -90,6 +99,7 @@ impl Network {
             shared: Shared { hwc: vec![0.0; batch * hwc], dcols: vec![0.0; batch * dcols] },
             grad_a: vec![0.0; batch * widest],
             grad_b: vec![0.0; batch * widest],
+            joined,
         }
     }
 
@@ -117,6 +127,11 @@ impl Network {
             let output = &mut outputs[0][..b * layer.out_len()];
             let start = times.is_some().then(Instant::now);
             layer.forward(Forward { theta, input, output, b, own: &mut ws.own[l], shared: &mut ws.shared });
+            // A residual connection: the earlier layer's output (an input of a layer before
+            // this one, so in `inputs`) is added.
+            if let Some(j) = self.joins()[l] {
+                add_into(output, &inputs[j + 1][..output.len()]);
+            }
             if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
                 t[l].forward += start.elapsed();
             }
@@ -251,10 +266,19 @@ impl Network {
         }
         // The first layer with parameters: nothing before it needs a gradient.
         let first = self.first_with_params();
+        ws.joined.iter_mut().for_each(|j| j.fill(0.0));
         for (l, layer) in self.layers().iter().enumerate().rev() {
             let n_in = ws.acts[l].len() / ws.batch;
             let n_out = layer.out_len();
             let start = times.is_some().then(Instant::now);
+            // Residual connections: a joined output's gradient also comes back through the
+            // join; a joining layer's output gradient goes to the earlier layer as well.
+            if self.is_joined(l) {
+                add_into(&mut d_out[..b * n_out], &ws.joined[l][..b * n_out]);
+            }
+            if let Some(j) = self.joins()[l] {
+                add_into(&mut ws.joined[j][..b * n_out], &d_out[..b * n_out]);
+            }
             let fused = norms.is_some() && layer.adds_norms();
             layer.backward(Backward {
                 theta,
@@ -285,5 +309,12 @@ impl Network {
         }
         ws.grad_a = d_out;
         ws.grad_b = d_in;
+    }
+}
+
+/// `y += x`, element by element.
+fn add_into(y: &mut [f32], x: &[f32]) {
+    for (a, &b) in y.iter_mut().zip(x) {
+        *a += b;
     }
 }

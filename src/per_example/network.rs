@@ -15,6 +15,9 @@ pub struct Network {
     spec: ModelSpec,
     layers: Vec<Layer>,
     inputs: Vec<Shape>,
+    /// For each layer, the earlier layer whose output the network adds to its output (a
+    /// residual connection, [`crate::arch::Kind::joins`]).
+    joins: Vec<Option<usize>>,
     num_params: usize,
 }
 
@@ -52,7 +55,8 @@ impl Network {
         if !tiled {
             return Err(ShapeError { layer: None, reason: "internal: the layers' parameters do not tile θ".into() });
         }
-        Ok(Self { spec: spec.clone(), layers, inputs, num_params: alloc.used() })
+        let joins = spec.layers.iter().map(crate::arch::LayerSpec::joins).collect();
+        Ok(Self { spec: spec.clone(), layers, inputs, joins, num_params: alloc.used() })
     }
 
     /// The architecture this network was compiled from.
@@ -64,6 +68,15 @@ impl Network {
     #[must_use]
     pub fn layers(&self) -> &[Layer] {
         &self.layers
+    }
+    /// For each layer, the earlier layer whose output is added to its output, if any (the
+    /// walk checked that it is earlier and of the same shape).
+    pub(crate) fn joins(&self) -> &[Option<usize>] {
+        &self.joins
+    }
+    /// Whether layer `l`'s output is added to a later layer's.
+    pub(crate) fn is_joined(&self, l: usize) -> bool {
+        self.joins.contains(&Some(l))
     }
     /// The shape each layer receives, per example.
     #[must_use]
@@ -169,6 +182,27 @@ mod tests {
         let mut spec = ModelSpec::logistic();
         spec.classes = 7;
         assert!(Network::new(&spec).unwrap_err().reason.contains("7 logits"));
+    }
+
+    /// A residual connection must name an earlier layer of the same shape.
+    #[test]
+    fn joins_name_an_earlier_layer_of_the_same_shape() {
+        let join = |from| {
+            ModelSpec::sequential([1, 4, 4], 3)
+                .then(kinds::Flatten)
+                .then(kinds::Linear { out_features: 3, bias: true })
+                .then(kinds::Add { from })
+        };
+        assert!(Network::new(&join(1)).is_ok());
+        let e = Network::new(&join(0)).unwrap_err();
+        assert_eq!(e.layer, Some(2));
+        assert!(e.reason.contains("add") && e.reason.contains("layer 0's output Flat(16)"), "{e}");
+        for from in [2, 7] {
+            let e = Network::new(&join(from)).unwrap_err();
+            assert!(e.layer == Some(2) && e.reason.contains("earlier layer (0 to 1)"), "{e}");
+        }
+        let first = ModelSpec::sequential([1, 4, 4], 3).then(kinds::Add { from: 0 });
+        assert!(Network::new(&first).unwrap_err().reason.contains("(there is none)"));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! of [`crate::per_example::layers`] and mark its line `fast`; until then a model with it
 //! trains on the burn engine.
 
+mod add;
 mod avg_pool2d;
 mod conv2d;
 mod flatten;
@@ -21,6 +22,7 @@ mod max_pool2d;
 mod relu;
 mod tanh;
 
+pub use add::{Add, AddModule};
 pub use avg_pool2d::AvgPool2d;
 pub use conv2d::Conv2d;
 pub use flatten::{Flatten, FlattenModule};
@@ -72,6 +74,18 @@ impl Activation {
         match self {
             Activation::Spatial(x) => Activation::Spatial(f4(x)),
             Activation::Flat(x) => Activation::Flat(f2(x)),
+        }
+    }
+}
+
+/// The element-wise sum of two activations of the same shape (a residual connection; a spatial
+/// and a flat activation are added flat).
+impl std::ops::Add for Activation {
+    type Output = Activation;
+    fn add(self, other: Activation) -> Activation {
+        match (self, other) {
+            (Activation::Spatial(a), Activation::Spatial(b)) => Activation::Spatial(a + b),
+            (a, b) => Activation::Flat(a.flat() + b.flat()),
         }
     }
 }
@@ -142,6 +156,21 @@ pub trait Kind: Copy {
 
     /// The layer on a batch.
     fn forward(module: &Self::Module, x: Activation) -> Activation;
+
+    /// The earlier layer (its index in the model's layers) whose output the model adds to this
+    /// layer's output — a residual connection — or `None` (every kind but `add`). Both
+    /// engines add it after the layer's own forward, and send the output gradient back to
+    /// that layer as well; the model's walk checks that the index is earlier and the shapes
+    /// equal.
+    fn joins(&self) -> Option<usize> {
+        None
+    }
+
+    /// [`joins`](Kind::joins), read from the built module (the burn form keeps no spec).
+    fn module_joins(module: &Self::Module) -> Option<usize> {
+        let _ = module;
+        None
+    }
 
     /// Its parameters' values or gradients, flattened in [`param_shapes`](Kind::param_shapes)'
     /// layout.
@@ -234,6 +263,12 @@ macro_rules! kinds {
                     .map_err(|why| ShapeError { layer: Some(at), reason: format!("{}: {why}", self.name()) })
             }
 
+            /// The earlier layer whose output the model adds to this one's (see [`Kind::joins`]).
+            #[must_use]
+            pub fn joins(&self) -> Option<usize> {
+                match self { $( LayerSpec::$variant(k) => k.joins(), )* }
+            }
+
             /// Its trainable parameters' shapes for `input` (PyTorch's layout, weight first).
             #[must_use]
             pub fn param_shapes(&self, input: Shape) -> Vec<Vec<usize>> {
@@ -262,6 +297,13 @@ macro_rules! kinds {
             #[must_use]
             pub fn forward(&self, x: Activation) -> Activation {
                 match self { $( BurnLayer::$variant(m) => <$ty as Kind>::forward(m, x), )* }
+            }
+
+            /// The earlier layer whose output the model adds to this one's (see
+            /// [`Kind::module_joins`]).
+            #[must_use]
+            pub fn joins(&self) -> Option<usize> {
+                match self { $( BurnLayer::$variant(m) => <$ty as Kind>::module_joins(m), )* }
             }
 
             /// Its parameters' values or gradients in PyTorch's layout (see [`Kind::read`]).
@@ -301,6 +343,7 @@ macro_rules! with_kinds {
             Flatten(Flatten) = "flatten" fast,
             GroupNorm(GroupNorm) = "group_norm" fast,
             AvgPool2d(AvgPool2d) = "avg_pool2d" fast,
+            Add(Add) = "add" fast,
             LayerNorm(LayerNorm) = "layer_norm",
         }
     };

@@ -11,6 +11,7 @@
 //! Activations are channel-major per example (`[c, h, w]`, as in PyTorch and burn), batched
 //! example after example.
 
+mod add;
 mod avg_pool;
 mod conv2d;
 mod elementwise;
@@ -19,6 +20,7 @@ mod group_norm;
 mod linear;
 mod max_pool;
 
+pub use add::Add;
 pub use avg_pool::AvgPool2d;
 pub use conv2d::Conv2d;
 pub use elementwise::{Relu, Tanh};
@@ -332,6 +334,7 @@ mod tests {
             ("max_pool2d", r#","kernel":2,"stride":2"#),
             ("avg_pool2d", r#","kernel":2,"stride":2"#),
             ("group_norm", r#","groups":1"#),
+            ("add", r#","from":0"#),
             ("relu", ""),
             ("tanh", ""),
             ("flatten", ""),

@@ -38,6 +38,10 @@ pub(crate) struct BenchArgs {
     /// Model preset: opacus-cnn, mlp or logistic.
     #[arg(long, default_value = "opacus-cnn")]
     model: Preset,
+    /// The model of this training config (its `model` section, e.g.
+    /// configs/mnist-residual.toml's residual GroupNorm network) instead of `--model`.
+    #[arg(long, conflicts_with = "model")]
+    model_config: Option<PathBuf>,
     /// Folder with the MNIST IDX files.
     #[arg(long, default_value = "datasets/mnist")]
     data: PathBuf,
@@ -105,7 +109,14 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     if a.layers && a.engine != Engine::Fast {
         anyhow::bail!("--layers times the fast engine's layers: drop it or use --engine fast");
     }
-    let net = Network::new(&a.model.spec())?;
+    let (spec, name) = match &a.model_config {
+        Some(path) => {
+            let cfg = dpgd::train::TrainConfig::from_file(path, &[])?;
+            (cfg.model_spec_for([1, 28, 28], 10)?, cfg.name.clone())
+        }
+        None => (a.model.spec(), a.model.name().to_string()),
+    };
+    let net = Network::new(&spec)?;
     let data = Dataset::load(&a.data, Some(net.classes()))?;
     let train = data.train.head(a.examples);
     if train.pixels() != net.input_len() {
@@ -113,7 +124,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
             "the images in {} have {} pixels but the {} model expects {} input values",
             a.data.display(),
             train.pixels(),
-            a.model,
+            name,
             net.input_len()
         );
     }
@@ -121,7 +132,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<()> {
     let n = train.len();
     let grid = SumGrid::fixed_point(1.0, n)?;
     let aggregation = Aggregation::Clip { clip: 1.0, on_nonfinite: NonFinitePolicy::Skip, grid };
-    let name = a.model.name();
+    let name = name.as_str();
     let flops = net.flops_per_example();
     let layers = a.layers.then(|| layer_profile(&net, &train, &theta, a.chunk as usize));
     if let Some(rows) = &layers {
