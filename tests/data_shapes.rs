@@ -155,6 +155,20 @@ fn group_norm_and_average_pooling_on(engine: &str) {
     let rgb = "layers = [{ kind = \"group_norm\", groups = 3 }, { kind = \"avg_pool2d\", kernel = 8, stride = 1 }, \
                { kind = \"flatten\" }, { kind = \"linear\", out_features = 2 }]";
     assert!(try_train(&config(data.path(), rgb, ""), tempfile::tempdir().unwrap().path(), None).is_ok());
+    // A residual connection names an earlier layer of its own shape: the config's field is named.
+    let join = |from: usize| {
+        layers.replace(
+            "{ kind = \"flatten\" }",
+            &format!("{{ kind = \"add\", from = {from} }}, {{ kind = \"flatten\" }}"),
+        )
+    };
+    assert!(try_train(&config(data.path(), &join(3), ""), tempfile::tempdir().unwrap().path(), None).is_ok());
+    for (from, why) in [(4, "must name an earlier layer (0 to 3)"), (0, "layer 0's output")] {
+        let e = try_train(&config(data.path(), &join(from), ""), tempfile::tempdir().unwrap().path(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.layers[4]") && e.contains("add") && e.contains(why), "{e}");
+    }
     let bad = layers.replace("kernel = 2, stride = 2", "kernel = 9, stride = 1");
     let e =
         try_train(&config(data.path(), &bad, ""), tempfile::tempdir().unwrap().path(), None).unwrap_err().to_string();
