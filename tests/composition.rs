@@ -26,6 +26,10 @@
 //!     which add at most 1.2·10⁻⁴, so a correct build fails the whole test in fewer than 1.2 CI
 //!     runs in a thousand.
 //!
+//! The model is a factor too: the accounting does not read it, but the per-example rows it
+//! yields (a residual join sends a gradient back to an earlier layer; each engine has its own
+//! kernels) are what the ledger charges, so a layer kind joins the matrix with its engines.
+//!
 //! Pairs that may not meet are [`REFUSED`], each with its reason; the test checks that every one
 //! of them is refused, naming both options. A new value of an option fails to compile in
 //! [`Combo::config`] until it is placed in the matrix.
@@ -112,6 +116,18 @@ enum Audit {
     Inputs,
 }
 
+/// The model: a preset, or a layer list through the model's walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Model {
+    /// `preset = "logistic"`.
+    Logistic,
+    /// Convolutions, GroupNorm, a residual `add` and average pooling: every kind with a fast rule
+    /// that changes how a layer's gradient reaches the examples' rows.
+    Residual,
+    /// A `layer_norm`, which only the burn engine trains.
+    LayerNorm,
+}
+
 /// One combination of every option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Combo {
@@ -129,6 +145,7 @@ struct Combo {
     counts: ActiveRelease,
     audit: Audit,
     factorization: Factorization,
+    model: Model,
 }
 
 /// The engines and devices this build has.
@@ -140,10 +157,10 @@ fn devices() -> Vec<Device> {
 }
 
 /// The options, each with its values, in [`Combo`]'s order.
-const FACTORS: usize = 12;
+const FACTORS: usize = 13;
 
 fn levels() -> [usize; FACTORS] {
-    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4, 3]
+    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4, 3, 3]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -160,6 +177,7 @@ const NAMES: [&[&str]; FACTORS] = [
     &["release.active_count", "active count", "count"],
     &["audit.canaries", "audit"],
     &["privacy.factorization", "factorization"],
+    &["model.layers", "layer"],
 ];
 
 impl Combo {
@@ -179,6 +197,7 @@ impl Combo {
             counts: [ActiveRelease::None, ActiveRelease::Noisy, ActiveRelease::ExactNonPrivate][v[9]],
             audit: [Audit::None, Audit::Canaries, Audit::Norms, Audit::Inputs][v[10]],
             factorization: [Factorization::Root, Factorization::Optimized, Factorization::Identity][v[11]],
+            model: [Model::Logistic, Model::Residual, Model::LayerNorm][v[12]],
         }
     }
 
@@ -248,11 +267,24 @@ impl Combo {
             Factorization::Optimized => "factorization = \"optimized\"\n",
             Factorization::Identity => "factorization = \"identity\"\n",
         };
+        // Each example is 3 channels of 1 × 1 (the CSV's features).
+        let model = match self.model {
+            Model::Logistic => "preset = \"logistic\"",
+            Model::Residual => {
+                "layers = [{ kind = \"conv2d\", out_channels = 4, kernel = 1 }, { kind = \"group_norm\", groups = 2 }, \
+                 { kind = \"relu\" }, { kind = \"conv2d\", out_channels = 4, kernel = 1 }, { kind = \"relu\" }, \
+                 { kind = \"add\", from = 2 }, { kind = \"avg_pool2d\", kernel = 1, stride = 1 }, { kind = \"flatten\" }, \
+                 { kind = \"linear\", out_features = 3 }]"
+            }
+            Model::LayerNorm => {
+                "layers = [{ kind = \"flatten\" }, { kind = \"linear\", out_features = 4 }, { kind = \"layer_norm\" }, \
+                 { kind = \"tanh\" }, { kind = \"linear\", out_features = 3 }]"
+            }
+        };
         // Ranks and the search are how the config runs, not what it says (see `attempt`).
         let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
         format!(
-            "name = \"combo\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n{hold_out}[model]\npreset = \
-             \"logistic\"\n[privacy]\nmethod = \"{method}\"\n{private_steps}{target}delta = 1e-5\nclip = 0.1\nnoise = \
+            "name = \"combo\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n{hold_out}[model]\n{model}\n[privacy]\nmethod = \"{method}\"\n{private_steps}{target}delta = 1e-5\nclip = 0.1\nnoise = \
              \"{noise}\"\nconversion = \"{conversion}\"\n{factorization}{budgets}[train]\nlr = 0.5\nmax_steps = {max_steps}\nchunk = \
              8\nthreads = 1\neval_every = 3\n{engine}{seed}{counts}{audit}",
             data.display()
@@ -262,8 +294,9 @@ impl Combo {
 
 /// A combination compatible with every single option value but BandMF's own (the factorization):
 /// filtered GD, no tiers, no search, no hold-out, one rank, the fast engine, Gaussian noise, the
-/// CKS conversion, a fixed seed, no counts, no audit, the default factorization.
-const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0];
+/// CKS conversion, a fixed seed, no counts, no audit, the default factorization, the logistic
+/// model.
+const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0];
 
 /// A pair of option values that may not meet, and why (the refusal must say it, naming both).
 struct Refusal {
@@ -276,7 +309,11 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 13] = [
+const REFUSED: [Refusal; 14] = [
+    Refusal {
+        why: "the fast engine has no rule for layer_norm",
+        pair: |c| (c.model == Model::LayerNorm && c.device == Device::Fast).then_some((5, 12)),
+    },
     Refusal {
         why: "only BandMF's methods have a correlation matrix to choose",
         pair: |c| {
@@ -730,7 +767,8 @@ fn check_budgets(c: &Combo, folder: &RunFolder, privacy: &Value, what: &str) {
     let Some(budget) = privacy["ledger"]["budget_per_example"].as_f64() else { return };
     let cfg = TrainConfig::from_file(&folder.config(), &[]).unwrap().validate().unwrap();
     let trained = cfg.config().data.load().unwrap();
-    let params = 3 * 3 + 3;
+    // The model's size, as the state records it (the state is read against it).
+    let params = dpgd::train::state::peek_meta(&folder.state()).unwrap().identity.params;
     let all = dpgd::train::budget::spent(folder, params, cfg.max_steps()).unwrap().spent;
     // An audit's input canaries follow the examples: each within its tier's (dealt in turn).
     let inputs = if c.audit == Audit::Inputs { 60 } else { 0 };

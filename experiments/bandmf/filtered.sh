@@ -12,10 +12,11 @@
 #     control that tells the correlation's share from the schedule's (twice the steps, half the data).
 # Nothing is tuned for BandMF (the lr is GD's). RUNS private runs (OS-seeded) each; about 1.5 min a
 # run on 2 cores once the features are cached (the 2k*b cell twice that).
-# Usage: [DATASETS="mnist fashion-mnist"] [CELLS="1 1,2 1"] [FIRST=4] experiments/bandmf/filtered.sh [RUNS]
+# Usage: [EPSILON=1] [DATASETS="mnist fashion-mnist"] [CELLS="1 1,2 1"] [FIRST=4] experiments/bandmf/filtered.sh [RUNS]
 # (CELLS: "bands length [factorization]", length 1 for k*b steps, 2 for 2k*b, the factorization
 # root unless named; FIRST: the first run's number,
-# for adding runs 4 ... RUNS to a cell; with either, the results are appended, not started afresh).
+# for adding runs 4 ... RUNS to a cell; EPSILON: the target epsilon, 1 unless set; with any of
+# them, the results are appended, not started afresh).
 # Writes runs/bandmf-filtered/ (not committed) and experiments/bandmf/filtered.jsonl; the table:
 #   python3 experiments/bandmf/filtered_report.py
 set -euo pipefail
@@ -27,7 +28,8 @@ bin="${CARGO_TARGET_DIR:-target}/release/dpgd"
 results=experiments/bandmf/filtered.jsonl
 first="${FIRST:-1}"
 # The whole study starts its results afresh; named cells or later runs are appended.
-[ "$first" = 1 ] && [ -z "${CELLS:-}" ] && : > "$results"
+[ "$first" = 1 ] && [ -z "${CELLS:-}" ] && [ -z "${EPSILON:-}" ] && : > "$results"
+epsilon="${EPSILON:-1}"
 k=100
 for dataset in ${DATASETS:-mnist fashion-mnist}; do
   IFS=, read -ra cells <<< "${CELLS:-1 1,2 1,4 1,4 2,2 1 identity}"
@@ -36,9 +38,9 @@ for dataset in ${DATASETS:-mnist fashion-mnist}; do
     factorization="${factorization:-root}"
     steps=$((k * bands * length))
     for i in $(seq "$first" "$runs"); do
-      dir="runs/bandmf-filtered/$dataset-b$bands-steps$steps-$factorization-$i"
+      dir="runs/bandmf-filtered/$dataset-eps$epsilon-b$bands-steps$steps-$factorization-$i"
       rm -rf "$dir"
-      "$bin" train --quiet --config "configs/best-$dataset.toml" --out "$dir" --set privacy.epsilon=1 \
+      "$bin" train --quiet --config "configs/best-$dataset.toml" --out "$dir" --set privacy.epsilon="$epsilon" \
         --set privacy.method=bandmf-filtered --unset privacy.sample_rate --set privacy.bands="$bands" \
         --set privacy.worst_case_steps=$k --set privacy.clip=1 --set privacy.conversion=gaussian-exact \
         --set train.lr=0.8 --set train.momentum=0.9 --set train.max_steps=$steps --set train.eval_every=$steps \

@@ -3,28 +3,14 @@
 //! where windows overlap).
 
 use super::Alloc;
+use super::windows::Windows;
 use super::{Backward, Forward, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError};
 
 /// A compiled average pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AvgPool2d {
-    /// Channels.
-    pub c: usize,
-    /// Window.
-    pub k: usize,
-    /// Stride.
-    pub stride: usize,
-    /// Input height.
-    pub hin: usize,
-    /// Input width.
-    pub win: usize,
-    /// Output height.
-    pub hout: usize,
-    /// Output width.
-    pub wout: usize,
-}
+pub struct AvgPool2d(pub Windows);
 
 impl AvgPool2d {
     pub(crate) fn compile(
@@ -34,38 +20,31 @@ impl AvgPool2d {
         at: usize,
         _: &mut Alloc,
     ) -> Result<Self, ShapeError> {
-        let kinds::AvgPool2d { kernel: k, stride } = spec;
-        let (Shape::Spatial { c, h, w }, Shape::Spatial { h: hout, w: wout, .. }) = (input, output) else {
-            return Err(ShapeError { layer: Some(at), reason: "avg_pool2d: needs a spatial input".into() });
-        };
-        Ok(Self { c, k, stride, hin: h, win: w, hout, wout })
-    }
-
-    /// Values per example at the input.
-    fn in_len(&self) -> usize {
-        self.c * self.hin * self.win
+        Windows::compile("avg_pool2d", (spec.kernel, spec.stride), (input, output), at).map(Self)
     }
 }
 
 impl Rule for AvgPool2d {
     fn out_len(&self) -> usize {
-        self.c * self.hout * self.wout
+        self.0.out_len()
     }
 
     fn forward(&self, f: Forward<'_>) {
-        pool_batch(self, &f.input[..f.b * self.in_len()], &mut f.output[..f.b * self.out_len()]);
+        let p = &self.0;
+        pool_batch(p, &f.input[..f.b * p.in_len()], &mut f.output[..f.b * p.out_len()]);
     }
 
     fn backward(&self, g: Backward<'_>) {
         let Some(dx) = g.dx else { return };
-        spread_batch(self, &g.dy[..g.b * self.out_len()], &mut dx[..g.b * self.in_len()]);
+        let p = &self.0;
+        spread_batch(p, &g.dy[..g.b * p.out_len()], &mut dx[..g.b * p.in_len()]);
     }
 }
 
 crate::simd::kernel! {
 /// Each plane's window means: every output row adds its `k` input rows' windows, then scales.
-fn pool_batch(p: &AvgPool2d, x: &[f32], y: &mut [f32]) {
-    let AvgPool2d { k, stride, hin, win, hout, wout, .. } = *p;
+fn pool_batch(p: &Windows, x: &[f32], y: &mut [f32]) {
+    let Windows { k, stride, hin, win, hout, wout, .. } = *p;
     let scale = 1.0 / (k * k) as f32;
     for (x, y) in x.chunks_exact(hin * win).zip(y.chunks_exact_mut(hout * wout)) {
         for (oh, out) in y.chunks_exact_mut(wout).enumerate() {
@@ -94,8 +73,8 @@ fn pool_batch(p: &AvgPool2d, x: &[f32], y: &mut [f32]) {
 crate::simd::kernel! {
 /// The input gradient: each output gradient, scaled, added over its window (windows overlap
 /// when the stride is below the window).
-fn spread_batch(p: &AvgPool2d, dy: &[f32], dx: &mut [f32]) {
-    let AvgPool2d { k, stride, hin, win, hout, wout, .. } = *p;
+fn spread_batch(p: &Windows, dy: &[f32], dx: &mut [f32]) {
+    let Windows { k, stride, hin, win, hout, wout, .. } = *p;
     let scale = 1.0 / (k * k) as f32;
     dx.fill(0.0);
     for (dx, dy) in dx.chunks_exact_mut(hin * win).zip(dy.chunks_exact(hout * wout)) {

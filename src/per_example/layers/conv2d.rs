@@ -169,7 +169,7 @@ impl Geometry {
     #[inline(always)]
     fn im2col(&self, x: &[f32], cols: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if avx512::groups(self) {
+        if avx512::takes_im2col(self) {
             avx512::im2col(self, x, cols);
             return;
         }
@@ -210,7 +210,7 @@ impl Geometry {
     #[inline(always)]
     fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if avx512::groups(self) && self.k != 3 {
+        if avx512::takes_col2im(self) {
             avx512::col2im(self, dcols, dx);
             return;
         }
@@ -471,13 +471,18 @@ mod avx512 {
         }
     }
 
-    /// Whether [`im2col`] and [`col2im`] take `g`: no padding (the batch kernels pad into a
-    /// plane first), windows 4 or 8 wide (16 values of a row are then 4 or 2 window rows of
-    /// one channel) or, for [`im2col`] only, 3 wide (a channel's whole 3 × 3 window, 9 values,
-    /// under a mask; the masked adds of [`col2im`] would stall on the overlapping windows'
-    /// stores, measured 2.7× slower than the portable kernel), and AVX-512F.
-    pub(super) fn groups(g: &Geometry) -> bool {
-        g.pad == 0 && (g.k == 3 || g.k == 4 || g.k == 8) && has_avx512f()
+    /// Whether [`im2col`] takes `g`: no padding (the batch kernels pad into a plane first),
+    /// windows 4 or 8 wide (16 values of a row are then 4 or 2 window rows of one channel) or 3
+    /// wide (a channel's whole 3 × 3 window, 9 values, under a mask), and AVX-512F.
+    pub(super) fn takes_im2col(g: &Geometry) -> bool {
+        g.pad == 0 && matches!(g.k, 3 | 4 | 8) && has_avx512f()
+    }
+
+    /// Whether [`col2im`] takes `g`: as [`takes_im2col`] but not 3-wide windows, whose masked
+    /// adds stall on the overlapping windows' stores (measured 2.7× slower than the portable
+    /// kernel).
+    pub(super) fn takes_col2im(g: &Geometry) -> bool {
+        g.pad == 0 && matches!(g.k, 4 | 8) && has_avx512f()
     }
 
     /// Lanes 3i to 3i + 2: row i of a 3 × 3 window.
@@ -501,9 +506,9 @@ mod avx512 {
         }
     }
 
-    /// Checks that every window of `g` (unpadded) lies inside an input of `n_in` values and
+    /// Checks that `takes` takes `g`, that every window of `g` (unpadded) lies inside an input of `n_in` values and
     /// that `n_cols` holds the im2col matrix: what the unchecked accesses below rest on.
-    fn check(g: &Geometry, n_in: usize, n_cols: usize) {
+    fn check(g: &Geometry, takes: fn(&Geometry) -> bool, n_in: usize, n_cols: usize) {
         // checked arithmetic: the unsafe accesses rest on these, so no size may wrap
         let inside = |out: usize, len: usize| {
             out == 0 || (out - 1).checked_mul(g.stride).and_then(|v| v.checked_add(g.k)).is_some_and(|end| end <= len)
@@ -512,7 +517,7 @@ mod avx512 {
         let input = g.cin.checked_mul(g.hin).and_then(|v| v.checked_mul(g.win));
         let cols = g.hout.checked_mul(g.wout).and_then(|t| t.checked_mul(g.cin)).and_then(|v| v.checked_mul(g.k * g.k));
         assert!(
-            groups(g) && inside(g.hout, g.hin) && inside(g.wout, g.win) && fits(input, n_in) && fits(cols, n_cols),
+            takes(g) && inside(g.hout, g.hin) && inside(g.wout, g.win) && fits(input, n_in) && fits(cols, n_cols),
             "grouped im2col: geometry {g:?} does not fit its buffers"
         );
     }
@@ -536,9 +541,9 @@ mod avx512 {
         }
     }
 
-    /// [`Geometry::im2col`] for a geometry [`groups`] takes.
+    /// [`Geometry::im2col`] for a geometry [`takes_im2col`] takes.
     pub(super) fn im2col(g: &Geometry, x: &[f32], cols: &mut [f32]) {
-        check(g, x.len(), cols.len());
+        check(g, takes_im2col, x.len(), cols.len());
         // SAFETY: AVX-512F is present and the windows fit (checked above).
         unsafe { im2col_in(g, x, cols) }
     }
@@ -581,11 +586,10 @@ mod avx512 {
         });
     }
 
-    /// [`Geometry::col2im`] for a geometry [`groups`] takes: each window row added in the
+    /// [`Geometry::col2im`] for a geometry [`takes_col2im`] takes: each window row added in the
     /// portable kernel's order, so the same sums.
     pub(super) fn col2im(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
-        check(g, dx.len(), dcols.len());
-        assert!(g.k != 3, "3-wide windows are added by the portable kernel (see `groups`)");
+        check(g, takes_col2im, dx.len(), dcols.len());
         // SAFETY: AVX-512F is present and the windows fit (checked above).
         unsafe { col2im_in(g, dcols, dx) }
     }

@@ -2,28 +2,14 @@
 //! gradient routes each output gradient there.
 
 use super::Alloc;
+use super::windows::Windows;
 use super::{Backward, Forward, Needs, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError};
 
 /// A compiled max pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxPool2d {
-    /// Channels.
-    pub c: usize,
-    /// Window.
-    pub k: usize,
-    /// Stride.
-    pub stride: usize,
-    /// Input height.
-    pub hin: usize,
-    /// Input width.
-    pub win: usize,
-    /// Output height.
-    pub hout: usize,
-    /// Output width.
-    pub wout: usize,
-}
+pub struct MaxPool2d(pub Windows);
 
 impl MaxPool2d {
     pub(crate) fn compile(
@@ -33,18 +19,14 @@ impl MaxPool2d {
         at: usize,
         _: &mut Alloc,
     ) -> Result<Self, ShapeError> {
-        let kinds::MaxPool2d { kernel: k, stride } = spec;
-        let (Shape::Spatial { c, h, w }, Shape::Spatial { h: hout, w: wout, .. }) = (input, output) else {
-            return Err(ShapeError { layer: Some(at), reason: "max_pool2d: needs a spatial input".into() });
-        };
-        Ok(Self { c, k, stride, hin: h, win: w, hout, wout })
+        Windows::compile("max_pool2d", (spec.kernel, spec.stride), (input, output), at).map(Self)
     }
 }
 
 crate::simd::kernel! {
 /// The pools of `b` examples ([`pool`]), compiled for AVX-512 and AVX2 ([`crate::simd`]).
-fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
-    let (n_in, n_out) = (p.c * p.hin * p.win, p.c * p.hout * p.wout);
+fn pool_batch(p: &Windows, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
+    let (n_in, n_out) = (p.in_len(), p.out_len());
     // The running maxima of one plane, flattened (see `pool_stride1`).
     let flat = if p.stride == 1 && p.k > 1 { p.hin * p.win } else { 0 };
     let (mut best_v, mut best) = (vec![0.0f32; flat], vec![0u32; flat]);
@@ -66,8 +48,8 @@ fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: 
 /// compare-and-select runs over the whole plane rather than over rows of a few values; the
 /// last offset writes each output row.
 #[inline(always)]
-fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], scratch: (&mut [f32], &mut [u32])) {
-    let MaxPool2d { c, k, hin, win, hout, wout, .. } = *p;
+fn pool_stride1(p: &Windows, x: &[f32], out: &mut [f32], argmax: &mut [u32], scratch: (&mut [f32], &mut [u32])) {
+    let Windows { c, k, hin, win, hout, wout, .. } = *p;
     debug_assert!(hout > 0 && wout > 0, "a compiled pool has at least one output");
     // The last output position is (hout−1)·win + wout − 1; its window ends at hin·win − 1.
     let flat = (hout - 1) * win + wout;
@@ -108,8 +90,8 @@ fn pool_stride1(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], s
 /// compare-and-select over a row vectorises (the batch kernel takes [`pool_stride1`] at stride 1,
 /// and on a processor with AVX-512 the layer takes `avx512::pool_batch` at stride 1 instead).
 #[inline(always)]
-fn pool(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
-    let MaxPool2d { c, k, stride: s, hin, win, hout, wout } = *p;
+fn pool(p: &Windows, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
+    let Windows { c, k, stride: s, hin, win, hout, wout } = *p;
     for ch in 0..c {
         let base = ch * hin * win;
         let plane = &x[base..base + hin * win];
@@ -152,8 +134,8 @@ fn select_row(best_v: &mut [f32], best: &mut [u32], row: &[f32], start: u32, fir
 
 /// The input gradients of `b` examples, overwritten: each output gradient added to its
 /// window's arg-max, outputs in order.
-fn unpool_batch(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: usize) {
-    let (n_in, n_out) = (p.c * p.hin * p.win, p.out_len());
+fn unpool_batch(p: &Windows, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: usize) {
+    let (n_in, n_out) = (p.in_len(), p.out_len());
     dx[..b * n_in].iter_mut().for_each(|v| *v = 0.0);
     for e in 0..b {
         let dxe = &mut dx[e * n_in..(e + 1) * n_in];
@@ -180,8 +162,7 @@ mod avx512 {
         _mm512_setzero_ps, _mm512_sub_epi32,
     };
 
-    use super::super::Rule;
-    use super::MaxPool2d;
+    use super::Windows;
     use crate::simd::first_lanes;
 
     /// 0, 1, …, 15 plus `start` (indices wrap as the portable kernels' `as u32` casts do).
@@ -197,8 +178,8 @@ mod avx512 {
     /// The pools of `b` examples at stride 1, recording each output's arg-max: the first
     /// strictly largest value of its window in row-major order (a NaN never replaces, a NaN
     /// first stays: the comparison is ordered).
-    pub(super) fn pool_batch(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
-        let (n_in, n_out) = (p.c * p.hin * p.win, p.out_len());
+    pub(super) fn pool_batch(p: &Windows, x: &[f32], out: &mut [f32], argmax: &mut [u32], b: usize) {
+        let (n_in, n_out) = (p.in_len(), p.out_len());
         assert!(p.stride == 1 && p.hout + p.k == p.hin + 1 && p.wout + p.k == p.win + 1 && crate::simd::has_avx512f());
         assert!(x.len() >= b * n_in && out.len() >= b * n_out && argmax.len() >= b * n_out);
         for e in 0..b {
@@ -220,7 +201,7 @@ mod avx512 {
 
     /// Whether [`unpool_batch`] takes `p`: stride 1, and an input row that fills most of one
     /// vector (8 to 16 values; the Opacus CNN's first pool, 14 wide).
-    pub(super) fn unpools(p: &MaxPool2d) -> bool {
+    pub(super) fn unpools(p: &Windows) -> bool {
         p.stride == 1 && (8..=16).contains(&p.win) && crate::simd::has_avx512f()
     }
 
@@ -233,8 +214,8 @@ mod avx512 {
     /// output's arg-max is this input. The scatter instead adds each output to memory in turn,
     /// and at stride 1 neighbouring windows often share their arg-max: each add then waits on
     /// the one before it.
-    pub(super) fn unpool_batch(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: usize) {
-        let (n_in, n_out) = (p.c * p.hin * p.win, p.out_len());
+    pub(super) fn unpool_batch(p: &Windows, argmax: &[u32], dy: &[f32], dx: &mut [f32], b: usize) {
+        let (n_in, n_out) = (p.in_len(), p.out_len());
         assert!(unpools(p) && p.hout + p.k == p.hin + 1 && p.wout + p.k == p.win + 1, "unpool: geometry {p:?}");
         assert!(argmax.len() >= b * n_out && dy.len() >= b * n_out && dx.len() >= b * n_in, "unpool: sizes");
         for e in 0..b {
@@ -257,8 +238,8 @@ mod avx512 {
     /// One example's input gradient (see [`unpool_batch`]), for windows of `K = p.k` (or any
     /// size for `K = 0`).
     #[target_feature(enable = "avx512f")]
-    fn unpool<const K: usize>(p: &MaxPool2d, argmax: &[u32], dy: &[f32], dx: &mut [f32]) {
-        let MaxPool2d { c, hin, win, hout, wout, .. } = *p;
+    fn unpool<const K: usize>(p: &Windows, argmax: &[u32], dy: &[f32], dx: &mut [f32]) {
+        let Windows { c, hin, win, hout, wout, .. } = *p;
         let k = if K > 0 { K } else { p.k };
         let (in_lanes, out_lanes) = (first_lanes(win), first_lanes(wout));
         let lane = iota(0);
@@ -292,8 +273,8 @@ mod avx512 {
     /// One example's pool, for windows of `K = p.k` (the loops over the window then unroll),
     /// or of any size for `K = 0`.
     #[target_feature(enable = "avx512f")]
-    fn pool<const K: usize>(p: &MaxPool2d, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
-        let MaxPool2d { c, hin, win, hout, wout, .. } = *p;
+    fn pool<const K: usize>(p: &Windows, x: &[f32], out: &mut [f32], argmax: &mut [u32]) {
+        let Windows { c, hin, win, hout, wout, .. } = *p;
         let k = if K > 0 { K } else { p.k };
         for ch in 0..c {
             let base = ch * hin * win;
@@ -328,30 +309,30 @@ mod avx512 {
 
 impl Rule for MaxPool2d {
     fn out_len(&self) -> usize {
-        self.c * self.hout * self.wout
+        self.0.out_len()
     }
 
     fn needs(&self) -> Needs {
-        Needs { argmax: self.out_len(), ..Needs::default() }
+        Needs { argmax: self.0.out_len(), ..Needs::default() }
     }
 
     fn forward(&self, f: Forward<'_>) {
         #[cfg(target_arch = "x86_64")]
-        if self.stride == 1 && crate::simd::has_avx512f() {
-            avx512::pool_batch(self, f.input, f.output, &mut f.own.argmax, f.b);
+        if self.0.stride == 1 && crate::simd::has_avx512f() {
+            avx512::pool_batch(&self.0, f.input, f.output, &mut f.own.argmax, f.b);
             return;
         }
-        pool_batch(self, f.input, f.output, &mut f.own.argmax, f.b);
+        pool_batch(&self.0, f.input, f.output, &mut f.own.argmax, f.b);
     }
 
     fn backward(&self, g: Backward<'_>) {
         let Some(dx) = g.dx else { return };
         #[cfg(target_arch = "x86_64")]
-        if avx512::unpools(self) {
-            avx512::unpool_batch(self, &g.own.argmax, g.dy, dx, g.b);
+        if avx512::unpools(&self.0) {
+            avx512::unpool_batch(&self.0, &g.own.argmax, g.dy, dx, g.b);
             return;
         }
-        unpool_batch(self, &g.own.argmax, g.dy, dx, g.b);
+        unpool_batch(&self.0, &g.own.argmax, g.dy, dx, g.b);
     }
 }
 
@@ -360,7 +341,7 @@ mod tests {
     use super::*;
 
     /// The window scanned value by value in row-major order, the first strictly largest kept.
-    fn reference(p: &MaxPool2d, x: &[f32]) -> (Vec<f32>, Vec<u32>) {
+    fn reference(p: &Windows, x: &[f32]) -> (Vec<f32>, Vec<u32>) {
         let (mut out, mut arg) = (Vec::new(), Vec::new());
         for ch in 0..p.c {
             for oh in 0..p.hout {
@@ -398,7 +379,7 @@ mod tests {
             (1, 1, 1, 3, 8),
         ] {
             let (hout, wout) = ((hin - k) / stride + 1, (win - k) / stride + 1);
-            let p = MaxPool2d { c, k, stride, hin, win, hout, wout };
+            let p = Windows { c, k, stride, hin, win, hout, wout };
             let specials = [f32::NAN, f32::NEG_INFINITY, 1.0, 1.0, 0.0];
             let x: Vec<f32> = (0..c * hin * win)
                 .map(|i| if i % 7 == 3 { specials[(i / 7) % specials.len()] } else { ((i * 5) % 4) as f32 })

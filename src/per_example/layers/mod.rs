@@ -19,6 +19,7 @@ mod flatten;
 mod group_norm;
 mod linear;
 mod max_pool;
+mod windows;
 
 pub use add::Add;
 pub use avg_pool::AvgPool2d;
@@ -28,6 +29,7 @@ pub use flatten::Flatten;
 pub use group_norm::GroupNorm;
 pub use linear::Linear;
 pub use max_pool::MaxPool2d;
+pub use windows::Windows;
 
 use crate::arch::{LayerSpec, MAX_VALUES, Shape, ShapeError};
 
