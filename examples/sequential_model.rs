@@ -6,8 +6,8 @@
 //! (`dpgd bench-step --engine sequential` and `--engine burn`; experiments/speed/results). Its burn module is yours before
 //! and after: initialise it, or load weights to fine-tune, and get the trained module back. A
 //! residual connection is the kind `add` (`configs/mnist-residual.toml`; docs/custom-models.md);
-//! a layer used twice or a kind without a fast rule (`layer_norm`) trains on the burn engine
-//! instead (`examples/custom_model.rs`).
+//! a layer used twice or a branch other than an addition trains on the burn engine instead
+//! (`examples/custom_model.rs`).
 //!
 //!     cargo run --release --example sequential_model -- --help
 //!     cargo run --release --example sequential_model        # MNIST at (1, 1e-5)-DP, DP-SGD

@@ -40,6 +40,35 @@ pub(crate) fn pairwise_sum<T: Copy + std::ops::AddAssign, const N: usize>(mut la
     lanes[0]
 }
 
+/// Σ `x` over 16 running lanes (added in [`pairwise_sum`]'s fixed tree), then the
+/// tail.
+#[inline(always)]
+pub(crate) fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += f(v);
+        }
+    }
+    pairwise_sum(lanes) + tail
+}
+
+/// Σ `f(x, y)` over pairs, as [`lane_sum`].
+#[inline(always)]
+pub(crate) fn lane_sum2(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let (cx, cy) = (x.chunks_exact(16), y.chunks_exact(16));
+    let tail: f32 = cx.remainder().iter().zip(cy.remainder()).map(|(&a, &b)| f(a, b)).sum();
+    for (a, b) in cx.zip(cy) {
+        for ((l, &u), &v) in lanes.iter_mut().zip(a).zip(b) {
+            *l += f(u, v);
+        }
+    }
+    pairwise_sum(lanes) + tail
+}
+
 /// The AVX-512 mask of the first `n` of 16 lanes (all 16 for `n ≥ 16`): a last partial vector.
 #[inline(always)]
 pub(crate) fn first_lanes(n: usize) -> u16 {

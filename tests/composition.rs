@@ -124,7 +124,7 @@ enum Model {
     /// Convolutions, GroupNorm, a residual `add` and average pooling: every kind with a fast rule
     /// that changes how a layer's gradient reaches the examples' rows.
     Residual,
-    /// A `layer_norm`, which only the burn engine trains.
+    /// An MLP with a `layer_norm`.
     LayerNorm,
 }
 
@@ -309,11 +309,7 @@ fn sgd(m: Method) -> bool {
 }
 
 /// Every pair that is refused, with its reason; each returns the two factors that meet.
-const REFUSED: [Refusal; 14] = [
-    Refusal {
-        why: "the fast engine has no rule for layer_norm",
-        pair: |c| (c.model == Model::LayerNorm && c.device == Device::Fast).then_some((5, 12)),
-    },
+const REFUSED: [Refusal; 13] = [
     Refusal {
         why: "only BandMF's methods have a correlation matrix to choose",
         pair: |c| {

@@ -13,11 +13,13 @@ fn check(spec: ModelSpec, n: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut theta = net.init_params(&mut rng);
     // A normalisation starts at γ = 1, β = 0: drawn instead, so that each term of its rule counts.
-    for l in net.layers().iter().filter(|l| matches!(l, dpgd::per_example::Layer::GroupNorm(_))) {
+    use dpgd::per_example::Layer;
+    for l in net.layers().iter().filter(|l| matches!(l, Layer::GroupNorm(_) | Layer::LayerNorm(_))) {
         let q = l.params().unwrap();
         theta[q.weight..q.weight + q.weight_len].iter_mut().for_each(|t| *t = rng.random_range(0.5f32..1.5));
-        let beta = q.bias.unwrap();
-        theta[beta..beta + q.bias_len].iter_mut().for_each(|t| *t = rng.random_range(-0.5f32..0.5));
+        if let Some(beta) = q.bias {
+            theta[beta..beta + q.bias_len].iter_mut().for_each(|t| *t = rng.random_range(-0.5f32..0.5));
+        }
     }
     let x: Vec<f32> = (0..n * net.input_len()).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let labels: Vec<u8> = (0..n).map(|i| (i % spec.classes) as u8).collect();
@@ -199,6 +201,29 @@ fn group_norm_and_average_pooling() {
             ],
         ),
         3,
+    );
+}
+
+/// LayerNorm over a flat activation, with its shift and without (γ and β drawn), between
+/// linear layers: a layer that is not the first, so its input gradient is used.
+#[test]
+fn layer_norm_with_and_without_shift() {
+    use LayerSpec as L;
+    use dpgd::arch::kinds::*;
+    check(
+        small(
+            [1, 5, 5],
+            vec![
+                L::Flatten(Flatten),
+                L::Linear(Linear { out_features: 19, bias: true }),
+                L::LayerNorm(LayerNorm { bias: true }),
+                L::Tanh(Tanh),
+                L::Linear(Linear { out_features: 7, bias: false }),
+                L::LayerNorm(LayerNorm { bias: false }),
+                L::Linear(Linear { out_features: 3, bias: true }),
+            ],
+        ),
+        4,
     );
 }
 

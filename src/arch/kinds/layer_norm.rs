@@ -1,6 +1,7 @@
 //! `layer_norm`: layer normalisation of a flat activation over its features (Ba, Kiros &
 //! Hinton 2016), with a per-feature scale γ and (optional) shift β, by
-//! [`crate::nn::LayerNorm`]. Within each example, so private. Trained on the burn engine.
+//! [`crate::nn::LayerNorm`]. Within each example, so private. Both engines train it (the fast
+//! engine's rule: [`crate::per_example::layers::LayerNorm`]).
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};

@@ -344,7 +344,7 @@ macro_rules! with_kinds {
             GroupNorm(GroupNorm) = "group_norm" fast,
             AvgPool2d(AvgPool2d) = "avg_pool2d" fast,
             Add(Add) = "add" fast,
-            LayerNorm(LayerNorm) = "layer_norm",
+            LayerNorm(LayerNorm) = "layer_norm" fast,
         }
     };
 }

@@ -12,6 +12,7 @@ use super::Alloc;
 use super::{Backward, Forward, Init, Needs, Params, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError};
+use crate::simd::{lane_sum, lane_sum2};
 
 /// burn's and PyTorch's default ε.
 const EPSILON: f64 = 1e-5;
@@ -82,35 +83,6 @@ impl Rule for GroupNorm {
         let (input, dy, stats) = (&g.input[..n], &g.dy[..n], &g.own.cols[..g.b * 2 * self.groups]);
         backward_batch(self, g.theta, (input, dy, stats), g.dx, (g.grads, g.p));
     }
-}
-
-/// Σ `x` over 16 running lanes (added in [`crate::simd::pairwise_sum`]'s fixed tree), then the
-/// tail.
-#[inline(always)]
-fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut lanes = [0.0f32; 16];
-    let chunks = x.chunks_exact(16);
-    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
-    for c in chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += f(v);
-        }
-    }
-    crate::simd::pairwise_sum(lanes) + tail
-}
-
-/// Σ `f(x, y)` over pairs, as [`lane_sum`].
-#[inline(always)]
-fn lane_sum2(x: &[f32], y: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [0.0f32; 16];
-    let (cx, cy) = (x.chunks_exact(16), y.chunks_exact(16));
-    let tail: f32 = cx.remainder().iter().zip(cy.remainder()).map(|(&a, &b)| f(a, b)).sum();
-    for (a, b) in cx.zip(cy) {
-        for ((l, &u), &v) in lanes.iter_mut().zip(a).zip(b) {
-            *l += f(u, v);
-        }
-    }
-    crate::simd::pairwise_sum(lanes) + tail
 }
 
 crate::simd::kernel! {
