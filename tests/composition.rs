@@ -11,7 +11,10 @@
 //! (b) `private` is false whenever any ingredient is not private, each reason listed;
 //! (c) each example spent at most its own tier's budget, the example known by its original row
 //!     (read back from its features, whatever hold-out, validation split or rank shard moved it);
-//! (d) nothing the documentation calls confidential is in `publishable/`;
+//! (d) nothing the documentation calls confidential is in `publishable/`, and a run interrupted
+//!     after two steps and resumed with a fixed seed publishes byte for byte what the
+//!     uninterrupted run publishes (with the operating system's noise, (a)–(c) hold across the
+//!     resume);
 //! (e) the oracle: a one-run audit of the combination's training mechanism
 //!     ([`audit_one_run`]: its method, noise, conversion, sampling, ledger and tiers, with
 //!     gradient canaries in every tier) never bounds a tier's ε above the ε claimed for it.
@@ -47,7 +50,7 @@ use dpgd::audit::one_run::{OneRunSettings, audit_one_run};
 use dpgd::collective::InProcess;
 use dpgd::noise::NoiseSampler;
 use dpgd::sweep::search::{SearchObserver, prepare, run_search};
-use dpgd::train::{ActiveRelease, Factorization, Method, Observer, Run, RunFolder, Silent, TrainConfig};
+use dpgd::train::{ActiveRelease, Factorization, Method, Observer, Run, RunFolder, RunOptions, Silent, TrainConfig};
 use serde_json::Value;
 
 /// Training rows of the test's CSV data; every third row (0, 3, …) asks for the strict tier.
@@ -128,6 +131,14 @@ enum Model {
     LayerNorm,
 }
 
+/// Whether the run is interrupted after its second step (a search: inside its first candidate)
+/// and resumed by a second invocation, as after a kill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    None,
+    Interrupted,
+}
+
 /// One combination of every option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Combo {
@@ -146,6 +157,7 @@ struct Combo {
     audit: Audit,
     factorization: Factorization,
     model: Model,
+    resume: Resume,
 }
 
 /// The engines and devices this build has.
@@ -157,10 +169,10 @@ fn devices() -> Vec<Device> {
 }
 
 /// The options, each with its values, in [`Combo`]'s order.
-const FACTORS: usize = 13;
+const FACTORS: usize = 14;
 
 fn levels() -> [usize; FACTORS] {
-    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4, 3, 3]
+    [Method::ALL.len(), 4, 2, 2, 2, devices().len(), 2, 3, 2, 3, 4, 3, 3, 2]
 }
 
 /// The option names a refusal may use for each factor (a message names an option by one).
@@ -178,6 +190,7 @@ const NAMES: [&[&str]; FACTORS] = [
     &["audit.canaries", "audit"],
     &["privacy.factorization", "factorization"],
     &["model.layers", "layer"],
+    &["resume", "resumed"],
 ];
 
 impl Combo {
@@ -198,6 +211,7 @@ impl Combo {
             audit: [Audit::None, Audit::Canaries, Audit::Norms, Audit::Inputs][v[10]],
             factorization: [Factorization::Root, Factorization::Optimized, Factorization::Identity][v[11]],
             model: [Model::Logistic, Model::Residual, Model::LayerNorm][v[12]],
+            resume: [Resume::None, Resume::Interrupted][v[13]],
         }
     }
 
@@ -281,8 +295,9 @@ impl Combo {
                  { kind = \"tanh\" }, { kind = \"linear\", out_features = 3 }]"
             }
         };
-        // Ranks and the search are how the config runs, not what it says (see `attempt`).
-        let (Ranks::One | Ranks::Three, Search::None | Search::Private) = (self.ranks, self.search);
+        // Ranks, the search and a resume are how the config runs, not what it says (see `attempt`).
+        let (Ranks::One | Ranks::Three, Search::None | Search::Private, Resume::None | Resume::Interrupted) =
+            (self.ranks, self.search, self.resume);
         format!(
             "name = \"combo\"\n[data]\ndir = \"{}\"\nignore_columns = [\"eps\"]\n{hold_out}[model]\n{model}\n[privacy]\nmethod = \"{method}\"\n{private_steps}{target}delta = 1e-5\nclip = 0.1\nnoise = \
              \"{noise}\"\nconversion = \"{conversion}\"\n{factorization}{budgets}[train]\nlr = 0.5\nmax_steps = {max_steps}\nchunk = \
@@ -295,8 +310,8 @@ impl Combo {
 /// A combination compatible with every single option value but BandMF's own (the factorization):
 /// filtered GD, no tiers, no search, no hold-out, one rank, the fast engine, Gaussian noise, the
 /// CKS conversion, a fixed seed, no counts, no audit, the default factorization, the logistic
-/// model.
-const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0];
+/// model, no resume.
+const DEFAULT: [usize; FACTORS] = [1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0];
 
 /// A pair of option values that may not meet, and why (the refusal must say it, naming both).
 struct Refusal {
@@ -497,8 +512,21 @@ impl SearchObserver for Quiet {
     }
 }
 
-/// Trains `c` into `dir` (a run, on its ranks, or a private search), or the refusal.
+/// Trains `c` into `dir` (a run, on its ranks, or a private search), or the refusal; an
+/// interrupted combination stops after its second step and is resumed by a second call.
 fn attempt(c: &Combo, dir: &Path) -> Result<(), String> {
+    if c.resume == Resume::Interrupted {
+        let finished = attempt_part(c, dir, Some(2))?;
+        assert!(!finished, "{c:?}: stopped after 2 steps, yet finished");
+    }
+    let finished = attempt_part(c, dir, None)?;
+    assert!(finished, "{c:?}: not finished");
+    Ok(())
+}
+
+/// One invocation of [`attempt`]: trains (or resumes) `c` in `dir` to the end, or for
+/// `stop_after` steps (a search: of its first candidate); whether it finished.
+fn attempt_part(c: &Combo, dir: &Path, stop_after: Option<usize>) -> Result<bool, String> {
     let text = c.config(data());
     if c.search == Search::Private {
         dpgd::sweep::one_process(if c.ranks == Ranks::Three { 3 } else { 1 }).map_err(|e| e.to_string())?;
@@ -515,8 +543,8 @@ fn attempt(c: &Combo, dir: &Path) -> Result<(), String> {
         )
         .unwrap();
         let s = prepare(&sweep, (EPSILON, 1e-5)).map_err(|e| e.to_string())?;
-        run_search(&s, &dir.join("out"), &mut Quiet, None).map_err(|e| e.to_string())?;
-        return Ok(());
+        let out = run_search(&s, &dir.join("out"), &mut Quiet, stop_after.map(|n| (0, n)));
+        return out.map(|published| published.is_some()).map_err(|e| e.to_string());
     }
     let cfg = TrainConfig::from_toml(&text, &[]).and_then(|c| c.validate()).map_err(|e| e.to_string())?;
     let data = cfg.config().data.load().map_err(|e| e.to_string())?;
@@ -526,15 +554,17 @@ fn attempt(c: &Combo, dir: &Path) -> Result<(), String> {
             .into_iter()
             .map(|mut comm| {
                 let (cfg, data) = (&cfg, &data);
-                s.spawn(move || Run::new(cfg, data, dir).ranks(&mut comm).train())
+                let opts = RunOptions { stop_after, ..Default::default() };
+                s.spawn(move || Run::new(cfg, data, dir).ranks(&mut comm).options(opts).train())
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let mut finished = true;
     for o in outcomes {
-        o.map_err(|e| e.to_string())?;
+        finished &= o.map_err(|e| e.to_string())?.finished;
     }
-    Ok(())
+    Ok(finished)
 }
 
 fn read(path: &Path) -> Value {
@@ -936,7 +966,37 @@ fn every_pair_of_options_composes_and_is_accounted() {
             panic!("{what} is refused though no refusal is listed for it: {e}");
         }
         check(c, dir.path(), &what);
+        check_resumed_is_uninterrupted(c, dir.path(), &what);
         audit_mechanism(c, &what);
+    }
+}
+
+/// A run with a fixed seed, interrupted and resumed, publishes what the uninterrupted run
+/// publishes, byte for byte: the model, every ε, count and accuracy, the audit.
+fn check_resumed_is_uninterrupted(c: &Combo, dir: &Path, what: &str) {
+    if c.resume != Resume::Interrupted || c.seed != Seed::Fixed || c.search == Search::Private {
+        return;
+    }
+    let straight = tempfile::tempdir().unwrap();
+    attempt(&Combo { resume: Resume::None, ..*c }, straight.path()).unwrap();
+    let files = |d: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut out: Vec<_> = std::fs::read_dir(d.join("publishable"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| ["json", "jsonl", "csv", "safetensors"].iter().any(|e| x == *e)))
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        out.sort();
+        out
+    };
+    let (resumed, want) = (files(dir), files(straight.path()));
+    assert_eq!(
+        resumed.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        want.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        "{what}: the resumed run published other files"
+    );
+    for ((name, a), (_, b)) in resumed.iter().zip(&want) {
+        assert!(a == b, "{what}: publishable/{name} differs from the uninterrupted run's");
     }
 }
 
