@@ -122,6 +122,10 @@ crate::simd::kernel! {
     ) -> (Vec<i64>, [usize; 2]) {
         let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
         let mut out = vec![0i64; planes * ho * wo];
+        if sh == 1 && sw == 1 {
+            argmax_flat(x, &mut out, [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
+            return (out, [ho, wo]);
+        }
         let mut best = vec![0.0f32; wo];
         for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
             for (oy, at) in out.chunks_exact_mut(wo).enumerate() {
@@ -150,6 +154,37 @@ crate::simd::kernel! {
     }
 }
 
+/// [`argmax`] at stride 1: a window at output (oy, ox) starts at oy·w + ox of its plane, so every
+/// window offset (ky·dh·w + kx·dw) is one pass over the plane's values flattened — runs of
+/// (ho − 1)·w + wo values instead of output rows of wo — the windows' values visited in the same
+/// order (window rows, then columns), so the same arg-max; each output reads its position.
+#[inline(always)]
+fn argmax_flat(
+    x: &[f32],
+    out: &mut [i64],
+    [planes, h, w]: [usize; 3],
+    [ho, wo]: [usize; 2],
+    [kh, kw]: [usize; 2],
+    [dh, dw]: [usize; 2],
+) {
+    let flat = (ho - 1) * w + wo;
+    let (mut best, mut at) = (vec![0.0f32; flat], vec![0i64; flat]);
+    for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let (first, start) = (ky == 0 && kx == 0, ky * dh * w + kx * dw);
+                let line = &plane[start..start + flat];
+                for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
+                    select(first, v, (start + j) as i64, best, at);
+                }
+            }
+        }
+        for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
+            row.copy_from_slice(&at[oy * w..oy * w + wo]);
+        }
+    }
+}
+
 /// flex's rule for one more value `v` at `i` of a window: the first maximum; a NaN wins (the
 /// last NaN of the window). Written as selects rather than branches.
 #[inline(always)]
@@ -171,6 +206,8 @@ mod tests {
             MaxPool2dConfig::new([2, 2]),
             MaxPool2dConfig::new([3, 2]).with_strides([2, 1]).with_dilation([1, 2]),
             MaxPool2dConfig::new([1, 1]),
+            MaxPool2dConfig::new([2, 3]).with_strides([1, 1]).with_dilation([2, 1]),
+            MaxPool2dConfig::new([3, 3]).with_strides([1, 1]),
         ]
     }
 
@@ -183,12 +220,13 @@ mod tests {
             for config in pools() {
                 let dims = [2, 3, 7, 9];
                 let n: usize = dims.iter().product();
-                // Few distinct values, so windows have ties; some NaN and −∞.
+                // Three values scattered by a hash, so windows tie in every pair of positions
+                // (which one wins is the scan order); some NaN and −∞.
                 let values: Vec<f32> = (0..n)
                     .map(|i| match i % 23 {
                         0 => f32::NAN,
                         7 | 8 => f32::NEG_INFINITY,
-                        _ => ((i * 7919) % 5) as f32,
+                        _ => ((i.wrapping_mul(2_654_435_761) >> 7) % 3) as f32,
                     })
                     .collect();
                 let run = |ours: bool| {
