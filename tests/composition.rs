@@ -13,8 +13,8 @@
 //!     (read back from its features, whatever hold-out, validation split or rank shard moved it);
 //! (d) nothing the documentation calls confidential is in `publishable/`, and a run interrupted
 //!     after two steps and resumed with a fixed seed publishes byte for byte what the
-//!     uninterrupted run publishes (with the operating system's noise, (a)–(c) hold across the
-//!     resume);
+//!     uninterrupted run publishes (with the operating system's noise, every check here holds
+//!     across the resume);
 //! (e) the oracle: a one-run audit of the combination's training mechanism
 //!     ([`audit_one_run`]: its method, noise, conversion, sampling, ledger and tiers, with
 //!     gradient canaries in every tier) never bounds a tier's ε above the ε claimed for it.
@@ -124,8 +124,8 @@ enum Audit {
 enum Model {
     /// `preset = "logistic"`.
     Logistic,
-    /// Convolutions, GroupNorm, a residual `add` and average pooling: every kind with a fast rule
-    /// that changes how a layer's gradient reaches the examples' rows.
+    /// Convolutions, GroupNorm, a residual `add` (its join sends a gradient back to an earlier
+    /// layer) and average pooling.
     Residual,
     /// An MLP with a `layer_norm`.
     LayerNorm,
