@@ -74,6 +74,7 @@ pub mod data;
 pub mod device;
 pub mod error;
 pub mod files;
+mod kernels;
 pub mod memory;
 pub mod model;
 pub mod nn;

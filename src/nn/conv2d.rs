@@ -21,6 +21,7 @@ use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use super::tape::{Recorded, attach, is_open as tape_is_open, per_example};
 use crate::cube::{ConvGeometry, Kernel};
+use crate::kernels::conv::Geometry;
 
 /// The configuration of a [`Conv2d`] layer: burn's `Conv2dConfig`, same fields and defaults.
 #[derive(Config, Debug)]
@@ -122,9 +123,13 @@ impl Conv2d {
     pub fn forward(&self, input: Tensor<4>) -> Tensor<4> {
         let [_, _, h, w] = input.dims();
         let pad = padding_pairs(&self.padding, h, w, self.kernel_size, self.stride);
-        let frozen = !input.is_tracked() && !self.weight.val().is_tracked();
-        let unfolded =
-            if tape_is_open() && frozen && self.groups <= 1 { self.forward_unfolded(input.clone(), pad) } else { None };
+        let params_frozen = !self.weight.val().is_tracked() && self.bias.as_ref().is_none_or(|b| !b.val().is_tracked());
+        let frozen = !input.is_tracked() && params_frozen;
+        let (host, unfolded) = match (tape_is_open() && params_frozen).then(|| self.forward_host(&input, pad)) {
+            Some(Some((out, patches, geometry))) => (Some(geometry), Some((out, patches))),
+            Some(None) if frozen && self.groups <= 1 => (None, self.forward_unfolded(input.clone(), pad)),
+            _ => (None, None),
+        };
         let (out, patches) = match unfolded {
             // Kept for the per-example rule, except where dpgd's kernel forms those gradients
             // from the input itself (a CubeCL device: `crate::cube::conv_weight_rows`).
@@ -141,6 +146,7 @@ impl Conv2d {
             bias: self.bias.as_ref().map(|b| b.id),
             input: input.without_autodiff(),
             patches,
+            host,
             pad,
             kernel: self.kernel_size,
             stride: self.stride,
@@ -152,12 +158,47 @@ impl Conv2d {
 }
 
 impl Conv2d {
+    /// On flex, for the geometries the shared kernels take (square kernel, one stride, the same
+    /// padding on every side, no dilation, one group): the convolution by dpgd's own operation
+    /// with its own backward ([`super::host`]: the fast engine's im2col, product and col2im),
+    /// for any input, tracked or not (the parameters are frozen: no gradient flows to them).
+    /// Returns the output, the im2col matrices and the geometry, with which the per-example rule
+    /// forms the gradients by the same kernels.
+    #[cfg(feature = "flex")]
+    fn forward_host(&self, input: &Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>, Geometry)> {
+        let [_, cin, hin, win] = input.dims();
+        let [k, kw] = self.kernel_size;
+        let [(top, bottom), (left, right)] = pad;
+        let square = k == kw && self.stride[0] == self.stride[1] && [bottom, left, right] == [top; 3];
+        if !square || self.dilation != [1, 1] || self.groups > 1 {
+            return None;
+        }
+        let (stride, pad) = (self.stride[0], top);
+        let (hout, wout) = (out_len(hin, 2 * pad, k, stride, 1)?, out_len(win, 2 * pad, k, stride, 1)?);
+        let geometry = Geometry { cin, hin, win, k, stride, pad, hout, wout };
+        let read = |t: Tensor<1>| t.into_data().convert::<f32>().try_into_vec::<f32>().ok();
+        let weights = read(self.weight.val().flatten(0, 3))?;
+        let bias = match &self.bias {
+            Some(b) => Some(read(b.val())?),
+            None => None,
+        };
+        let (out, cols) = super::host::conv2d(input.clone(), super::host::HostConv { geometry, weights, bias })?;
+        Some((out, cols, geometry))
+    }
+
+    /// Off flex builds: none.
+    #[cfg(not(feature = "flex"))]
+    fn forward_host(&self, _: &Tensor<4>, _: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>, Geometry)> {
+        None
+    }
+
     /// The convolution as one matrix product of the padded input's patches with the weights
     /// (`[b·L, c_in·kh·kw] · [c_in·kh·kw, c_out]`: one tall product for the whole micro-batch), for
-    /// the first layer of a recorded private step: its input is data (no gradient flows into it)
-    /// and the parameters are frozen, so nothing is differentiated through it, and on few input
-    /// channels one GEMM beats flex's direct kernel (the Opacus CNN's full step on 2 cores: 17.2 s
-    /// to 14.2 s). Returns the output and the patches, which the per-example rule reuses; `None`
+    /// the first layer of a recorded private step where [`forward_host`](Self::forward_host)
+    /// declines (another device, or a geometry the shared kernels do not take): its input is data
+    /// (no gradient flows into it) and the parameters are frozen, so nothing is differentiated
+    /// through it, and on few input channels one GEMM beats flex's direct kernel (the Opacus
+    /// CNN's full step on 2 cores: 17.2 s to 14.2 s). Returns the output and the patches, which the per-example rule reuses; `None`
     /// where the dilated kernel does not fit the padded input (burn's convolution then says why).
     fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>)> {
         let [b, c_in, h, w] = input.dims();
@@ -286,6 +327,9 @@ struct ConvCall {
     input: Tensor<4>,
     /// The input's patches (`[b, L, c_in·kh·kw]`), where the forward already formed them.
     patches: Option<Tensor<3>>,
+    /// The shared kernels' geometry, where they formed the patches (flex: [`super::host`]),
+    /// which then form the per-example gradients as well.
+    host: Option<Geometry>,
     pad: [(usize, usize); 2],
     kernel: [usize; 2],
     stride: [usize; 2],
@@ -319,6 +363,12 @@ impl Recorded for ConvCall {
             pad_before: [self.pad[0].0, self.pad[1].0],
             groups: g,
         };
+        #[cfg(feature = "flex")]
+        if let (Some(g), Some(patches)) = (self.host, &self.patches)
+            && let Some((weight, bias_rows)) = super::host::conv_rows(delta.clone(), patches.clone(), g)
+        {
+            return std::iter::once((self.weight, weight)).chain(self.bias.map(|id| (id, bias_rows))).collect();
+        }
         let weight = match crate::cube::conv_weight_rows(&self.input, &delta, geometry) {
             Some(weight) => weight,
             None => self.weight_by_patches(delta.clone()),

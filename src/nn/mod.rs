@@ -39,6 +39,10 @@
 //! gradient, and each layer turns (input, δ) into per-example parameter gradients by one
 //! batched contraction (the book-keeping of [Bu et al. 2023](https://arxiv.org/abs/2210.00038); its
 //! per-layer cost is in each file).
+//! On flex (burn's recommended CPU backend, the default device), the convolutions and max
+//! pooling of a recorded forward are dpgd's own operations with their own backward, and the
+//! convolutions' per-example gradients come from the same kernels as the fast engine's
+//! (`crate::kernels`): the kernels are written once for both engines.
 //! Outside [`record`], or on a device without autodiff, every layer computes exactly what
 //! burn's does. A layer called twice in one forward gets two records whose per-example
 //! gradients add up.
@@ -55,6 +59,8 @@
 
 mod conv2d;
 mod embedding;
+#[cfg(feature = "flex")]
+mod host;
 mod linear;
 mod norm;
 mod pool;

@@ -2,20 +2,19 @@
 //! the CPU backends. It has no parameters, so burn's own `MaxPool2d` trains privately as well;
 //! this one only saves time.
 //!
-//! On flex, with valid padding and floor mode, the window maxima are found on the host and the
-//! output is `x.gather(argmax)`: its backward (a scatter-add of the output gradient
-//! onto the argmax positions) is exactly max pooling's. flex's own max pool walks every window
-//! through generic index arithmetic with one parallel task per (example, channel) plane — 19 % of
-//! the Opacus CNN's private step on the burn engine (profiled with `perf`, 2 cores) — while the
-//! loop here visits a plane's windows row by row. Ties and NaN are resolved as flex resolves
-//! them (the first maximum; a NaN wins, the last NaN of a window). Other geometries, other
-//! devices (ndarray resolves NaN otherwise: a NaN never wins there) and values that cannot be
-//! read as f32 take burn's `max_pool2d`.
+//! On flex, with valid padding and floor mode, it is dpgd's own operation
+//! ([`super::host`]): the window maxima found on the host, row by row (flex's own max pool walks
+//! every window through generic index arithmetic with one parallel task per (example, channel)
+//! plane — 19 % of the Opacus CNN's private step on the burn engine, profiled with `perf`, 2
+//! cores), and a backward that adds each output's gradient at its window's arg-max, exactly max
+//! pooling's. Ties and NaN are resolved as flex resolves them (the first maximum; a NaN wins, the
+//! last NaN of a window). Other geometries, other devices (ndarray resolves NaN otherwise: a NaN
+//! never wins there) and values other than f32 take burn's `max_pool2d`.
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::PaddingConfig2d;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::Tensor;
 
 /// The configuration of a [`MaxPool2d`]: burn's `MaxPool2dConfig`, same fields and defaults.
 #[derive(Config, Debug)]
@@ -81,19 +80,19 @@ impl From<burn::nn::pool::MaxPool2d> for MaxPool2d {
 impl MaxPool2d {
     /// The max pooling of `input` (`[batch, channels, h, w]`), as burn's `MaxPool2d::forward`.
     pub fn forward(&self, input: Tensor<4>) -> Tensor<4> {
-        let [b, c, h, w] = input.dims();
-        let fits = matches!(self.padding, PaddingConfig2d::Valid)
-            && !self.ceil_mode
-            && (0..2).all(|i| {
-                let (k, s, d) = (self.kernel_size[i], self.stride[i], self.dilation[i]);
-                k > 0 && s > 0 && d > 0 && d * (k - 1) < [h, w][i]
-            });
-        if fits && crate::device::is_flex(&input.device()) {
-            let values = input.clone().without_autodiff().into_data().convert::<f32>().try_into_vec::<f32>();
-            if let Ok(values) = values {
-                let (argmax, [ho, wo]) = argmax(&values, [b * c, h, w], self.kernel_size, self.stride, self.dilation);
-                let index = Tensor::<2, Int>::from_data(TensorData::new(argmax, [b * c, ho * wo]), &input.device());
-                return input.reshape([b * c, h * w]).gather(1, index).reshape([b, c, ho, wo]);
+        #[cfg(feature = "flex")]
+        {
+            let [_, _, h, w] = input.dims();
+            let fits = matches!(self.padding, PaddingConfig2d::Valid)
+                && !self.ceil_mode
+                && (0..2).all(|i| {
+                    let (k, s, d) = (self.kernel_size[i], self.stride[i], self.dilation[i]);
+                    k > 0 && s > 0 && d > 0 && d * (k - 1) < [h, w][i]
+                });
+            let windows =
+                super::host::PoolWindows { kernel: self.kernel_size, stride: self.stride, dilation: self.dilation };
+            if let Some(out) = fits.then(|| super::host::max_pool2d(input.clone(), windows)).flatten() {
+                return out;
             }
         }
         burn::nn::pool::MaxPool2d {
@@ -113,7 +112,7 @@ crate::simd::kernel! {
     /// an output row the inner one, so that the comparisons run along contiguous values, compiled
     /// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
     /// private step on the burn engine (`perf`, 2 cores).
-    fn argmax(
+    pub(super) fn argmax(
         x: &[f32],
         [planes, h, w]: [usize; 3],
         [kh, kw]: [usize; 2],

@@ -16,7 +16,6 @@ mod engine;
 pub mod independence;
 pub mod layers;
 mod loss;
-mod matrix;
 mod network;
 mod predict;
 

@@ -8,11 +8,11 @@
 //! asked for in full ([`super::super::Network::backward`]) get the f32 products written.
 //! Input gradient: Wᵀ δᵢ, batched.
 
-use super::super::matrix::{MatMut, MatRef, matmul};
 use super::Alloc;
 use super::{Backward, Forward, Init, OuterBlock, Params, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError, checked};
+use crate::kernels::matrix::{MatMut, MatRef, matmul};
 
 /// A compiled fully connected layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,641 @@
+//! The convolution kernels both engines run (square kernel, stride, zero padding): the im2col
+//! matrices of a micro-batch and their adjoint col2im, the forward as one product of those
+//! matrices with the weights, each example's weight and bias gradients, and the input gradient.
+//! The fast engine's conv2d rule ([`crate::per_example::layers`]) and the burn engine's
+//! `dpgd::nn::Conv2d` on flex call the same functions, so the two cannot drift apart.
+//!
+//! Per example i with im2col matrix colsᵢ (`T × K`, T = output positions, K = cin·k²):
+//! forward `yᵢ = W colsᵢᵀ + b`; parameter gradient ∂ℓᵢ/∂W = Δᵢ colsᵢ (one small GEMM per
+//! example), ∂ℓᵢ/∂b = Σ_positions Δᵢ; input gradient col2im(Δᵢᵀ W). im2col and its adjoint
+//! col2im walk the same window rows on each path ([`Geometry::segments`] with padding,
+//! `Geometry::windows` without, `avx512::runs` in vectors), so they cannot drift apart (a
+//! test checks both the adjointness and each vector path against the portable one).
+
+use super::matrix::{MatMut, MatRef, matmul, transpose};
+
+/// Calls `geometry.method::<K>(args)` with the kernel size as a constant for the common sizes
+/// (2, 3, 4, 5, 8), `K = 0` (any size) otherwise. Hot path: a window row of a size known to the
+/// compiler is copied with a few vector moves, not a call to memmove per row.
+macro_rules! by_kernel_size {
+    ($g:expr, $method:ident($($arg:expr),*)) => {
+        match $g.k {
+            2 => $g.$method::<2>($($arg),*),
+            3 => $g.$method::<3>($($arg),*),
+            4 => $g.$method::<4>($($arg),*),
+            5 => $g.$method::<5>($($arg),*),
+            8 => $g.$method::<8>($($arg),*),
+            _ => $g.$method::<0>($($arg),*),
+        }
+    };
+}
+/// Where each k-wide window row of an im2col matrix reads its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Input channels.
+    pub cin: usize,
+    /// Input height.
+    pub hin: usize,
+    /// Input width.
+    pub win: usize,
+    /// Kernel size.
+    pub k: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Zero padding on every side.
+    pub pad: usize,
+    /// Output height.
+    pub hout: usize,
+    /// Output width.
+    pub wout: usize,
+}
+
+impl Geometry {
+    /// Output positions T.
+    pub fn positions(&self) -> usize {
+        self.hout * self.wout
+    }
+    /// Columns K = cin·k² of the im2col matrix.
+    pub fn patch(&self) -> usize {
+        self.cin * self.k * self.k
+    }
+    /// Calls `f(segment, j_lo, j_hi, source)` for every k-wide segment of one example's im2col
+    /// matrix (row = output position, columns in the weights' (channel, i, j) order): columns
+    /// `segment + j_lo .. segment + j_hi` read input values `source ..` of the channel-major
+    /// input; the rest of the segment (or all of it when `source` is `None`) is padding.
+    #[inline(always)]
+    fn segments(&self, mut f: impl FnMut(usize, usize, usize, Option<usize>)) {
+        let Geometry { cin, hin, win, k, stride: s, pad, hout, wout } = *self;
+        let kk = self.patch();
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * kk;
+                let w0 = (ow * s) as isize - pad as isize;
+                // columns j in [j_lo, j_hi) fall inside the input
+                let j_lo = (-w0).clamp(0, k as isize) as usize;
+                let j_hi = (win as isize - w0).clamp(0, k as isize) as usize;
+                for ch in 0..cin {
+                    for i in 0..k {
+                        let ih = (oh * s + i) as isize - pad as isize;
+                        let inside = ih >= 0 && (ih as usize) < hin && j_lo < j_hi;
+                        let source = inside.then(|| (ch * hin + ih as usize) * win + (w0 + j_lo as isize) as usize);
+                        f(row + (ch * k + i) * k, j_lo, j_hi, source);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The values of one example's zero-bordered plane, where the batch kernels use one: padding
+    /// narrower than the kernel (the usual "same" padding), so that the plane is within a few
+    /// times the input and im2col matrix (both bounded when the network is compiled); `None`
+    /// without padding, or for wider padding (the per-segment path then allocates nothing).
+    fn padded_plane(&self) -> Option<usize> {
+        if self.pad == 0 || self.pad >= self.k {
+            return None;
+        }
+        let side = |n: usize| n.checked_add(self.pad.checked_mul(2)?);
+        self.cin.checked_mul(side(self.hin)?)?.checked_mul(side(self.win)?)
+    }
+
+    /// The same windows over the input with its zero border made part of it (no padding).
+    fn padded(&self) -> Geometry {
+        // Used only where `padded_plane` is Some (these sizes then fit); saturating, so that a
+        // huge padding cannot overflow while the batch kernels decide.
+        let border = self.pad.saturating_mul(2);
+        let (hin, win) = (self.hin.saturating_add(border), self.win.saturating_add(border));
+        Geometry { hin, win, pad: 0, ..*self }
+    }
+
+    /// Copies one example's input into the interior of a [`padded`](Self::padded) plane (its
+    /// border stays as it is: zero).
+    #[inline(always)]
+    fn pad_into(&self, x: &[f32], plane: &mut [f32]) {
+        let (pw, ph) = (self.win + 2 * self.pad, self.hin + 2 * self.pad);
+        for (ch, src) in x.chunks_exact(self.hin * self.win).enumerate() {
+            for (r, row) in src.chunks_exact(self.win).enumerate() {
+                let at = (ch * ph + r + self.pad) * pw + self.pad;
+                plane[at..at + self.win].copy_from_slice(row);
+            }
+        }
+    }
+
+    /// The interior of a [`padded`](Self::padded) plane: the inverse of
+    /// [`pad_into`](Self::pad_into).
+    #[inline(always)]
+    fn crop_from(&self, plane: &[f32], x: &mut [f32]) {
+        let (pw, ph) = (self.win + 2 * self.pad, self.hin + 2 * self.pad);
+        for (ch, dst) in x.chunks_exact_mut(self.hin * self.win).enumerate() {
+            for (r, row) in dst.chunks_exact_mut(self.win).enumerate() {
+                let at = (ch * ph + r + self.pad) * pw + self.pad;
+                row.copy_from_slice(&plane[at..at + self.win]);
+            }
+        }
+    }
+
+    /// [`segments`](Self::segments) without padding (every window inside the input) for kernel
+    /// size `K = k`: `f(segment, source)` for each whole window row, in the same order.
+    #[inline(always)]
+    fn windows<const K: usize>(&self, mut f: impl FnMut(usize, usize)) {
+        let Geometry { cin, hin, win, stride: s, hout, wout, .. } = *self;
+        let kk = cin * K * K;
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * kk;
+                for ch in 0..cin {
+                    for i in 0..K {
+                        f(row + (ch * K + i) * K, (ch * hin + oh * s + i) * win + ow * s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One example's im2col matrix from its channel-major input.
+    #[inline(always)]
+    fn im2col(&self, x: &[f32], cols: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::takes_im2col(self) {
+            avx512::im2col(self, x, cols);
+            return;
+        }
+        by_kernel_size!(self, im2col_k(x, cols))
+    }
+
+    /// [`im2col`](Self::im2col) for kernel size `K` (`K = 0`: any size).
+    #[inline(always)]
+    fn im2col_k<const K: usize>(&self, x: &[f32], cols: &mut [f32]) {
+        if K > 0 && self.pad == 0 {
+            // Every window lies inside the input: no clamping, whole rows only.
+            self.windows::<K>(|seg, src| {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut cols[seg..seg + K], &x[src..src + K]);
+                *to = *from;
+            });
+            return;
+        }
+        let k = self.k;
+        self.segments(|seg, lo, hi, source| {
+            let s = &mut cols[seg..seg + k];
+            match source {
+                None => s.fill(0.0),
+                Some(src) if K > 0 && lo == 0 && hi == K => {
+                    let (to, from): (&mut [f32; K], &[f32; K]) = fixed(s, &x[src..src + K]);
+                    *to = *from;
+                }
+                Some(src) => {
+                    s[..lo].fill(0.0);
+                    s[lo..hi].copy_from_slice(&x[src..src + (hi - lo)]);
+                    s[hi..].fill(0.0);
+                }
+            }
+        });
+    }
+
+    /// The adjoint of [`im2col`](Self::im2col): scatter-adds column gradients onto the input
+    /// gradient.
+    #[inline(always)]
+    fn col2im(&self, dcols: &[f32], dx: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::takes_col2im(self) {
+            avx512::col2im(self, dcols, dx);
+            return;
+        }
+        by_kernel_size!(self, col2im_k(dcols, dx))
+    }
+
+    /// [`col2im`](Self::col2im) for kernel size `K` (`K = 0`: any size).
+    #[inline(always)]
+    fn col2im_k<const K: usize>(&self, dcols: &[f32], dx: &mut [f32]) {
+        if K > 0 && self.pad == 0 {
+            self.windows::<K>(|seg, src| {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut dx[src..src + K], &dcols[seg..seg + K]);
+                for (d, v) in to.iter_mut().zip(from) {
+                    *d += v;
+                }
+            });
+            return;
+        }
+        self.segments(|seg, lo, hi, source| {
+            let Some(src) = source else { return };
+            if K > 0 && lo == 0 && hi == K {
+                let (to, from): (&mut [f32; K], &[f32; K]) = fixed(&mut dx[src..src + K], &dcols[seg..seg + K]);
+                for (d, v) in to.iter_mut().zip(from) {
+                    *d += v;
+                }
+            } else {
+                for (d, v) in dx[src..src + (hi - lo)].iter_mut().zip(&dcols[seg + lo..seg + hi]) {
+                    *d += v;
+                }
+            }
+        });
+    }
+}
+
+/// Two slices of length `K` as arrays (callers slice exactly `K` values).
+#[inline(always)]
+fn fixed<'a, 'b, const K: usize>(to: &'a mut [f32], from: &'b [f32]) -> (&'a mut [f32; K], &'b [f32; K]) {
+    match (<&mut [f32; K]>::try_from(to), <&[f32; K]>::try_from(from)) {
+        (Ok(t), Ok(f)) => (t, f),
+        _ => unreachable!("callers slice exactly K values"),
+    }
+}
+crate::simd::kernel! {
+/// The im2col matrices of the examples of `x` (one after the other) into `cols`. With padding,
+/// each example is first copied into a zero-bordered plane ([`Geometry::padded_plane`]), so
+/// that every window row is read whole (no partial rows at the borders).
+fn im2col_batch(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+    let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    let padded = g.padded();
+    let mut plane = vec![0.0f32; g.padded_plane().unwrap_or(0)];
+    for (xe, ce) in x.chunks_exact(n_in).zip(cols.chunks_exact_mut(n_cols)) {
+        if plane.is_empty() {
+            g.im2col(xe, ce);
+        } else {
+            g.pad_into(xe, &mut plane);
+            padded.im2col(&plane, ce);
+        }
+    }
+}
+}
+
+crate::simd::kernel! {
+/// The input gradients of the examples of `dcols` (one after the other) into `dx`, overwritten.
+/// With padding, through a zero-bordered plane whose border is then dropped: each input value
+/// receives the same terms in the same order as without it.
+fn col2im_batch(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+    dx.fill(0.0);
+    let (n_in, n_cols) = (g.cin * g.hin * g.win, g.positions() * g.patch());
+    let padded = g.padded();
+    let mut plane = vec![0.0f32; g.padded_plane().unwrap_or(0)];
+    for (ce, de) in dcols.chunks_exact(n_cols).zip(dx.chunks_exact_mut(n_in)) {
+        if plane.is_empty() {
+            g.col2im(ce, de);
+        } else {
+            plane.fill(0.0);
+            padded.col2im(ce, &mut plane);
+            g.crop_from(&plane, de);
+        }
+    }
+}
+}
+
+crate::simd::kernel! {
+/// `sums[c] = Σ plane c` of one example's planes of `t` values, each in 16 running lanes (so
+/// that the additions vectorise), the lanes then added pairwise in a fixed tree (a sequential
+/// sum of 16 lanes would wait on each addition in turn).
+fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx512f() {
+        avx512::plane_sums(sums, planes, t);
+        return;
+    }
+    const LANES: usize = 16;
+    for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t)) {
+        let mut lanes = [0.0f32; LANES];
+        let chunks = plane.chunks_exact(LANES);
+        for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+            *l += v;
+        }
+        for c in chunks {
+            lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v);
+        }
+        *s = crate::simd::pairwise_sum(lanes);
+    }
+}
+}
+
+/// Per example, `[rows, cols]` → `[cols, rows]` (channel-last ⇄ channel-major), adding
+/// `column[c]` to every value of column `c` when given (the bias, on the way to channel-major).
+fn transpose_planes(src: &[f32], dst: &mut [f32], rows: usize, cols: usize, column: Option<&[f32]>) {
+    let n = rows * cols;
+    for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+        transpose(s, d, rows, cols, column);
+    }
+}
+
+/// The conv kernels in AVX-512 vectors, each giving the same values as its portable form (a
+/// test): the lanes of a plane sum, and whole 16-value runs of an im2col row moved at once. The
+/// portable kernels move one k-wide window row at a time, with an index computation and bounds
+/// checks per row of four or eight values.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::{
+        __m512, _mm_add_ps, _mm_loadu_ps, _mm_storeu_ps, _mm256_add_ps, _mm256_castpd_ps, _mm256_castps_pd,
+        _mm256_loadu_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_castps128_ps512,
+        _mm512_castps256_ps512, _mm512_castps512_ps128, _mm512_castps512_ps256, _mm512_extractf32x4_ps,
+        _mm512_extractf64x4_pd, _mm512_insertf32x4, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_mask_loadu_ps,
+        _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_storeu_ps,
+    };
+
+    use super::Geometry;
+    use crate::simd::{first_lanes, has_avx512f, pairwise_sum_ps};
+
+    /// [`super::plane_sums`]: the same 16 lanes (the partial last chunk first, then the
+    /// chunks in order) and the same tree, so the same sums.
+    pub(super) fn plane_sums(sums: &mut [f32], planes: &[f32], t: usize) {
+        assert!(has_avx512f() && planes.len() >= sums.len() * t, "plane sums: sizes or AVX-512F");
+        // SAFETY: AVX-512F is present (checked above).
+        unsafe { plane_sums_in(sums, planes, t) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn plane_sums_in(sums: &mut [f32], planes: &[f32], t: usize) {
+        let (full, tail) = (t / 16, t % 16);
+        for (s, plane) in sums.iter_mut().zip(planes.chunks_exact(t.max(1))) {
+            let p = plane.as_ptr();
+            // SAFETY: `plane` holds `t` values: `full` whole vectors, then `tail` under the mask.
+            unsafe {
+                let mut acc = _mm512_maskz_loadu_ps(first_lanes(tail), p.add(16 * full));
+                for c in 0..full {
+                    acc = _mm512_add_ps(acc, _mm512_loadu_ps(p.add(16 * c)));
+                }
+                *s = pairwise_sum_ps(acc);
+            }
+        }
+    }
+
+    /// Whether [`im2col`] takes `g`: no padding (the batch kernels pad into a plane first),
+    /// windows 4 or 8 wide (16 values of a row are then 4 or 2 window rows of one channel) or 3
+    /// wide (a channel's whole 3 × 3 window, 9 values, under a mask), and AVX-512F.
+    pub(super) fn takes_im2col(g: &Geometry) -> bool {
+        g.pad == 0 && matches!(g.k, 3 | 4 | 8) && has_avx512f()
+    }
+
+    /// Whether [`col2im`] takes `g`: as [`takes_im2col`] but not 3-wide windows, whose masked
+    /// adds stall on the overlapping windows' stores (measured 2.7× slower than the portable
+    /// kernel).
+    pub(super) fn takes_col2im(g: &Geometry) -> bool {
+        g.pad == 0 && matches!(g.k, 4 | 8) && has_avx512f()
+    }
+
+    /// Lanes 3i to 3i + 2: row i of a 3 × 3 window.
+    const fn row3(i: u32) -> u16 {
+        0b111 << (3 * i)
+    }
+
+    /// Calls `f(dst, src)` for every channel's 3 × 3 window of the im2col matrix (in the
+    /// portable kernels' order): `dst` the offset of its 9 values, `src` the input offset of its
+    /// first window row; the rows follow `win` apart.
+    #[inline(always)]
+    fn windows3(g: &Geometry, mut f: impl FnMut(usize, usize)) {
+        let Geometry { cin, hin, win, stride: s, hout, wout, .. } = *g;
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * cin * 9;
+                for ch in 0..cin {
+                    f(row + ch * 9, (ch * hin + oh * s) * win + ow * s);
+                }
+            }
+        }
+    }
+
+    /// Checks that `takes` takes `g`, that every window of `g` (unpadded) lies inside an input of `n_in` values and
+    /// that `n_cols` holds the im2col matrix: what the unchecked accesses below rest on.
+    fn check(g: &Geometry, takes: fn(&Geometry) -> bool, n_in: usize, n_cols: usize) {
+        // checked arithmetic: the unsafe accesses rest on these, so no size may wrap
+        let inside = |out: usize, len: usize| {
+            out == 0 || (out - 1).checked_mul(g.stride).and_then(|v| v.checked_add(g.k)).is_some_and(|end| end <= len)
+        };
+        let fits = |need: Option<usize>, have: usize| need.is_some_and(|n| n <= have);
+        let input = g.cin.checked_mul(g.hin).and_then(|v| v.checked_mul(g.win));
+        let cols = g.hout.checked_mul(g.wout).and_then(|t| t.checked_mul(g.cin)).and_then(|v| v.checked_mul(g.k * g.k));
+        assert!(
+            takes(g) && inside(g.hout, g.hin) && inside(g.wout, g.win) && fits(input, n_in) && fits(cols, n_cols),
+            "grouped im2col: geometry {g:?} does not fit its buffers"
+        );
+    }
+
+    /// Calls `f(dst, src)` for every 16 values of the im2col matrix (in the portable kernels'
+    /// order): `dst` the offset of the run, `src` the input offset of its first window row;
+    /// the run's window rows follow `win` apart.
+    #[inline(always)]
+    fn runs(g: &Geometry, mut f: impl FnMut(usize, usize)) {
+        let Geometry { cin, hin, win, k, stride: s, hout, wout, .. } = *g;
+        let (kk, per_run) = (g.patch(), 16 / k);
+        for oh in 0..hout {
+            for ow in 0..wout {
+                let row = (oh * wout + ow) * kk;
+                for ch in 0..cin {
+                    for i in (0..k).step_by(per_run) {
+                        f(row + (ch * k + i) * k, (ch * hin + oh * s + i) * win + ow * s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Geometry::im2col`] for a geometry [`takes_im2col`] takes.
+    pub(super) fn im2col(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+        check(g, takes_im2col, x.len(), cols.len());
+        // SAFETY: AVX-512F is present and the windows fit (checked above).
+        unsafe { im2col_in(g, x, cols) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn im2col_in(g: &Geometry, x: &[f32], cols: &mut [f32]) {
+        let (xp, cp, win) = (x.as_ptr(), cols.as_mut_ptr(), g.win);
+        if g.k == 3 {
+            windows3(g, |dst, src| {
+                // SAFETY: the window's rows lie inside `x` and its 9 values inside `cols`
+                // (`check`). Row i's 3 values go to lanes 3i..3i + 2, loaded from an address 3i
+                // floats before the row (formed with wrapping arithmetic; only the unmasked lanes,
+                // the row itself, are read).
+                unsafe {
+                    let p = xp.add(src);
+                    let v = _mm512_maskz_loadu_ps(row3(0), p);
+                    let v = _mm512_mask_loadu_ps(v, row3(1), p.wrapping_add(win).wrapping_sub(3));
+                    let v = _mm512_mask_loadu_ps(v, row3(2), p.wrapping_add(2 * win).wrapping_sub(6));
+                    _mm512_mask_storeu_ps(cp.add(dst), 0x1ff, v);
+                }
+            });
+            return;
+        }
+        runs(g, |dst, src| {
+            // SAFETY: each window row read lies inside `x` and each run inside `cols` (`check`).
+            unsafe {
+                let p = xp.add(src);
+                let v = if g.k == 4 {
+                    let v = _mm512_castps128_ps512(_mm_loadu_ps(p));
+                    let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(p.add(win)));
+                    let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(p.add(2 * win)));
+                    _mm512_insertf32x4::<3>(v, _mm_loadu_ps(p.add(3 * win)))
+                } else {
+                    let high = _mm256_castps_pd(_mm256_loadu_ps(p.add(win)));
+                    let v = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(p)));
+                    _mm512_castpd_ps(_mm512_insertf64x4::<1>(v, high))
+                };
+                _mm512_storeu_ps(cp.add(dst), v);
+            }
+        });
+    }
+
+    /// [`Geometry::col2im`] for a geometry [`takes_col2im`] takes: each window row added in the
+    /// portable kernel's order, so the same sums.
+    pub(super) fn col2im(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+        check(g, takes_col2im, dx.len(), dcols.len());
+        // SAFETY: AVX-512F is present and the windows fit (checked above).
+        unsafe { col2im_in(g, dcols, dx) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn col2im_in(g: &Geometry, dcols: &[f32], dx: &mut [f32]) {
+        let (cp, xp, win) = (dcols.as_ptr(), dx.as_mut_ptr(), g.win);
+        runs(g, |dst, src| {
+            // SAFETY: as in `im2col_in`; the window rows of one run are distinct rows of `dx`.
+            unsafe {
+                let v: __m512 = _mm512_loadu_ps(cp.add(dst));
+                let p = xp.add(src);
+                if g.k == 4 {
+                    let add = |at: *mut f32, part| _mm_storeu_ps(at, _mm_add_ps(_mm_loadu_ps(at), part));
+                    add(p, _mm512_castps512_ps128(v));
+                    add(p.add(win), _mm512_extractf32x4_ps::<1>(v));
+                    add(p.add(2 * win), _mm512_extractf32x4_ps::<2>(v));
+                    add(p.add(3 * win), _mm512_extractf32x4_ps::<3>(v));
+                } else {
+                    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+                    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), _mm512_castps512_ps256(v)));
+                    let q = p.add(win);
+                    _mm256_storeu_ps(q, _mm256_add_ps(_mm256_loadu_ps(q), high));
+                }
+            }
+        });
+    }
+}
+
+/// A convolution's forward over a micro-batch of `b` examples: `x` (`b` channel-major inputs)
+/// into `out` (`b` channel-major outputs of `cout` planes), through `cols` (the im2col matrices,
+/// `b·T·K`, kept for the weight gradients) and `hwc` (`b·T·cout` scratch). `weights` is
+/// `[cout, K]` row-major, `bias` `[cout]`.
+pub(crate) fn forward_batch(
+    g: &Geometry,
+    (weights, bias): (&[f32], Option<&[f32]>),
+    (b, x): (usize, &[f32]),
+    (cols, hwc): (&mut [f32], &mut [f32]),
+    out: &mut [f32],
+) {
+    let (t, kk, n_in) = (g.positions(), g.patch(), g.cin * g.hin * g.win);
+    let cout = weights.len() / kk.max(1);
+    let cols = &mut cols[..b * t * kk];
+    im2col_batch(g, &x[..b * n_in], cols);
+    // hwc[b·T × cout] = cols[b·T × K] · Wᵀ, then to channel-major
+    let hwc = &mut hwc[..b * t * cout];
+    let weights = MatRef::row_major(weights, cout, kk);
+    matmul(MatMut::row_major(hwc, b * t, cout), MatRef::row_major(cols, b * t, kk), weights.t(), false);
+    // to channel-major, the bias added on the way
+    transpose_planes(hwc, out, t, cout, bias);
+}
+
+/// One example's weight gradient `Δ · cols` (`[cout, K]`, into `weight`) and, when given, its
+/// bias gradient (Δ summed over positions, into `bias`), from its output gradient `dy`
+/// (`[cout, T]`) and its im2col matrix `cols` (`[T, K]`).
+pub(crate) fn weight_rows(g: &Geometry, dy: &[f32], cols: &[f32], weight: &mut [f32], bias: Option<&mut [f32]>) {
+    let (t, kk) = (g.positions(), g.patch());
+    let cout = dy.len() / t.max(1);
+    // ∂W[cout × K] = Δ[cout × T] · cols[T × K]
+    matmul(MatMut::row_major(weight, cout, kk), MatRef::row_major(dy, cout, t), MatRef::row_major(cols, t, kk), false);
+    if let Some(bias) = bias {
+        plane_sums(bias, dy, t);
+    }
+}
+
+/// The input gradients of a micro-batch of `b` examples into `dx` (overwritten): `dcols = Δᵀ·W`
+/// then col2im, through `hwc` (`b·T·cout`) and `dcols` (`b·T·K`) scratch. `dy` holds `b`
+/// channel-major output gradients, `weights` is `[cout, K]` row-major.
+pub(crate) fn input_grad_batch(
+    g: &Geometry,
+    weights: &[f32],
+    (b, dy): (usize, &[f32]),
+    (hwc, dcols): (&mut [f32], &mut [f32]),
+    dx: &mut [f32],
+) {
+    let (t, kk, n_in) = (g.positions(), g.patch(), g.cin * g.hin * g.win);
+    let cout = weights.len() / kk.max(1);
+    // dcols[b·T × K] = Δᵀ[b·T × cout] · W[cout × K], then scatter back
+    let hwc = &mut hwc[..b * t * cout];
+    transpose_planes(&dy[..b * cout * t], hwc, cout, t, None);
+    let dcols = &mut dcols[..b * t * kk];
+    let weights = MatRef::row_major(weights, cout, kk);
+    matmul(MatMut::row_major(dcols, b * t, kk), MatRef::row_major(hwc, b * t, cout), weights, false);
+    col2im_batch(g, dcols, &mut dx[..b * n_in]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The im2col and col2im a geometry dispatches to (the AVX-512 runs for 4- and 8-wide
+    /// windows on a processor with it) give the portable per-segment kernels' values, bit for
+    /// bit; so do the plane sums. (On a processor without AVX-512 both sides are portable.)
+    #[test]
+    fn dispatched_kernels_match_the_portable_ones() {
+        for (cin, hin, win, k, stride) in [
+            (16, 13, 13, 4, 2),
+            (1, 34, 34, 8, 2),
+            (3, 9, 11, 4, 1),
+            (2, 20, 18, 8, 3),
+            (16, 16, 16, 3, 1),
+            (2, 9, 7, 3, 2),
+        ] {
+            let (hout, wout) = ((hin - k) / stride + 1, (win - k) / stride + 1);
+            let g = Geometry { cin, hin, win, k, stride, pad: 0, hout, wout };
+            let x: Vec<f32> = (0..cin * hin * win).map(|i| ((i * 7) % 11) as f32 * 0.37 - 2.0).collect();
+            let c: Vec<f32> = (0..g.positions() * g.patch()).map(|i| ((i * 5) % 13) as f32 * 0.29 - 1.5).collect();
+            let (mut got, mut want) = (vec![1.0; c.len()], vec![2.0; c.len()]);
+            g.im2col(&x, &mut got);
+            g.im2col_k::<0>(&x, &mut want);
+            assert_eq!(got, want, "im2col {g:?}");
+            let (mut got, mut want) = (vec![0.5; x.len()], vec![0.5; x.len()]);
+            g.col2im(&c, &mut got);
+            g.col2im_k::<0>(&c, &mut want);
+            assert_eq!(got, want, "col2im {g:?}");
+        }
+        for t in [1, 15, 16, 25, 196] {
+            let planes: Vec<f32> = (0..3 * t).map(|i| ((i * 7) % 19) as f32 * 0.13 - 1.1).collect();
+            let mut got = [0.0f32; 3];
+            plane_sums(&mut got, &planes, t);
+            for (s, plane) in got.iter().zip(planes.chunks_exact(t)) {
+                let mut lanes = [0.0f32; 16];
+                let chunks = plane.chunks_exact(16);
+                lanes.iter_mut().zip(chunks.remainder()).for_each(|(l, &v)| *l += v);
+                chunks.for_each(|c| lanes.iter_mut().zip(c).for_each(|(l, &v)| *l += v));
+                assert_eq!(*s, crate::simd::pairwise_sum(lanes), "t = {t}");
+            }
+        }
+    }
+
+    /// ⟨im2col(x), c⟩ = ⟨x, col2im(c)⟩ for every geometry: the two stay adjoint.
+    #[test]
+    fn im2col_and_col2im_are_adjoint() {
+        for (cin, hin, win, k, stride, pad) in
+            // The last two pad at least the kernel's width: the per-segment path (the second
+            // would need a plane of 4.4·10¹² values).
+            [
+                (1, 5, 4, 3, 1, 1),
+                (2, 7, 7, 2, 2, 0),
+                (3, 6, 5, 4, 2, 3),
+                (1, 2, 2, 5, 1, 2),
+                (1, 4, 4, 2, 3, 2),
+                (1, 28, 28, 1, 1 << 20, 1 << 20),
+            ]
+        {
+            let (hout, wout) = ((hin + 2 * pad - k) / stride + 1, (win + 2 * pad - k) / stride + 1);
+            let g = Geometry { cin, hin, win, k, stride, pad, hout, wout };
+            let x: Vec<f32> = (0..cin * hin * win).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+            let c: Vec<f32> = (0..g.positions() * g.patch()).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
+            let mut cols = vec![0.0; c.len()];
+            g.im2col(&x, &mut cols);
+            let mut dx = vec![0.0; x.len()];
+            g.col2im(&c, &mut dx);
+            let lhs: f32 = cols.iter().zip(&c).map(|(a, b)| a * b).sum();
+            let rhs: f32 = x.iter().zip(&dx).map(|(a, b)| a * b).sum();
+            assert_eq!(lhs, rhs, "geometry {g:?}");
+            // The batch kernels (through a zero-bordered plane when padded) give the same
+            // values, bit for bit.
+            let mut batch_cols = vec![1.0; c.len()];
+            im2col_batch(&g, &x, &mut batch_cols);
+            assert_eq!(batch_cols, cols, "geometry {g:?}");
+            let mut batch_dx = vec![1.0; x.len()];
+            col2im_batch(&g, &c, &mut batch_dx);
+            assert_eq!(batch_dx, dx, "geometry {g:?}");
+        }
+    }
+}

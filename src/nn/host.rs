@@ -1,0 +1,255 @@
+//! dpgd's host kernels as burn operations on flex, each with its own backward: the layers of
+//! [`crate::nn`] call them on flex (burn's recommended CPU backend, the default device) where
+//! burn's generic kernels are slow, and burn's autodiff runs the backward given here. Registered
+//! through burn's extension API (`#[backend_extension]`: the operation is dispatched to flex, or
+//! to flex under autodiff, by the device of its input); every other device keeps burn's
+//! operations.
+//!
+//! Each operation's values and gradients equal burn's own operation's, bit for bit (the tests of
+//! each layer compare them on every CPU backend).
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{AutodiffBackend, Backend, Dispatch, Flex, backend_extension};
+use burn::tensor::{DType, Tensor, TensorData};
+
+use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, weight_rows};
+
+/// A max pooling's windows (valid padding, floor mode): `[kh, kw]`, strides, dilations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolWindows {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+/// A convolution the shared kernels compute ([`crate::kernels::conv`]: square kernel, one
+/// stride, the same zero padding on every side, no dilation, one group), with its parameters'
+/// values: constants of the operation (the burn engine freezes them in a private step).
+#[derive(Debug, Clone)]
+pub(crate) struct HostConv {
+    pub geometry: Geometry,
+    /// `[c_out, c_in·k·k]`, row-major.
+    pub weights: Vec<f32>,
+    /// `[c_out]`.
+    pub bias: Option<Vec<f32>>,
+}
+
+impl HostConv {
+    fn c_out(&self) -> usize {
+        self.weights.len() / self.geometry.patch().max(1)
+    }
+}
+
+/// dpgd's operations on flex.
+#[backend_extension(Autodiff, Flex)]
+pub(crate) trait HostOps: Backend {
+    /// Max pooling of `[b, c, h, w]` f32 values ([`super::pool`]'s arg-max kernel); its
+    /// backward adds each output's gradient at its window's arg-max, as burn's does.
+    fn host_max_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self>;
+
+    /// The convolution of `[b, c_in, h, w]` f32 values by [`crate::kernels::conv::forward_batch`],
+    /// with the input's im2col matrices (`[b, T, K]`, not differentiable), which the per-example
+    /// rule reuses; its backward is the input gradient of
+    /// [`crate::kernels::conv::input_grad_batch`] (the parameters are constants).
+    fn host_conv2d(x: FloatTensor<Self>, conv: HostConv) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Each example's weight gradient (`[b, c_out·K]`) and bias gradient (`[b, c_out]`) from
+    /// the output gradients δ (`[b, c_out, hout, wout]`) and the im2col matrices (`[b, T, K]`) of
+    /// [`host_conv2d`](Self::host_conv2d), by [`crate::kernels::conv::weight_rows`]: the fast
+    /// engine's per-example rule. Not differentiable.
+    fn host_conv_rows(
+        delta: FloatTensor<Self>,
+        cols: FloatTensor<Self>,
+        geometry: Geometry,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// [`HostOps::host_max_pool2d`] of `x` where it runs (flex, f32 values, windows that fit);
+/// `None` elsewhere.
+pub(crate) fn max_pool2d(x: Tensor<4>, windows: PoolWindows) -> Option<Tensor<4>> {
+    let fits = crate::device::is_flex(&x.device()) && x.dtype() == DType::F32;
+    fits.then(|| Tensor::from_dispatch(<Dispatch as HostOps>::host_max_pool2d(x.into_dispatch(), windows)))
+}
+
+/// [`HostOps::host_conv2d`] of `x` where it runs (flex, f32 values, `conv`'s geometry is `x`'s):
+/// the output and the im2col matrices (without autodiff); `None` elsewhere.
+pub(crate) fn conv2d(x: Tensor<4>, conv: HostConv) -> Option<(Tensor<4>, Tensor<3>)> {
+    let g = conv.geometry;
+    let fits = crate::device::is_flex(&x.device())
+        && x.dtype() == DType::F32
+        && x.dims()[1..] == [g.cin, g.hin, g.win]
+        && conv.weights.len().is_multiple_of(g.patch().max(1))
+        && conv.bias.as_ref().is_none_or(|b| b.len() == conv.c_out());
+    if !fits {
+        return None;
+    }
+    let (out, cols) = <Dispatch as HostOps>::host_conv2d(x.into_dispatch(), conv);
+    Some((Tensor::from_dispatch(out), Tensor::<3>::from_dispatch(cols).without_autodiff()))
+}
+
+/// [`HostOps::host_conv_rows`] where it runs (flex, f32, shapes of `geometry`): the weight rows and
+/// the bias rows; `None` elsewhere.
+pub(crate) fn conv_rows(delta: Tensor<4>, cols: Tensor<3>, g: Geometry) -> Option<(Tensor<2>, Tensor<2>)> {
+    let [b, c_out, hout, wout] = delta.dims();
+    let fits = crate::device::is_flex(&delta.device())
+        && [delta.dtype(), cols.dtype()] == [DType::F32; 2]
+        && [hout, wout] == [g.hout, g.wout]
+        && cols.dims() == [b, g.positions(), g.patch()]
+        && c_out > 0;
+    if !fits {
+        return None;
+    }
+    let (weight, bias) = <Dispatch as HostOps>::host_conv_rows(delta.into_dispatch(), cols.into_dispatch(), g);
+    Some((Tensor::from_dispatch(weight), Tensor::from_dispatch(bias)))
+}
+
+impl HostOps for Flex {
+    fn host_max_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self> {
+        max_pool(&x, windows).0
+    }
+
+    fn host_conv2d(x: FloatTensor<Self>, conv: HostConv) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        convolve(&x, &conv)
+    }
+
+    fn host_conv_rows(
+        delta: FloatTensor<Self>,
+        cols: FloatTensor<Self>,
+        g: Geometry,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (b, t, kk) = (delta.layout().shape()[0], g.positions(), g.patch());
+        let c_out = delta.layout().num_elements() / (b * t).max(1);
+        let (dy, cols) = (values(&delta), values(&cols));
+        let (mut weight, mut bias) = (vec![0.0f32; b * c_out * kk], vec![0.0f32; b * c_out]);
+        let examples = weight.chunks_exact_mut((c_out * kk).max(1)).zip(bias.chunks_exact_mut(c_out.max(1)));
+        for (e, (weight, bias)) in examples.enumerate() {
+            let (dy, cols) = (&dy[e * c_out * t..(e + 1) * c_out * t], &cols[e * t * kk..(e + 1) * t * kk]);
+            weight_rows(&g, dy, cols, weight, Some(bias));
+        }
+        (
+            FlexTensor::from_data(TensorData::new(weight, [b, c_out * kk])),
+            FlexTensor::from_data(TensorData::new(bias, [b, c_out])),
+        )
+    }
+}
+
+impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
+    fn host_max_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self> {
+        match MaxPoolBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, argmax, dims) = max_pool(x.primitive(), windows);
+                prep.finish((argmax, dims), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(max_pool(x.primitive(), windows).0),
+        }
+    }
+
+    fn host_conv2d(x: FloatTensor<Self>, conv: HostConv) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (out, cols) = convolve(x.primitive(), &conv);
+        let out = match ConvBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(std::sync::Arc::new(conv), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (out, <Self as AutodiffBackend>::from_inner(cols))
+    }
+
+    fn host_conv_rows(
+        delta: FloatTensor<Self>,
+        cols: FloatTensor<Self>,
+        g: Geometry,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (weight, bias) = Flex::host_conv_rows(Self::inner(delta), Self::inner(cols), g);
+        (Self::from_inner(weight), Self::from_inner(bias))
+    }
+}
+
+/// The convolution of `x` and its im2col matrices.
+fn convolve(x: &FlexTensor, conv: &HostConv) -> (FlexTensor, FlexTensor) {
+    let g = &conv.geometry;
+    let (b, t, kk, c_out) = (x.layout().shape()[0], g.positions(), g.patch(), conv.c_out());
+    let x = values(x);
+    let (mut cols, mut hwc, mut out) =
+        (vec![0.0f32; b * t * kk], vec![0.0f32; b * t * c_out], vec![0.0f32; b * c_out * t]);
+    forward_batch(g, (&conv.weights, conv.bias.as_deref()), (b, &x), (&mut cols, &mut hwc), &mut out);
+    (
+        FlexTensor::from_data(TensorData::new(out, [b, c_out, g.hout, g.wout])),
+        FlexTensor::from_data(TensorData::new(cols, [b, t, kk])),
+    )
+}
+
+/// The backward of [`HostOps::host_conv2d`]: the input gradient.
+#[derive(Debug)]
+struct ConvBackward;
+
+impl Backward<Flex, 1> for ConvBackward {
+    type State = std::sync::Arc<HostConv>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let [Some(parent)] = ops.parents else { return };
+        let conv = ops.state;
+        let g = &conv.geometry;
+        let (b, t, kk, c_out) = (grad.layout().shape()[0], g.positions(), g.patch(), conv.c_out());
+        let dy = values(&grad);
+        let (mut hwc, mut dcols) = (vec![0.0f32; b * t * c_out], vec![0.0f32; b * t * kk]);
+        let mut dx = vec![0.0f32; b * g.cin * g.hin * g.win];
+        input_grad_batch(g, &conv.weights, (b, &dy), (&mut hwc, &mut dcols), &mut dx);
+        grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, [b, g.cin, g.hin, g.win])));
+    }
+}
+
+/// A tensor's values as f32 on the host: borrowed where they are contiguous f32, converted
+/// otherwise.
+fn values(x: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+    match x.as_slice::<f32>() {
+        Some(v) if x.is_contiguous() => std::borrow::Cow::Borrowed(v),
+        _ => std::borrow::Cow::Owned(x.clone().into_data().convert::<f32>().try_into_vec::<f32>().unwrap_or_default()),
+    }
+}
+
+/// The max pooling of `x` (`[b, c, h, w]`), each output's arg-max in its plane, and `x`'s shape.
+fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<i64>, [usize; 4]) {
+    let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
+    let [b, c, h, width] = dims;
+    let x = values(x);
+    let (argmax, [ho, wo]) = super::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
+    let (plane, outputs) = (h * width, (ho * wo).max(1));
+    let mut out = vec![0.0f32; argmax.len()];
+    for ((out, at), x) in out.chunks_exact_mut(outputs).zip(argmax.chunks_exact(outputs)).zip(x.chunks_exact(plane)) {
+        out.iter_mut().zip(at).for_each(|(o, &i)| *o = x[i as usize]);
+    }
+    (FlexTensor::from_data(TensorData::new(out, [b, c, ho, wo])), argmax, dims)
+}
+
+/// The backward of [`HostOps::host_max_pool2d`]: the output gradient added at each window's
+/// arg-max, outputs in order (as burn's scatter-add of max pooling's gradient).
+#[derive(Debug)]
+struct MaxPoolBackward;
+
+impl Backward<Flex, 1> for MaxPoolBackward {
+    type State = (Vec<i64>, [usize; 4]);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let [Some(parent)] = ops.parents else { return };
+        let (argmax, dims) = ops.state;
+        let [b, c, h, w] = dims;
+        let grad = values(&grad);
+        let (plane, outputs) = (h * w, (argmax.len() / (b * c).max(1)).max(1));
+        let mut dx = vec![0.0f32; b * c * plane];
+        for ((dx, at), g) in
+            dx.chunks_exact_mut(plane).zip(argmax.chunks_exact(outputs)).zip(grad.chunks_exact(outputs))
+        {
+            for (&i, &g) in at.iter().zip(g) {
+                dx[i as usize] += g;
+            }
+        }
+        grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, dims)));
+    }
+}
