@@ -329,6 +329,7 @@ struct ConvCall {
     patches: Option<Tensor<3>>,
     /// The shared kernels' geometry, where they formed the patches (flex: [`super::host`]),
     /// which then form the per-example gradients as well.
+    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
     host: Option<Geometry>,
     pad: [(usize, usize); 2],
     kernel: [usize; 2],

@@ -112,6 +112,7 @@ crate::simd::kernel! {
     /// an output row the inner one, so that the comparisons run along contiguous values, compiled
     /// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
     /// private step on the burn engine (`perf`, 2 cores).
+    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
     pub(super) fn argmax(
         x: &[f32],
         [planes, h, w]: [usize; 3],
@@ -157,6 +158,7 @@ crate::simd::kernel! {
 /// window offset (ky·dh·w + kx·dw) is one pass over the plane's values flattened — runs of
 /// (ho − 1)·w + wo values instead of output rows of wo — the windows' values visited in the same
 /// order (window rows, then columns), so the same arg-max; each output reads its position.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
 #[inline(always)]
 fn argmax_flat(
     x: &[f32],
@@ -186,6 +188,7 @@ fn argmax_flat(
 
 /// flex's rule for one more value `v` at `i` of a window: the first maximum; a NaN wins (the
 /// last NaN of the window). Written as selects rather than branches.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
 #[inline(always)]
 fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
     let take = first | (v > *best) | v.is_nan();
