@@ -463,3 +463,72 @@ mod tests {
         }
     }
 }
+
+/// The convolution of a recorded forward on flex (dpgd's operation: the shared kernels, with its
+/// own backward) against burn's `conv2d` of the same layer, value by value and in its input
+/// gradient, for the geometries it takes (padding valid, "same" and explicit; kernels of 1 to 8
+/// with and without padding; strides 1 to 3). Its per-example rows are checked against burn's
+/// autodiff in `tests/per_example_vs_autodiff.rs` and `tests/burn_engine.rs`.
+#[cfg(all(test, feature = "flex"))]
+mod host_tests {
+    use burn::module::Module;
+    use burn::nn::PaddingConfig2d;
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::{Conv2dConfig, tape_is_open};
+    use crate::nn::record;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i + seed) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
+    }
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{what}[{i}]: {x} against burn's {y}");
+        }
+    }
+
+    #[test]
+    fn the_host_convolution_equals_burns_in_values_and_input_gradients() {
+        let device = Device::flex().autodiff();
+        let cases = [
+            ([3, 1, 28, 28], 16, 8, 2, PaddingConfig2d::Explicit(3, 3, 3, 3)),
+            ([2, 16, 13, 13], 32, 4, 2, PaddingConfig2d::Valid),
+            ([2, 3, 14, 14], 4, 3, 1, PaddingConfig2d::Same),
+            ([1, 2, 9, 7], 3, 5, 3, PaddingConfig2d::Explicit(2, 2, 2, 2)),
+            ([2, 4, 6, 6], 2, 1, 1, PaddingConfig2d::Valid),
+            ([1, 2, 10, 11], 3, 2, 2, PaddingConfig2d::Explicit(1, 1, 1, 1)),
+        ];
+        for (dims, c_out, k, s, padding) in cases {
+            let case = format!("{dims:?} c_out {c_out} k {k} s {s} {padding:?}");
+            let conv = Conv2dConfig::new([dims[1], c_out], [k, k])
+                .with_stride([s, s])
+                .with_padding(padding)
+                .init(&device)
+                .no_grad();
+            let x_values = values(dims.iter().product(), 3);
+            let run = |ours: bool| {
+                let x = Tensor::<4>::from_data(TensorData::new(x_values.clone(), dims), &device).require_grad();
+                let y = if ours {
+                    record(|| {
+                        assert!(tape_is_open());
+                        conv.forward(x.clone())
+                    })
+                    .0
+                } else {
+                    conv.forward(x.clone())
+                };
+                let w =
+                    Tensor::<4>::from_data(TensorData::new(values(y.dims().iter().product(), 11), y.dims()), &device);
+                let grads = (y.clone() * w).sum().backward();
+                let read = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
+                (y.dims(), read(y.clone()), x.grad(&grads).map(read).unwrap_or_default())
+            };
+            let (ours, burns) = (run(true), run(false));
+            assert_eq!(ours.0, burns.0, "{case}: shape");
+            close(&ours.1, &burns.1, &format!("{case}: values"));
+            close(&ours.2, &burns.2, &format!("{case}: input gradient"));
+        }
+    }
+}
