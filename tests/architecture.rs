@@ -11,7 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["accounting", "simd"],
     &["error"],
     &["files", "memory", "device", "noise", "plot", "collective"],
-    &["cube"],
+    &["cube", "kernels"],
     &["clip", "data", "nn"],
     &["arch"],
     &["per_example"],

@@ -4,3 +4,5 @@
 
 pub(crate) mod conv;
 pub(crate) mod matrix;
+pub(crate) mod norm;
+pub(crate) mod pool;

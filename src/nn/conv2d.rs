@@ -469,7 +469,8 @@ mod tests {
 /// gradient, for the geometries it takes (padding valid, "same" and explicit; kernels of 1 to 8
 /// with and without padding; strides 1 to 3). Its per-example rows are checked against burn's
 /// autodiff in `tests/per_example_vs_autodiff.rs` and `tests/burn_engine.rs`.
-#[cfg(all(test, feature = "flex"))]
+#[cfg(test)]
+#[cfg(feature = "flex")]
 mod host_tests {
     use burn::module::Module;
     use burn::nn::PaddingConfig2d;

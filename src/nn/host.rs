@@ -19,6 +19,7 @@ use burn::backend::{AutodiffBackend, Backend, Dispatch, Flex, backend_extension}
 use burn::tensor::{DType, Tensor, TensorData};
 
 use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, weight_rows};
+use crate::kernels::norm::{GroupNorm, backward_batch as norm_backward, forward_batch as norm_forward};
 
 /// A max pooling's windows (valid padding, floor mode): `[kh, kw]`, strides, dilations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,10 +47,20 @@ impl HostConv {
     }
 }
 
+/// A group normalisation the shared kernels compute ([`crate::kernels::norm`]: ε = 10⁻⁵), with
+/// γ and β: constants of the operation, as [`HostConv`]'s parameters.
+#[derive(Debug, Clone)]
+pub(crate) struct HostGroupNorm {
+    /// Its sizes, γ at 0 and β at `c` in `params`.
+    pub layout: GroupNorm,
+    /// γ, then β.
+    pub params: Vec<f32>,
+}
+
 /// dpgd's operations on flex.
 #[backend_extension(Autodiff, Flex)]
 pub(crate) trait HostOps: Backend {
-    /// Max pooling of `[b, c, h, w]` f32 values ([`super::pool`]'s arg-max kernel); its
+    /// Max pooling of `[b, c, h, w]` f32 values ([`crate::kernels::pool`]'s arg-max kernel); its
     /// backward adds each output's gradient at its window's arg-max, as burn's does.
     fn host_max_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self>;
 
@@ -68,6 +79,32 @@ pub(crate) trait HostOps: Backend {
         cols: FloatTensor<Self>,
         geometry: Geometry,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// The group normalisation of `[b, c, …]` f32 values by [`crate::kernels::norm::forward_batch`],
+    /// with the normalised input x̂ (not differentiable), from which the per-example rule forms
+    /// γ's rows; its backward is the input gradient of [`crate::kernels::norm::backward_batch`]
+    /// (γ and β are constants).
+    fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// [`HostOps::host_group_norm`] of `x` where it runs (flex, f32 values, `norm`'s sizes are
+/// `x`'s): the output and x̂ (without autodiff); `None` elsewhere.
+pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> Option<(Tensor<D>, Tensor<D>)> {
+    let l = norm.layout;
+    let dims = x.dims();
+    let fits = crate::device::is_flex(&x.device())
+        && x.dtype() == DType::F32
+        && D >= 2
+        && dims[1] == l.c
+        && dims[2..].iter().product::<usize>() == l.hw
+        && l.groups > 0
+        && l.c.is_multiple_of(l.groups)
+        && (l.gamma, l.beta, norm.params.len()) == (0, l.c, 2 * l.c);
+    if !fits {
+        return None;
+    }
+    let (out, xhat) = <Dispatch as HostOps>::host_group_norm(x.into_dispatch(), norm);
+    Some((Tensor::from_dispatch(out), Tensor::<D>::from_dispatch(xhat).without_autodiff()))
 }
 
 /// [`HostOps::host_max_pool2d`] of `x` where it runs (flex, f32 values, windows that fit);
@@ -118,6 +155,11 @@ impl HostOps for Flex {
         convolve(&x, &conv)
     }
 
+    fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (out, xhat, _) = normalise(&x, &norm);
+        (out, xhat)
+    }
+
     fn host_conv_rows(
         delta: FloatTensor<Self>,
         cols: FloatTensor<Self>,
@@ -159,6 +201,15 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
         (out, <Self as AutodiffBackend>::from_inner(cols))
     }
 
+    fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (out, xhat, stats) = normalise(x.primitive(), &norm);
+        let out = match NormBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((std::sync::Arc::new(norm), x.primitive().clone(), stats), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (out, <Self as AutodiffBackend>::from_inner(xhat))
+    }
+
     fn host_conv_rows(
         delta: FloatTensor<Self>,
         cols: FloatTensor<Self>,
@@ -181,6 +232,51 @@ fn convolve(x: &FlexTensor, conv: &HostConv) -> (FlexTensor, FlexTensor) {
         FlexTensor::from_data(TensorData::new(out, [b, c_out, g.hout, g.wout])),
         FlexTensor::from_data(TensorData::new(cols, [b, t, kk])),
     )
+}
+
+/// The group normalisation of `x`, its normalised input x̂, and each group's μ and
+/// 1/√(σ² + ε) (per example, group by group).
+fn normalise(x: &FlexTensor, norm: &HostGroupNorm) -> (FlexTensor, FlexTensor, Vec<f32>) {
+    let (l, shape) = (&norm.layout, x.layout().shape().clone());
+    let (n, per_group) = (l.values(), l.values() / l.groups);
+    let b = shape.num_elements() / n.max(1);
+    let x = values(x);
+    let (mut out, mut stats) = (vec![0.0f32; b * n], vec![0.0f32; b * 2 * l.groups]);
+    norm_forward(l, &norm.params, &x, &mut out, &mut stats);
+    let mut xhat = vec![0.0f32; b * n];
+    for ((xhat, x), stats) in
+        xhat.chunks_exact_mut(per_group.max(1)).zip(x.chunks_exact(per_group.max(1))).zip(stats.chunks_exact(2))
+    {
+        let (mean, inv) = (stats[0], stats[1]);
+        xhat.iter_mut().zip(x).for_each(|(h, &v)| *h = (v - mean) * inv);
+    }
+    (
+        FlexTensor::from_data(TensorData::new(out, shape.clone())),
+        FlexTensor::from_data(TensorData::new(xhat, shape)),
+        stats,
+    )
+}
+
+/// The backward of [`HostOps::host_group_norm`]: the input gradient (the per-example rows the
+/// kernel also forms are the recorded rule's to form, from x̂ and δ).
+#[derive(Debug)]
+struct NormBackward;
+
+impl Backward<Flex, 1> for NormBackward {
+    type State = (std::sync::Arc<HostGroupNorm>, FlexTensor, Vec<f32>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let [Some(parent)] = ops.parents else { return };
+        let (norm, x, stats) = ops.state;
+        let l = &norm.layout;
+        let shape = x.layout().shape().clone();
+        let (x, dy) = (values(&x), values(&grad));
+        let b = x.len() / l.values().max(1);
+        let (mut dx, mut rows) = (vec![0.0f32; x.len()], vec![0.0f32; b * 2 * l.c]);
+        norm_backward(l, &norm.params, (&x, &dy, &stats), Some(&mut dx), (&mut rows, 2 * l.c));
+        grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, shape)));
+    }
 }
 
 /// The backward of [`HostOps::host_conv2d`]: the input gradient.
@@ -218,7 +314,7 @@ fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<i64>, [usize; 4]
     let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
     let [b, c, h, width] = dims;
     let x = values(x);
-    let (argmax, [ho, wo]) = super::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
+    let (argmax, [ho, wo]) = crate::kernels::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
     let (plane, outputs) = (h * width, (ho * wo).max(1));
     let mut out = vec![0.0f32; argmax.len()];
     for ((out, at), x) in out.chunks_exact_mut(outputs).zip(argmax.chunks_exact(outputs)).zip(x.chunks_exact(plane)) {

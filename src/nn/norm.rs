@@ -10,7 +10,7 @@ use burn::module::{Module, Param, ParamId};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Gradients, Tensor};
 
-use super::tape::{Recorded, attach, per_example};
+use super::tape::{Recorded, attach, is_open as tape_is_open, per_example};
 
 /// The configuration of a [`GroupNorm`] layer: burn's `GroupNormConfig`, same fields and
 /// defaults.
@@ -93,6 +93,9 @@ impl GroupNorm {
     /// as burn's `GroupNorm::forward` does for f32 models (burn widens f16/bf16 statistics; this
     /// does not). Without γ and β (`affine = false`) the output is the normalised input.
     pub fn forward<const D: usize>(&self, input: Tensor<D>) -> Tensor<D> {
+        if let Some(out) = self.forward_host(&input) {
+            return out;
+        }
         let shape = input.shape();
         let dims = input.dims();
         let (b, c) = (dims[0], dims[1]);
@@ -113,6 +116,41 @@ impl GroupNorm {
             channels: c,
             channel_axis: true,
         })
+    }
+}
+
+impl GroupNorm {
+    /// On flex, in a recorded forward with γ and β frozen (a private step) and burn's default ε:
+    /// the normalisation by dpgd's own operation with its own backward ([`super::host`]: the
+    /// fast engine's kernels), x̂ recorded from it; `None` elsewhere (burn's operations then).
+    #[cfg(feature = "flex")]
+    fn forward_host<const D: usize>(&self, input: &Tensor<D>) -> Option<Tensor<D>> {
+        let (Some(gamma), Some(beta), true) = (&self.gamma, &self.beta, self.affine) else { return None };
+        let frozen = !gamma.val().is_tracked() && !beta.val().is_tracked();
+        if !tape_is_open() || !frozen || self.epsilon != crate::kernels::norm::EPSILON || D < 2 {
+            return None;
+        }
+        let dims = input.dims();
+        let (c, hw) = (dims[1], dims[2..].iter().product::<usize>());
+        let read = |t: Tensor<1>| t.into_data().convert::<f32>().try_into_vec::<f32>().ok();
+        let mut params = read(gamma.val())?;
+        params.extend(read(beta.val())?);
+        let layout = crate::kernels::norm::GroupNorm { c, hw, groups: self.num_groups, gamma: 0, beta: c };
+        let (out, normalised) = super::host::group_norm(input.clone(), super::host::HostGroupNorm { layout, params })?;
+        Some(attach(out, |probe| NormCall {
+            gamma: gamma.id,
+            beta: Some(beta.id),
+            normalised,
+            probe,
+            channels: c,
+            channel_axis: true,
+        }))
+    }
+
+    /// Off flex builds: none.
+    #[cfg(not(feature = "flex"))]
+    fn forward_host<const D: usize>(&self, _: &Tensor<D>) -> Option<Tensor<D>> {
+        None
     }
 }
 
@@ -216,5 +254,61 @@ impl<const D: usize> Recorded for NormCall<D> {
             out.push((beta, delta.sum_dim(2).reshape([b, self.channels])));
         }
         out
+    }
+}
+
+/// GroupNorm in a recorded forward on flex (dpgd's operation: the fast engine's kernels, with its
+/// own backward) against burn's operations of the same layer, in values and input gradients, with
+/// γ and β drawn (not 1 and 0), one group and several. Its per-example rows are checked against
+/// burn's autodiff in `tests/per_example_vs_autodiff.rs` and `tests/burn_engine.rs`.
+#[cfg(test)]
+#[cfg(feature = "flex")]
+mod host_tests {
+    use burn::module::{Module, Param};
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::{GroupNormConfig, tape_is_open};
+    use crate::nn::record;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i + seed) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
+    }
+
+    #[test]
+    fn the_host_group_norm_equals_burns_in_values_and_input_gradients() {
+        let device = Device::flex().autodiff();
+        for (dims, groups) in [([3, 4, 5, 5], 2), ([2, 6, 3, 4], 1), ([2, 8, 7, 7], 8)] {
+            let mut norm = GroupNormConfig::new(groups, dims[1]).init(&device);
+            let drawn = |seed| {
+                Param::from_tensor(Tensor::<1>::from_data(TensorData::new(values(dims[1], seed), [dims[1]]), &device))
+            };
+            (norm.gamma, norm.beta) = (Some(drawn(5)), Some(drawn(9)));
+            let norm = norm.no_grad();
+            let x_values = values(dims.iter().product(), 3);
+            let run = |ours: bool| {
+                let x = Tensor::<4>::from_data(TensorData::new(x_values.clone(), dims), &device).require_grad();
+                let y = if ours {
+                    record(|| {
+                        assert!(tape_is_open());
+                        norm.forward(x.clone())
+                    })
+                    .0
+                } else {
+                    norm.forward(x.clone())
+                };
+                let w =
+                    Tensor::<4>::from_data(TensorData::new(values(y.dims().iter().product(), 11), y.dims()), &device);
+                let grads = (y.clone() * w).sum().backward();
+                let read = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
+                (read(y.clone()), x.grad(&grads).map(read).unwrap_or_default())
+            };
+            let (ours, burns) = (run(true), run(false));
+            for (what, a, b) in [("values", &ours.0, &burns.0), ("input gradient", &ours.1, &burns.1)] {
+                assert_eq!(a.len(), b.len(), "{dims:?}: {what}");
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{dims:?} {what}[{i}]: {x} against burn's {y}");
+                }
+            }
+        }
     }
 }

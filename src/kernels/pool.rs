@@ -1,0 +1,105 @@
+//! Max pooling's arg-max over each window (valid padding, floor mode), which the burn engine's
+//! `dpgd::nn::MaxPool2d` on flex computes its values and its backward from: flex's rule for ties
+//! and NaN (the first maximum; a NaN wins, the last NaN of a window).
+// Used by the burn engine's max pooling on flex only.
+#![cfg_attr(not(feature = "flex"), allow(dead_code))]
+
+crate::simd::kernel! {
+    /// For each of `planes` planes of `h × w` values, each window's argmax (its index in the plane),
+    /// valid padding, floor mode; with the output size. The window offsets are the outer loops and
+    /// an output row the inner one, so that the comparisons run along contiguous values, compiled
+    /// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
+    /// private step on the burn engine (`perf`, 2 cores).
+    pub(crate) fn argmax(
+        x: &[f32],
+        [planes, h, w]: [usize; 3],
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+        [dh, dw]: [usize; 2],
+    ) -> (Vec<i64>, [usize; 2]) {
+        let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
+        let mut out = vec![0i64; planes * ho * wo];
+        if sh == 1 && sw == 1 {
+            argmax_flat(x, &mut out, [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
+            return (out, [ho, wo]);
+        }
+        let mut best = vec![0.0f32; wo];
+        for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
+            for (oy, at) in out.chunks_exact_mut(wo).enumerate() {
+                for ky in 0..kh {
+                    let row = (oy * sh + ky * dh) * w;
+                    for kx in 0..kw {
+                        let first = ky == 0 && kx == 0;
+                        let start = row + kx * dw;
+                        if sw == 1 {
+                            // Contiguous values: equal-length slices, no bounds check per value.
+                            let line = &plane[start..start + wo];
+                            for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
+                                select(first, v, (start + j) as i64, best, at);
+                            }
+                        } else {
+                            for (ox, (best, at)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
+                                let i = start + ox * sw;
+                                select(first, plane[i], i as i64, best, at);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (out, [ho, wo])
+    }
+}
+
+/// [`argmax`] at stride 1: a window at output (oy, ox) starts at oy·w + ox of its plane, so every
+/// window offset (ky·dh·w + kx·dw) is one pass over the plane's values flattened — runs of
+/// (ho − 1)·w + wo values instead of output rows of wo — the windows' values visited in the same
+/// order (window rows, then columns), so the same arg-max; each output reads its position.
+#[inline(always)]
+fn argmax_flat(
+    x: &[f32],
+    out: &mut [i64],
+    [planes, h, w]: [usize; 3],
+    [ho, wo]: [usize; 2],
+    [kh, kw]: [usize; 2],
+    [dh, dw]: [usize; 2],
+) {
+    let flat = (ho - 1) * w + wo;
+    let (mut best, mut at) = (vec![0.0f32; flat], vec![0i64; flat]);
+    for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let (first, start) = (ky == 0 && kx == 0, ky * dh * w + kx * dw);
+                let line = &plane[start..start + flat];
+                for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
+                    select(first, v, (start + j) as i64, best, at);
+                }
+            }
+        }
+        for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
+            row.copy_from_slice(&at[oy * w..oy * w + wo]);
+        }
+    }
+}
+
+/// flex's rule for one more value `v` at `i` of a window: the first maximum; a NaN wins (the
+/// last NaN of the window). Written as selects rather than branches.
+#[inline(always)]
+fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
+    let take = first | (v > *best) | v.is_nan();
+    *best = if take { v } else { *best };
+    *at = if take { i } else { *at };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host path's windows by hand: the first maximum wins a tie, a NaN wins, the last NaN.
+    #[test]
+    fn argmax_by_hand() {
+        let x = [1.0, 3.0, 3.0, 0.0, 2.0, f32::NAN, 5.0, 1.0, f32::NAN];
+        let (idx, size) = argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
+        assert_eq!((idx, size), (vec![1, 5, 6, 8], [2, 2]));
+    }
+}
