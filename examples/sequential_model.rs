@@ -2,7 +2,7 @@
 //!
 //! The model below — the Opacus MNIST CNN, written layer by layer — is a sequence of the kinds the
 //! fast CPU engine has a rule for, so it trains there (`dpgd::model::FastModel`): 7.0–8.8× faster
-//! than Opacus 1.6 on a 2-core Xeon, where the burn engine that trains any burn model is 3.2–3.8×
+//! than Opacus 1.6 on a 2-core Xeon, where the burn engine that trains any burn model is 3.1–3.8×
 //! (`dpgd bench-step --engine sequential` and `--engine burn`; experiments/speed/results). Its burn module is yours before
 //! and after: initialise it, or load weights to fine-tune, and get the trained module back. A
 //! residual connection is the kind `add` (`configs/mnist-residual.toml`; docs/custom-models.md);
