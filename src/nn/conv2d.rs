@@ -474,21 +474,10 @@ mod tests {
 mod host_tests {
     use burn::module::Module;
     use burn::nn::PaddingConfig2d;
-    use burn::tensor::{Device, Tensor, TensorData};
+    use burn::tensor::Device;
 
-    use super::{Conv2dConfig, tape_is_open};
-    use crate::nn::record;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n).map(|i| (((i + seed) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
-    }
-
-    fn close(a: &[f32], b: &[f32], what: &str) {
-        assert_eq!(a.len(), b.len(), "{what}: lengths");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{what}[{i}]: {x} against burn's {y}");
-        }
-    }
+    use super::Conv2dConfig;
+    use crate::nn::host::testing::recorded_equals_burns;
 
     #[test]
     fn the_host_convolution_equals_burns_in_values_and_input_gradients() {
@@ -508,28 +497,7 @@ mod host_tests {
                 .with_padding(padding)
                 .init(&device)
                 .no_grad();
-            let x_values = values(dims.iter().product(), 3);
-            let run = |ours: bool| {
-                let x = Tensor::<4>::from_data(TensorData::new(x_values.clone(), dims), &device).require_grad();
-                let y = if ours {
-                    record(|| {
-                        assert!(tape_is_open());
-                        conv.forward(x.clone())
-                    })
-                    .0
-                } else {
-                    conv.forward(x.clone())
-                };
-                let w =
-                    Tensor::<4>::from_data(TensorData::new(values(y.dims().iter().product(), 11), y.dims()), &device);
-                let grads = (y.clone() * w).sum().backward();
-                let read = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
-                (y.dims(), read(y.clone()), x.grad(&grads).map(read).unwrap_or_default())
-            };
-            let (ours, burns) = (run(true), run(false));
-            assert_eq!(ours.0, burns.0, "{case}: shape");
-            close(&ours.1, &burns.1, &format!("{case}: values"));
-            close(&ours.2, &burns.2, &format!("{case}: input gradient"));
+            recorded_equals_burns(dims, |x| conv.forward(x), &case);
         }
     }
 }

@@ -5,8 +5,10 @@
 //! to flex under autodiff, by the device of its input); every other device keeps burn's
 //! operations.
 //!
-//! Each operation's values and gradients equal burn's own operation's, bit for bit (the tests of
-//! each layer compare them on every CPU backend).
+//! Max pooling's values and gradients equal burn's bit for bit; the convolution's and GroupNorm's
+//! equal burn's up to rounding (their sums run in another order), and the layers use them only in
+//! a recorded forward with frozen parameters (a private step), whose per-example gradients are
+//! tested against burn's autodiff. The tests of each layer compare the operations with burn's.
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -347,5 +349,40 @@ impl Backward<Flex, 1> for MaxPoolBackward {
             }
         }
         grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, dims)));
+    }
+}
+
+/// For the layers' tests: `values` drawn in [−0.5, 0.5), and a check that a layer's outputs and
+/// input gradients (of Σ y ⊙ w, w drawn) in a recorded forward (dpgd's operations) equal those
+/// outside one (burn's operations) within 10⁻⁵, on flex under autodiff.
+#[cfg(test)]
+pub(crate) mod testing {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use crate::nn::record;
+
+    pub(crate) fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i + seed) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
+    }
+
+    pub(crate) fn recorded_equals_burns(dims: [usize; 4], layer: impl Fn(Tensor<4>) -> Tensor<4>, case: &str) {
+        let device = Device::flex().autodiff();
+        let run = |recorded: bool| {
+            let x = Tensor::<4>::from_data(TensorData::new(values(dims.iter().product(), 3), dims), &device);
+            let x = x.require_grad();
+            let y = if recorded { record(|| layer(x.clone())).0 } else { layer(x.clone()) };
+            let w = Tensor::<4>::from_data(TensorData::new(values(y.dims().iter().product(), 11), y.dims()), &device);
+            let grads = (y.clone() * w).sum().backward();
+            let read = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
+            (y.dims(), read(y.clone()), x.grad(&grads).map(read).unwrap_or_default())
+        };
+        let (ours, burns) = (run(true), run(false));
+        assert_eq!(ours.0, burns.0, "{case}: shape");
+        for (what, a, b) in [("values", &ours.1, &burns.1), ("input gradient", &ours.2, &burns.2)] {
+            assert_eq!(a.len(), b.len(), "{case}: {what}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{case}: {what}[{i}]: {x} against burn's {y}");
+            }
+        }
     }
 }

@@ -267,12 +267,8 @@ mod host_tests {
     use burn::module::{Module, Param};
     use burn::tensor::{Device, Tensor, TensorData};
 
-    use super::{GroupNormConfig, tape_is_open};
-    use crate::nn::record;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n).map(|i| (((i + seed) * 7919) % 1009) as f32 / 1009.0 - 0.5).collect()
-    }
+    use super::GroupNormConfig;
+    use crate::nn::host::testing::{recorded_equals_burns, values};
 
     #[test]
     fn the_host_group_norm_equals_burns_in_values_and_input_gradients() {
@@ -284,31 +280,7 @@ mod host_tests {
             };
             (norm.gamma, norm.beta) = (Some(drawn(5)), Some(drawn(9)));
             let norm = norm.no_grad();
-            let x_values = values(dims.iter().product(), 3);
-            let run = |ours: bool| {
-                let x = Tensor::<4>::from_data(TensorData::new(x_values.clone(), dims), &device).require_grad();
-                let y = if ours {
-                    record(|| {
-                        assert!(tape_is_open());
-                        norm.forward(x.clone())
-                    })
-                    .0
-                } else {
-                    norm.forward(x.clone())
-                };
-                let w =
-                    Tensor::<4>::from_data(TensorData::new(values(y.dims().iter().product(), 11), y.dims()), &device);
-                let grads = (y.clone() * w).sum().backward();
-                let read = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap_or_default();
-                (read(y.clone()), x.grad(&grads).map(read).unwrap_or_default())
-            };
-            let (ours, burns) = (run(true), run(false));
-            for (what, a, b) in [("values", &ours.0, &burns.0), ("input gradient", &ours.1, &burns.1)] {
-                assert_eq!(a.len(), b.len(), "{dims:?}: {what}");
-                for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{dims:?} {what}[{i}]: {x} against burn's {y}");
-                }
-            }
+            recorded_equals_burns(dims, |x| norm.forward(x), &format!("{dims:?}, {groups} groups"));
         }
     }
 }
