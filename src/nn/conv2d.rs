@@ -198,8 +198,9 @@ impl Conv2d {
     /// declines (another device, or a geometry the shared kernels do not take): its input is data
     /// (no gradient flows into it) and the parameters are frozen, so nothing is differentiated
     /// through it, and on few input channels one GEMM beats flex's direct kernel (the Opacus
-    /// CNN's full step on 2 cores: 17.2 s to 14.2 s). Returns the output and the patches, which the per-example rule reuses; `None`
-    /// where the dilated kernel does not fit the padded input (burn's convolution then says why).
+    /// CNN's full step on 2 cores: 17.2 s to 14.2 s). Returns the output and the patches, which
+    /// the per-example rule reuses; `None` where the dilated kernel does not fit the padded input
+    /// (burn's convolution then says why).
     fn forward_unfolded(&self, input: Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>)> {
         let [b, c_in, h, w] = input.dims();
         let [c_out, ..] = self.weight.dims();
