@@ -176,10 +176,9 @@ impl Conv2d {
         let (stride, pad) = (self.stride[0], top);
         let (hout, wout) = (out_len(hin, 2 * pad, k, stride, 1)?, out_len(win, 2 * pad, k, stride, 1)?);
         let geometry = Geometry { cin, hin, win, k, stride, pad, hout, wout };
-        let read = |t: Tensor<1>| t.into_data().convert::<f32>().try_into_vec::<f32>().ok();
-        let weights = read(self.weight.val().flatten(0, 3))?;
+        let weights = super::host::param_values(self.weight.val().flatten(0, 3))?;
         let bias = match &self.bias {
-            Some(b) => Some(read(b.val())?),
+            Some(b) => Some(super::host::param_values(b.val())?),
             None => None,
         };
         let (out, cols) = super::host::conv2d(input.clone(), super::host::HostConv { geometry, weights, bias })?;

@@ -89,6 +89,12 @@ pub(crate) trait HostOps: Backend {
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
+/// A parameter's values on the host as f32, to pass to an operation as constants; `None` if the
+/// device cannot give them back.
+pub(crate) fn param_values(t: Tensor<1>) -> Option<Vec<f32>> {
+    t.into_data().convert::<f32>().try_into_vec::<f32>().ok()
+}
+
 /// [`HostOps::host_group_norm`] of `x` where it runs (flex, f32 values, `norm`'s sizes are
 /// `x`'s): the output and x̂ (without autodiff); `None` elsewhere.
 pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> Option<(Tensor<D>, Tensor<D>)> {

@@ -132,9 +132,8 @@ impl GroupNorm {
         }
         let dims = input.dims();
         let (c, hw) = (dims[1], dims[2..].iter().product::<usize>());
-        let read = |t: Tensor<1>| t.into_data().convert::<f32>().try_into_vec::<f32>().ok();
-        let mut params = read(gamma.val())?;
-        params.extend(read(beta.val())?);
+        let mut params = super::host::param_values(gamma.val())?;
+        params.extend(super::host::param_values(beta.val())?);
         let layout = crate::kernels::norm::GroupNorm { c, hw, groups: self.num_groups, gamma: 0, beta: c };
         let (out, normalised) = super::host::group_norm(input.clone(), super::host::HostGroupNorm { layout, params })?;
         Some(attach(out, |probe| NormCall {
