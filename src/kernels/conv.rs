@@ -540,7 +540,43 @@ pub(crate) fn weight_rows(g: &Geometry, dy: &[f32], cols: &[f32], weight: &mut [
 /// The input gradients of a micro-batch of `b` examples into `dx` (overwritten): `dcols = Δᵀ·W`
 /// then col2im, through `hwc` (`b·T·cout`) and `dcols` (`b·T·K`) scratch. `dy` holds `b`
 /// channel-major output gradients, `weights` is `[cout, K]` row-major.
+///
+/// At stride 1 (with a padding narrower than the window) through each example's transposed
+/// column gradients instead
+/// ([`input_grad_transposed`]); the two differ only in the order of each input value's additions.
 pub(crate) fn input_grad_batch(
+    g: &Geometry,
+    weights: &[f32],
+    (b, dy): (usize, &[f32]),
+    (hwc, dcols): (&mut [f32], &mut [f32]),
+    dx: &mut [f32],
+) {
+    if g.transposes_input_grad() {
+        input_grad_transposed(g, weights, (b, dy), dcols, dx);
+    } else {
+        input_grad_scattered(g, weights, (b, dy), (hwc, dcols), dx);
+    }
+}
+
+/// The scratch [`input_grad_batch`] uses for `b` examples and `cout` output channels: the
+/// lengths of its `hwc` and `dcols`.
+pub(crate) fn input_grad_scratch(g: &Geometry, b: usize, cout: usize) -> (usize, usize) {
+    let (t, kk) = (g.positions(), g.patch());
+    if g.transposes_input_grad() { (0, kk * t) } else { (b * t * cout, b * t * kk) }
+}
+
+impl Geometry {
+    /// Whether [`input_grad_batch`] takes [`input_grad_transposed`]: stride 1, and a padding
+    /// narrower than the window (through a zero-bordered plane) or none.
+    fn transposes_input_grad(&self) -> bool {
+        self.stride == 1 && (self.pad == 0 || self.padded_plane().is_some())
+    }
+}
+
+/// [`input_grad_batch`] by one product for the micro-batch, `dcols = Δᵀ·W` (`b·T × K`), then
+/// col2im, which adds each window's `K` values into the input: at stride 1 with 3-wide windows,
+/// three values at a time, each row of a window overlapping the next window's.
+fn input_grad_scattered(
     g: &Geometry,
     weights: &[f32],
     (b, dy): (usize, &[f32]),
@@ -556,6 +592,56 @@ pub(crate) fn input_grad_batch(
     let weights = MatRef::row_major(weights, cout, kk);
     matmul(MatMut::row_major(dcols, b * t, kk), MatRef::row_major(hwc, b * t, cout), weights, false);
     col2im_batch(g, dcols, &mut dx[..b * n_in]);
+}
+
+/// [`input_grad_batch`] at stride 1, example by example: its column gradients transposed,
+/// `dcolsᵀ = Wᵀ·Δ` (`K × T`: Δ is already channel-major, so no transpose of it), then for each
+/// row (channel, i, j) of `dcolsᵀ` and each output row, its `wout` values added to the input
+/// row they shifted from — whole rows of contiguous values, which vectorise. `dcols` holds one
+/// example's `K·T` values.
+fn input_grad_transposed(g: &Geometry, weights: &[f32], (b, dy): (usize, &[f32]), dcols: &mut [f32], dx: &mut [f32]) {
+    let (t, kk, n_in) = (g.positions(), g.patch(), g.cin * g.hin * g.win);
+    let cout = weights.len() / kk.max(1);
+    let mut wt = vec![0.0f32; kk * cout];
+    transpose(&weights[..cout * kk], &mut wt, cout, kk, None);
+    let wt = MatRef::row_major(&wt, kk, cout);
+    let padded = g.padded();
+    let mut plane = vec![0.0f32; g.padded_plane().unwrap_or(0)];
+    let dcols = &mut dcols[..kk * t];
+    for (dye, dxe) in dy[..b * cout * t].chunks_exact(cout * t).zip(dx[..b * n_in].chunks_exact_mut(n_in)) {
+        matmul(MatMut::row_major(dcols, kk, t), wt, MatRef::row_major(dye, cout, t), false);
+        if plane.is_empty() {
+            dxe.fill(0.0);
+            shift_add(g, dcols, dxe);
+        } else {
+            plane.fill(0.0);
+            shift_add(&padded, dcols, &mut plane);
+            g.crop_from(&plane, dxe);
+        }
+    }
+}
+
+crate::simd::kernel! {
+/// The adjoint of the im2col at stride 1 and no padding (`g`), from the transposed column
+/// gradients `dcols_t` (`K × T`): input row `oh + i` of channel `ch`, from column `j` on,
+/// receives row `oh` of `dcols_t`'s row (ch, i, j), for every (ch, i, j) and `oh`; compiled for
+/// each instruction set ([`crate::simd`]), as its rows are short (`wout` values).
+fn shift_add(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
+    let Geometry { cin, hin, win, k, hout, wout, .. } = *g;
+    let t = hout * wout;
+    for ch in 0..cin {
+        let plane = &mut dx[ch * hin * win..(ch + 1) * hin * win];
+        for i in 0..k {
+            for j in 0..k {
+                let row = &dcols_t[((ch * k + i) * k + j) * t..][..t];
+                for (oh, src) in row.chunks_exact(wout).enumerate() {
+                    let dst = &mut plane[(oh + i) * win + j..][..wout];
+                    dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v);
+                }
+            }
+        }
+    }
+}
 }
 
 #[cfg(test)]
@@ -636,6 +722,31 @@ mod tests {
             let mut batch_dx = vec![1.0; x.len()];
             col2im_batch(&g, &c, &mut batch_dx);
             assert_eq!(batch_dx, dx, "geometry {g:?}");
+        }
+    }
+
+    /// The input gradient at stride 1 through the transposed column gradients equals the one
+    /// through col2im: small integers, so that every sum is exact in either order and the two
+    /// must agree bit for bit (with and without padding, several examples, each window size).
+    #[test]
+    fn transposed_input_gradient_equals_col2im() {
+        for (b, cin, hin, win, k, pad, cout) in [
+            (3, 2, 6, 5, 3, 1, 4),
+            (2, 16, 14, 14, 3, 1, 16),
+            (1, 1, 5, 7, 2, 0, 3),
+            (2, 3, 4, 4, 5, 2, 2),
+            (1, 2, 3, 3, 1, 0, 5),
+        ] {
+            let (hout, wout) = (hin + 2 * pad - k + 1, win + 2 * pad - k + 1);
+            let g = Geometry { cin, hin, win, k, stride: 1, pad, hout, wout };
+            let (t, kk, n_in) = (g.positions(), g.patch(), cin * hin * win);
+            let weights: Vec<f32> = (0..cout * kk).map(|i| ((i * 3 + i / 5) % 7) as f32 - 3.0).collect();
+            let dy: Vec<f32> = (0..b * cout * t).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+            let (mut hwc, mut dcols) = (vec![0.0; b * t * cout], vec![0.0; b * t * kk]);
+            let (mut got, mut want) = (vec![7.0; b * n_in], vec![9.0; b * n_in]);
+            input_grad_batch(&g, &weights, (b, &dy), (&mut hwc, &mut dcols), &mut got);
+            input_grad_scattered(&g, &weights, (b, &dy), (&mut hwc, &mut dcols), &mut want);
+            assert_eq!(got, want, "geometry {g:?}");
         }
     }
 }

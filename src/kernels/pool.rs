@@ -1,7 +1,9 @@
-//! Max pooling's arg-max over each window (valid padding, floor mode), which the burn engine's
-//! `dpgd::nn::MaxPool2d` on flex computes its values and its backward from: flex's rule for ties
-//! and NaN (the first maximum; a NaN wins, the last NaN of a window).
-// Used by the burn engine's max pooling on flex only.
+//! Pooling on the host, for the burn engine's pooling layers on flex (`dpgd::nn::MaxPool2d` and
+//! `AvgPool2d`), valid padding and floor mode: max pooling's arg-max over each window, from which
+//! its values and backward follow (flex's rule for ties and NaN: the first maximum; a NaN wins,
+//! the last NaN of a window), and average pooling and its backward, each value formed by the
+//! same additions in the same order as flex's (so equal to burn's bit for bit).
+// Used by the burn engine's pooling on flex only.
 #![cfg_attr(not(feature = "flex"), allow(dead_code))]
 
 crate::simd::kernel! {
@@ -91,6 +93,73 @@ fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
     *at = if take { i } else { *at };
 }
 
+crate::simd::kernel! {
+    /// Average pooling of `planes` planes of `h × w` values (valid padding, floor mode), into
+    /// `out` (`planes · ho · wo`): each window's values added row by row from 0, then divided by
+    /// the window's size — flex's order; an output row at a time, window offset by window offset,
+    /// so that the additions run along the row. Returns the output size.
+    pub(crate) fn average(
+        x: &[f32],
+        out: &mut [f32],
+        [planes, h, w]: [usize; 3],
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+    ) -> [usize; 2] {
+        let (ho, wo) = ((h - kh) / sh + 1, (w - kw) / sw + 1);
+        let count = (kh * kw) as f32;
+        for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
+            for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
+                row.fill(0.0);
+                for ky in 0..kh {
+                    let line = &plane[(oy * sh + ky) * w..][..w];
+                    for kx in 0..kw {
+                        row.iter_mut().enumerate().for_each(|(ox, o)| *o += line[ox * sw + kx]);
+                    }
+                }
+                row.iter_mut().for_each(|o| *o /= count);
+            }
+        }
+        [ho, wo]
+    }
+}
+
+crate::simd::kernel! {
+    /// The input gradient of [`average`] into `dx` (overwritten): each output's gradient divided
+    /// by the window's size and added to each of its window's inputs, outputs in order — flex's
+    /// order, so the same sums where windows overlap. Windows that do not overlap (stride at
+    /// least the window) give each input one term at most, added along output rows.
+    pub(crate) fn average_backward(
+        dy: &[f32],
+        dx: &mut [f32],
+        [planes, h, w]: [usize; 3],
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+    ) {
+        let (ho, wo) = ((h - kh) / sh + 1, (w - kw) / sw + 1);
+        let count = (kh * kw) as f32;
+        let disjoint = sh >= kh && sw >= kw;
+        let mut share = vec![0.0f32; wo];
+        dx.fill(0.0);
+        for (dx, dy) in dx.chunks_exact_mut(h * w).zip(dy.chunks_exact(ho * wo)).take(planes) {
+            for (oy, row) in dy.chunks_exact(wo).enumerate() {
+                share.iter_mut().zip(row).for_each(|(s, &g)| *s = g / count);
+                for ky in 0..kh {
+                    let line = &mut dx[(oy * sh + ky) * w..][..w];
+                    if disjoint {
+                        for kx in 0..kw {
+                            share.iter().enumerate().for_each(|(ox, &s)| line[ox * sw + kx] += s);
+                        }
+                    } else {
+                        for (ox, &s) in share.iter().enumerate() {
+                            line[ox * sw..ox * sw + kw].iter_mut().for_each(|d| *d += s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +170,17 @@ mod tests {
         let x = [1.0, 3.0, 3.0, 0.0, 2.0, f32::NAN, 5.0, 1.0, f32::NAN];
         let (idx, size) = argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
         assert_eq!((idx, size), (vec![1, 5, 6, 8], [2, 2]));
+    }
+
+    /// Average pooling by hand: overlapping windows (stride 1) share their inputs' gradients.
+    #[test]
+    fn average_by_hand() {
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut out = [0.0; 2];
+        assert_eq!(average(&x, &mut out, [1, 2, 3], [2, 2], [1, 1]), [1, 2]);
+        assert_eq!(out, [3.0, 4.0]);
+        let mut dx = [9.0; 6];
+        average_backward(&[4.0, 8.0], &mut dx, [1, 2, 3], [2, 2], [1, 1]);
+        assert_eq!(dx, [1.0, 3.0, 2.0, 1.0, 3.0, 2.0]);
     }
 }

@@ -20,7 +20,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{AutodiffBackend, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Tensor, TensorData};
 
-use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, weight_rows};
+use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, input_grad_scratch, weight_rows};
 use crate::kernels::norm::{GroupNorm, backward_batch as norm_backward, forward_batch as norm_forward};
 
 /// A max pooling's windows (valid padding, floor mode): `[kh, kw]`, strides, dilations.
@@ -66,6 +66,11 @@ pub(crate) trait HostOps: Backend {
     /// backward adds each output's gradient at its window's arg-max, as burn's does.
     fn host_max_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self>;
 
+    /// Average pooling of `[b, c, h, w]` f32 values ([`crate::kernels::pool::average`], no
+    /// dilation); its backward spreads each output's gradient evenly over its window, as burn's
+    /// does (both bit for bit).
+    fn host_avg_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self>;
+
     /// The convolution of `[b, c_in, h, w]` f32 values by [`crate::kernels::conv::forward_batch`],
     /// with the input's im2col matrices (`[b, T, K]`, not differentiable), which the per-example
     /// rule reuses; its backward is the input gradient of
@@ -87,6 +92,15 @@ pub(crate) trait HostOps: Backend {
     /// γ's rows; its backward is the input gradient of [`crate::kernels::norm::backward_batch`]
     /// (γ and β are constants).
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// Each example's γ rows (`Σ x̂·δ` per channel) and β rows (`Σ δ`), `[b, channels]` each,
+    /// from x̂ and the output gradients δ (`[b, channels, …]`), by
+    /// [`crate::kernels::norm::rows_from_normalised`]. Not differentiable.
+    fn host_norm_rows(
+        xhat: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        channels: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// A parameter's values on the host as f32, to pass to an operation as constants; `None` if the
@@ -115,11 +129,38 @@ pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> O
     Some((Tensor::from_dispatch(out), Tensor::<D>::from_dispatch(xhat).without_autodiff()))
 }
 
+/// [`HostOps::host_norm_rows`] where it runs (flex, f32, x̂ and δ of one shape `[b, channels, …]`):
+/// the γ rows and the β rows; `None` elsewhere.
+pub(crate) fn norm_rows<const D: usize>(
+    xhat: Tensor<D>,
+    delta: Tensor<D>,
+    channels: usize,
+) -> Option<(Tensor<2>, Tensor<2>)> {
+    let fits = crate::device::is_flex(&delta.device())
+        && [xhat.dtype(), delta.dtype()] == [DType::F32; 2]
+        && D >= 2
+        && xhat.dims() == delta.dims()
+        && delta.dims()[1] == channels
+        && channels > 0;
+    if !fits {
+        return None;
+    }
+    let (gamma, beta) = <Dispatch as HostOps>::host_norm_rows(xhat.into_dispatch(), delta.into_dispatch(), channels);
+    Some((Tensor::from_dispatch(gamma), Tensor::from_dispatch(beta)))
+}
+
 /// [`HostOps::host_max_pool2d`] of `x` where it runs (flex, f32 values, windows that fit);
 /// `None` elsewhere.
 pub(crate) fn max_pool2d(x: Tensor<4>, windows: PoolWindows) -> Option<Tensor<4>> {
     let fits = crate::device::is_flex(&x.device()) && x.dtype() == DType::F32;
     fits.then(|| Tensor::from_dispatch(<Dispatch as HostOps>::host_max_pool2d(x.into_dispatch(), windows)))
+}
+
+/// [`HostOps::host_avg_pool2d`] of `x` where it runs (flex, f32 values, windows that fit, no
+/// dilation); `None` elsewhere.
+pub(crate) fn avg_pool2d(x: Tensor<4>, windows: PoolWindows) -> Option<Tensor<4>> {
+    let fits = crate::device::is_flex(&x.device()) && x.dtype() == DType::F32 && windows.dilation == [1, 1];
+    fits.then(|| Tensor::from_dispatch(<Dispatch as HostOps>::host_avg_pool2d(x.into_dispatch(), windows)))
 }
 
 /// [`HostOps::host_conv2d`] of `x` where it runs (flex, f32 values, `conv`'s geometry is `x`'s):
@@ -159,6 +200,10 @@ impl HostOps for Flex {
         max_pool(&x, windows).0
     }
 
+    fn host_avg_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self> {
+        avg_pool(&x, windows).0
+    }
+
     fn host_conv2d(x: FloatTensor<Self>, conv: HostConv) -> (FloatTensor<Self>, FloatTensor<Self>) {
         convolve(&x, &conv)
     }
@@ -187,6 +232,21 @@ impl HostOps for Flex {
             FlexTensor::from_data(TensorData::new(bias, [b, c_out])),
         )
     }
+
+    fn host_norm_rows(
+        xhat: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        channels: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let b = delta.layout().shape()[0];
+        let hw = delta.layout().num_elements() / (b * channels).max(1);
+        let (mut gamma, mut beta) = (vec![0.0f32; b * channels], vec![0.0f32; b * channels]);
+        crate::kernels::norm::rows_from_normalised(&values(&xhat), &values(&delta), hw, &mut gamma, &mut beta);
+        (
+            FlexTensor::from_data(TensorData::new(gamma, [b, channels])),
+            FlexTensor::from_data(TensorData::new(beta, [b, channels])),
+        )
+    }
 }
 
 impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
@@ -197,6 +257,14 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
                 prep.finish((argmax, dims), out)
             }
             OpsKind::UnTracked(prep) => prep.finish(max_pool(x.primitive(), windows).0),
+        }
+    }
+
+    fn host_avg_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self> {
+        let (out, dims) = avg_pool(x.primitive(), windows);
+        match AvgPoolBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((windows, dims), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 
@@ -225,6 +293,15 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (weight, bias) = Flex::host_conv_rows(Self::inner(delta), Self::inner(cols), g);
         (Self::from_inner(weight), Self::from_inner(bias))
+    }
+
+    fn host_norm_rows(
+        xhat: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        channels: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (gamma, beta) = Flex::host_norm_rows(Self::inner(xhat), Self::inner(delta), channels);
+        (Self::from_inner(gamma), Self::from_inner(beta))
     }
 }
 
@@ -299,9 +376,10 @@ impl Backward<Flex, 1> for ConvBackward {
         let [Some(parent)] = ops.parents else { return };
         let conv = ops.state;
         let g = &conv.geometry;
-        let (b, t, kk, c_out) = (grad.layout().shape()[0], g.positions(), g.patch(), conv.c_out());
+        let (b, c_out) = (grad.layout().shape()[0], conv.c_out());
         let dy = values(&grad);
-        let (mut hwc, mut dcols) = (vec![0.0f32; b * t * c_out], vec![0.0f32; b * t * kk]);
+        let (hwc, dcols) = input_grad_scratch(g, b, c_out);
+        let (mut hwc, mut dcols) = (vec![0.0f32; hwc], vec![0.0f32; dcols]);
         let mut dx = vec![0.0f32; b * g.cin * g.hin * g.win];
         input_grad_batch(g, &conv.weights, (b, &dy), (&mut hwc, &mut dcols), &mut dx);
         grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, [b, g.cin, g.hin, g.win])));
@@ -354,6 +432,34 @@ impl Backward<Flex, 1> for MaxPoolBackward {
                 dx[i as usize] += g;
             }
         }
+        grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, dims)));
+    }
+}
+
+/// The average pooling of `x` (`[b, c, h, w]`) and `x`'s shape.
+fn avg_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, [usize; 4]) {
+    let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
+    let [b, c, h, width] = dims;
+    let [ho, wo] = [(h - w.kernel[0]) / w.stride[0] + 1, (width - w.kernel[1]) / w.stride[1] + 1];
+    let mut out = vec![0.0f32; b * c * ho * wo];
+    crate::kernels::pool::average(&values(x), &mut out, [b * c, h, width], w.kernel, w.stride);
+    (FlexTensor::from_data(TensorData::new(out, [b, c, ho, wo])), dims)
+}
+
+/// The backward of [`HostOps::host_avg_pool2d`].
+#[derive(Debug)]
+struct AvgPoolBackward;
+
+impl Backward<Flex, 1> for AvgPoolBackward {
+    type State = (PoolWindows, [usize; 4]);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let [Some(parent)] = ops.parents else { return };
+        let (w, dims) = ops.state;
+        let [b, c, h, width] = dims;
+        let mut dx = vec![0.0f32; b * c * h * width];
+        crate::kernels::pool::average_backward(&values(&grad), &mut dx, [b * c, h, width], w.kernel, w.stride);
         grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, dims)));
     }
 }

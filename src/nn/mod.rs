@@ -31,7 +31,7 @@
 //! interchangeable with burn's, and `From<burn::nn::X>` converts (all but LayerNorm, whose
 //! epsilon burn keeps private: build it from [`LayerNormConfig`]). Parameter-free operations
 //! (activations, pooling, dropout, flatten, residual adds) stay plain burn code; [`MaxPool2d`]
-//! is burn's max pool with the same values and gradients, faster on the CPU backends.
+//! and [`AvgPool2d`] are burn's pools with the same values and gradients, faster on flex.
 //!
 //! **How.** burn has no forward hooks, so the layers record themselves: inside [`record`], each
 //! call adds a zero leaf ("probe") to its output and keeps its input. One batched backward of
@@ -39,12 +39,12 @@
 //! gradient, and each layer turns (input, δ) into per-example parameter gradients by one
 //! batched contraction (the book-keeping of [Bu et al. 2023](https://arxiv.org/abs/2210.00038); its
 //! per-layer cost is in each file).
-//! On flex (burn's recommended CPU backend, the default device), the convolutions and max
-//! pooling of a recorded forward are dpgd's own operations with their own backward, and the
-//! convolutions' per-example gradients come from the same kernels as the fast engine's
-//! (`crate::kernels`): the kernels are written once for both engines.
-//! Outside [`record`], or on a device without autodiff, every layer computes exactly what
-//! burn's does. A layer called twice in one forward gets two records whose per-example
+//! On flex (burn's recommended CPU backend, the default device), the convolutions and
+//! GroupNorms of a recorded forward, and pooling everywhere, are dpgd's own operations with
+//! their own backward, and the convolutions' per-example gradients come from the same kernels
+//! as the fast engine's (`crate::kernels`): the kernels are written once for both engines.
+//! Outside [`record`], or on a device without autodiff, every layer computes what burn's does
+//! (pooling bit for bit). A layer called twice in one forward gets two records whose per-example
 //! gradients add up.
 //!
 //! **What is refused** (by [`crate::per_example::BurnEngine::new`], naming the parameter's path
@@ -57,6 +57,7 @@
 //! by a dpgd layer and directly in your forward (its direct use would be trained without a
 //! per-example gradient) — use each parameter only through its layer.
 
+mod avg_pool;
 mod conv2d;
 mod embedding;
 #[cfg(feature = "flex")]
@@ -84,6 +85,7 @@ trainable_layers! {
     norm::{LayerNorm, LayerNormConfig},
     norm::{GroupNorm, GroupNormConfig},
 }
+pub use avg_pool::{AvgPool2d, AvgPool2dConfig};
 pub use pool::{MaxPool2d, MaxPool2dConfig};
 pub use tape::{Tape, record};
 

@@ -246,6 +246,12 @@ impl<const D: usize> Recorded for NormCall<D> {
     fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let b = delta.dims()[0];
+        #[cfg(feature = "flex")]
+        if self.channel_axis
+            && let Some((gamma, beta)) = super::host::norm_rows(self.normalised.clone(), delta.clone(), self.channels)
+        {
+            return std::iter::once((self.gamma, gamma)).chain(self.beta.map(|id| (id, beta))).collect();
+        }
         let delta = self.by_channel(delta);
         let xhat = self.by_channel(self.normalised.clone());
         let mut out = vec![(self.gamma, (delta.clone() * xhat).sum_dim(2).reshape([b, self.channels]))];

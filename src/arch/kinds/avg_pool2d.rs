@@ -1,12 +1,13 @@
-//! `avg_pool2d`: average pooling over square windows (no padding), burn's. Trained on both
-//! engines (the fast one by [`crate::per_example::layers::AvgPool2d`]'s rule).
+//! `avg_pool2d`: average pooling over square windows (no padding), by [`crate::nn::AvgPool2d`]
+//! (burn's values and gradients). Trained on both engines (the fast one by
+//! [`crate::per_example::layers::AvgPool2d`]'s rule).
 
-use burn::nn::pool::{AvgPool2d as BurnAvgPool2d, AvgPool2dConfig};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use super::{Activation, Kind, pooled};
 use crate::arch::Shape;
+use crate::nn;
 
 /// Average pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,15 +20,15 @@ pub struct AvgPool2d {
 }
 
 impl Kind for AvgPool2d {
-    type Module = BurnAvgPool2d;
+    type Module = nn::AvgPool2d;
 
     fn out_shape(&self, input: Shape) -> std::result::Result<Shape, String> {
         pooled(input, self.kernel, self.stride)
     }
-    fn init(&self, _: Shape, _: &Device) -> BurnAvgPool2d {
-        AvgPool2dConfig::new([self.kernel, self.kernel]).with_strides([self.stride, self.stride]).init()
+    fn init(&self, _: Shape, _: &Device) -> nn::AvgPool2d {
+        nn::AvgPool2dConfig::new([self.kernel, self.kernel]).with_strides([self.stride, self.stride]).init()
     }
-    fn forward(module: &BurnAvgPool2d, x: Activation) -> Activation {
+    fn forward(module: &nn::AvgPool2d, x: Activation) -> Activation {
         Activation::Spatial(module.forward(x.spatial()))
     }
 }
