@@ -93,6 +93,11 @@ pub(crate) trait HostOps: Backend {
     /// (γ and β are constants).
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>);
 
+    /// `x` itself, its gradient also given to `probe` (a leaf of `x`'s shape): what `x + probe`
+    /// is for a probe of zeros — a layer's output with the probe that reads its gradient δ —
+    /// without forming the sum (a pass over the output and a new buffer per layer).
+    fn host_tap(x: FloatTensor<Self>, probe: FloatTensor<Self>) -> FloatTensor<Self>;
+
     /// Each example's γ rows (`Σ x̂·δ` per channel) and β rows (`Σ δ`), `[b, channels]` each,
     /// from x̂ and the output gradients δ (`[b, channels, …]`), by
     /// [`crate::kernels::norm::rows_from_normalised`]. Not differentiable.
@@ -147,6 +152,17 @@ pub(crate) fn norm_rows<const D: usize>(
     }
     let (gamma, beta) = <Dispatch as HostOps>::host_norm_rows(xhat.into_dispatch(), delta.into_dispatch(), channels);
     Some((Tensor::from_dispatch(gamma), Tensor::from_dispatch(beta)))
+}
+
+/// [`HostOps::host_tap`] of `x` and `probe` where it runs (flex, f32, one shape); `None`
+/// elsewhere.
+pub(crate) fn tap<const D: usize>(x: &Tensor<D>, probe: &Tensor<D>) -> Option<Tensor<D>> {
+    let fits = crate::device::is_flex(&x.device())
+        && [x.dtype(), probe.dtype()] == [DType::F32; 2]
+        && x.dims() == probe.dims();
+    fits.then(|| {
+        Tensor::from_dispatch(<Dispatch as HostOps>::host_tap(x.clone().into_dispatch(), probe.clone().into_dispatch()))
+    })
 }
 
 /// [`HostOps::host_max_pool2d`] of `x` where it runs (flex, f32 values, windows that fit);
@@ -233,6 +249,10 @@ impl HostOps for Flex {
         )
     }
 
+    fn host_tap(x: FloatTensor<Self>, _: FloatTensor<Self>) -> FloatTensor<Self> {
+        x
+    }
+
     fn host_norm_rows(
         xhat: FloatTensor<Self>,
         delta: FloatTensor<Self>,
@@ -293,6 +313,10 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (weight, bias) = Flex::host_conv_rows(Self::inner(delta), Self::inner(cols), g);
         (Self::from_inner(weight), Self::from_inner(bias))
+    }
+
+    fn host_tap(x: FloatTensor<Self>, probe: FloatTensor<Self>) -> FloatTensor<Self> {
+        TapBackward.prepare::<C>([x.node(), probe.node()]).compute_bound().stateless(x.primitive().clone())
     }
 
     fn host_norm_rows(
@@ -361,6 +385,26 @@ impl Backward<Flex, 1> for NormBackward {
         let (mut dx, mut rows) = (vec![0.0f32; x.len()], vec![0.0f32; b * 2 * l.c]);
         norm_backward(l, &norm.params, (&x, &dy, &stats), Some(&mut dx), (&mut rows, 2 * l.c));
         grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, shape)));
+    }
+}
+
+/// The backward of [`HostOps::host_tap`]: the output's gradient to both parents, as an
+/// addition's backward gives it (the same tensor, shared).
+#[derive(Debug)]
+struct TapBackward;
+
+impl Backward<Flex, 2> for TapBackward {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let [x, probe] = ops.parents;
+        if let Some(x) = x {
+            grads.register::<Flex>(x.id, grad.clone());
+        }
+        if let Some(probe) = probe {
+            grads.register::<Flex>(probe.id, grad);
+        }
     }
 }
 

@@ -80,13 +80,21 @@ pub(crate) fn attach<const D: usize, R: Recorded + 'static>(
         return out;
     }
     // `zeros_like` keeps the autodiff device and its checkpointing strategy; a fresh tensor is a
-    // leaf, so `require_grad` is allowed and its gradient stays in `Gradients` until read.
-    let probe = out.zeros_like().require_grad();
+    // leaf, so `require_grad` is allowed and its gradient stays in `Gradients` until read. On
+    // flex the probe is never added (a tap passes its gradient, see below): one zero broadcast
+    // to the output's shape, no buffer of its size.
+    let flex_tap = crate::device::is_flex(&out.device());
+    let probe = if flex_tap { Tensor::<D>::zeros([1; D], &out.device()).expand(out.shape()) } else { out.zeros_like() };
+    let probe = probe.require_grad();
     let record: Box<dyn Recorded> = Box::new(make(probe.clone()));
     FRAMES.with(|f| {
         if let Some(top) = f.borrow_mut().last_mut() {
             top.push(record);
         }
     });
+    #[cfg(feature = "flex")]
+    if let Some(tapped) = super::host::tap(&out, &probe) {
+        return tapped;
+    }
     out + probe
 }
