@@ -351,7 +351,7 @@ impl Recorded for ConvCall {
         per_example(&self.input.dims()) + cols + 2 * c_out * ho * wo
     }
 
-    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+    fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let [b, c_out, ho, wo] = delta.dims();
         let c_in = self.input.dims()[1];
@@ -365,8 +365,9 @@ impl Recorded for ConvCall {
             groups: g,
         };
         #[cfg(feature = "flex")]
-        if let (Some(g), Some(patches)) = (self.host, &self.patches)
-            && let Some((weight, bias_rows)) = super::host::conv_rows(delta.clone(), patches.clone(), g)
+        if let Some(g) = self.host
+            && let Some(patches) = self.patches.take()
+            && let Some((weight, bias_rows)) = super::host::conv_rows(delta.clone(), patches, g)
         {
             return std::iter::once((self.weight, weight)).chain(self.bias.map(|id| (id, bias_rows))).collect();
         }

@@ -72,7 +72,7 @@ impl Recorded for EmbeddingCall {
         per_example(&self.input.dims()) * self.rows + 2 * per_example(&self.probe.dims())
     }
 
-    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+    fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let [b, _, d] = delta.dims();
         let onehot: Tensor<3> = self.input.clone().one_hot::<3>(self.rows).float(); // [b, tokens, rows]

@@ -90,7 +90,7 @@ impl<const D: usize> Recorded for LinearCall<D> {
         per_example(&self.input.dims()) + 2 * per_example(&self.probe.dims())
     }
 
-    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+    fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let dims = self.input.dims();
         let (b, d_in, d_out) = (dims[0], dims[D - 1], delta.dims()[D - 1]);

@@ -243,7 +243,7 @@ impl<const D: usize> Recorded for NormCall<D> {
         per_example(&self.normalised.dims()) + 2 * per_example(&self.probe.dims())
     }
 
-    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
+    fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let b = delta.dims()[0];
         #[cfg(feature = "flex")]

@@ -21,7 +21,7 @@ pub(crate) trait Recorded: Send {
     fn params(&self) -> Vec<ParamId>;
     /// Each parameter's per-example gradients, `[batch, numel]` in the parameter's row-major
     /// layout; empty if the call's output did not reach the loss (its gradient is zero).
-    fn per_example(&self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)>;
+    fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)>;
     /// Values this call holds per example until its rule has run (recorded tensors, the
     /// probe's gradient, the rule's intermediates), for memory estimates.
     fn values_per_example(&self) -> usize;

@@ -558,13 +558,13 @@ fn rows_of<M: Classifier>(
     b: usize,
     sizes: &HashMap<ParamId, usize>,
 ) -> Dry {
-    let (logits, tape) = record(|| model.forward(x));
+    let (logits, mut tape) = record(|| model.forward(x));
     let dims = logits.dims().to_vec();
     let per_example_loss = -log_softmax(logits, 1).gather(1, y.reshape([b, 1])).reshape([b]);
     let mut g = per_example_loss.clone().sum().backward();
     let mut sums: HashMap<ParamId, Tensor<2>> = HashMap::new();
     let mut bad = None;
-    for rec in &tape.records {
+    for rec in &mut tape.records {
         for (id, row) in rec.per_example(&mut g) {
             if row.dims() != [b, sizes.get(&id).copied().unwrap_or(usize::MAX)] {
                 bad.get_or_insert((id, row.dims().to_vec()));
