@@ -322,7 +322,8 @@ mod avx512 {
         __m512, _mm_add_ps, _mm_loadu_ps, _mm_storeu_ps, _mm256_add_ps, _mm256_castpd_ps, _mm256_castps_pd,
         _mm256_loadu_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_castps128_ps512,
         _mm512_castps256_ps512, _mm512_castps512_ps128, _mm512_castps512_ps256, _mm512_extractf32x4_ps,
-        _mm512_extractf64x4_pd, _mm512_insertf32x4, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_mask_loadu_ps,
+        _mm512_extractf64x4_pd, _mm512_insertf32x4, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_mask_add_ps,
+        _mm512_mask_loadu_ps,
         _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_storeu_ps,
     };
 
@@ -499,6 +500,62 @@ mod avx512 {
             }
         });
     }
+
+    /// Whether [`shift_add`] takes `g`: stride 1, no padding, input rows of at most 16 values
+    /// (one vector each), on a processor with AVX-512F.
+    pub(super) fn takes_shift_add(g: &Geometry) -> bool {
+        g.stride == 1 && g.pad == 0 && g.win <= 16 && g.k >= 1 && has_avx512f()
+    }
+
+    /// [`super::shift_add_rows`] for a geometry [`takes_shift_add`] takes: each input row loaded once
+    /// per window row `i` as one vector, the `k` shifted rows of `dcols_t` added to it in
+    /// order of `j` (each under the mask of the lanes it covers, so the other lanes keep their
+    /// values), then stored — the portable kernel's additions in its order, so the same values.
+    pub(super) fn shift_add(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
+        let Geometry { cin, hin, win, k, hout, wout, .. } = *g;
+        // checked arithmetic: the unsafe accesses rest on these, so no size may wrap
+        let rows = cin.checked_mul(k * k).and_then(|r| r.checked_mul(hout * wout));
+        let input = cin.checked_mul(hin * win);
+        assert!(
+            takes_shift_add(g)
+                && hout + k - 1 <= hin
+                && wout + k - 1 <= win
+                && rows.is_some_and(|n| n <= dcols_t.len())
+                && input.is_some_and(|n| n <= dx.len()),
+            "shift_add: geometry {g:?} does not fit its buffers"
+        );
+        // SAFETY: AVX-512F is present and the sizes fit (checked above).
+        unsafe { shift_add_in(g, dcols_t, dx) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn shift_add_in(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
+        let Geometry { cin, hin, win, k, hout, wout, .. } = *g;
+        let (t, whole) = (hout * wout, first_lanes(win));
+        let (src, dst) = (dcols_t.as_ptr(), dx.as_mut_ptr());
+        for ch in 0..cin {
+            for i in 0..k {
+                for oh in 0..hout {
+                    // SAFETY: input row oh + i < hin of channel ch holds `win` ≤ 16 values
+                    // inside `dx`; row oh of each `dcols_t` row (ch, i, j) holds `wout` values
+                    // inside `dcols_t` (`check` in `shift_add`). The source is addressed j
+                    // floats before its row (wrapping arithmetic) so that its values land in
+                    // lanes j..j + wout ≤ win; only those lanes are read.
+                    unsafe {
+                        let at = dst.add((ch * hin + oh + i) * win);
+                        let mut d = _mm512_maskz_loadu_ps(whole, at);
+                        for j in 0..k {
+                            let row = src.add(((ch * k + i) * k + j) * t + oh * wout);
+                            let lanes = first_lanes(wout) << j;
+                            let v = _mm512_maskz_loadu_ps(lanes, row.wrapping_sub(j));
+                            d = _mm512_mask_add_ps(d, lanes, d, v);
+                        }
+                        _mm512_mask_storeu_ps(at, whole, d);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A convolution's forward over a micro-batch of `b` examples: `x` (`b` channel-major inputs)
@@ -621,12 +678,23 @@ fn input_grad_transposed(g: &Geometry, weights: &[f32], (b, dy): (usize, &[f32])
     }
 }
 
-crate::simd::kernel! {
 /// The adjoint of the im2col at stride 1 and no padding (`g`), from the transposed column
 /// gradients `dcols_t` (`K × T`): input row `oh + i` of channel `ch`, from column `j` on,
-/// receives row `oh` of `dcols_t`'s row (ch, i, j), for every (ch, i, j) and `oh`; compiled for
-/// each instruction set ([`crate::simd`]), as its rows are short (`wout` values).
+/// receives row `oh` of `dcols_t`'s row (ch, i, j), for every (ch, i, j) and `oh`. For input
+/// rows of at most 16 values in AVX-512 vectors ([`avx512::shift_add`]), otherwise row by row.
 fn shift_add(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::takes_shift_add(g) {
+        avx512::shift_add(g, dcols_t, dx);
+        return;
+    }
+    shift_add_rows(g, dcols_t, dx);
+}
+
+crate::simd::kernel! {
+/// [`shift_add`] row by row (`wout` values at a time), compiled for each instruction set
+/// ([`crate::simd`]).
+fn shift_add_rows(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
     let Geometry { cin, hin, win, k, hout, wout, .. } = *g;
     let t = hout * wout;
     for ch in 0..cin {
@@ -747,6 +815,22 @@ mod tests {
             input_grad_batch(&g, &weights, (b, &dy), (&mut hwc, &mut dcols), &mut got);
             input_grad_scattered(&g, &weights, (b, &dy), (&mut hwc, &mut dcols), &mut want);
             assert_eq!(got, want, "geometry {g:?}");
+        }
+    }
+
+    /// The AVX-512 shift-add (one vector per input row, masked lanes) gives the row-by-row
+    /// kernel's values bit for bit, on values whose sums round (so that the order shows).
+    #[test]
+    fn dispatched_shift_add_matches_the_rows() {
+        for (cin, hin, win, k) in [(2, 6, 5, 3), (16, 16, 16, 3), (1, 5, 7, 2), (3, 4, 4, 1), (2, 9, 16, 5), (1, 3, 3, 3)] {
+            let g = Geometry { cin, hin, win, k, stride: 1, pad: 0, hout: hin - k + 1, wout: win - k + 1 };
+            let d: Vec<f32> = (0..g.patch() * g.positions()).map(|i| ((i * 7919) % 1009) as f32 * 0.0137 - 6.9).collect();
+            let start: Vec<f32> = (0..cin * hin * win).map(|i| ((i * 31) % 17) as f32 * 0.11 - 0.9).collect();
+            let (mut got, mut want) = (start.clone(), start);
+            shift_add(&g, &d, &mut got);
+            shift_add_rows(&g, &d, &mut want);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "geometry {g:?}");
         }
     }
 }

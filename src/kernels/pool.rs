@@ -96,8 +96,7 @@ fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
 crate::simd::kernel! {
     /// Average pooling of `planes` planes of `h × w` values (valid padding, floor mode), into
     /// `out` (`planes · ho · wo`): each window's values added row by row from 0, then divided by
-    /// the window's size — flex's order; an output row at a time, window offset by window offset,
-    /// so that the additions run along the row. Returns the output size.
+    /// the window's size — flex's order; an output row at a time. Returns the output size.
     pub(crate) fn average(
         x: &[f32],
         out: &mut [f32],
@@ -112,8 +111,15 @@ crate::simd::kernel! {
                 row.fill(0.0);
                 for ky in 0..kh {
                     let line = &plane[(oy * sh + ky) * w..][..w];
-                    for kx in 0..kw {
-                        row.iter_mut().enumerate().for_each(|(ox, o)| *o += line[ox * sw + kx]);
+                    if sw == kw {
+                        // Side by side: each window row is the next kw values (no index arithmetic).
+                        for (o, window) in row.iter_mut().zip(line.chunks_exact(kw)) {
+                            window.iter().for_each(|&v| *o += v);
+                        }
+                    } else {
+                        for (ox, o) in row.iter_mut().enumerate() {
+                            line[ox * sw..ox * sw + kw].iter().for_each(|&v| *o += v);
+                        }
                     }
                 }
                 row.iter_mut().for_each(|o| *o /= count);
@@ -126,8 +132,7 @@ crate::simd::kernel! {
 crate::simd::kernel! {
     /// The input gradient of [`average`] into `dx` (overwritten): each output's gradient divided
     /// by the window's size and added to each of its window's inputs, outputs in order — flex's
-    /// order, so the same sums where windows overlap. Windows that do not overlap (stride at
-    /// least the window) give each input one term at most, added along output rows.
+    /// order, so the same sums where windows overlap.
     pub(crate) fn average_backward(
         dy: &[f32],
         dx: &mut [f32],
@@ -137,7 +142,6 @@ crate::simd::kernel! {
     ) {
         let (ho, wo) = ((h - kh) / sh + 1, (w - kw) / sw + 1);
         let count = (kh * kw) as f32;
-        let disjoint = sh >= kh && sw >= kw;
         let mut share = vec![0.0f32; wo];
         dx.fill(0.0);
         for (dx, dy) in dx.chunks_exact_mut(h * w).zip(dy.chunks_exact(ho * wo)).take(planes) {
@@ -145,9 +149,9 @@ crate::simd::kernel! {
                 share.iter_mut().zip(row).for_each(|(s, &g)| *s = g / count);
                 for ky in 0..kh {
                     let line = &mut dx[(oy * sh + ky) * w..][..w];
-                    if disjoint {
-                        for kx in 0..kw {
-                            share.iter().enumerate().for_each(|(ox, &s)| line[ox * sw + kx] += s);
+                    if sw == kw {
+                        for (&s, window) in share.iter().zip(line.chunks_exact_mut(kw)) {
+                            window.iter_mut().for_each(|d| *d += s);
                         }
                     } else {
                         for (ox, &s) in share.iter().enumerate() {
