@@ -323,8 +323,7 @@ mod avx512 {
         _mm256_loadu_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_castps128_ps512,
         _mm512_castps256_ps512, _mm512_castps512_ps128, _mm512_castps512_ps256, _mm512_extractf32x4_ps,
         _mm512_extractf64x4_pd, _mm512_insertf32x4, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_mask_add_ps,
-        _mm512_mask_loadu_ps,
-        _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_storeu_ps,
+        _mm512_mask_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_storeu_ps,
     };
 
     use super::Geometry;
@@ -822,9 +821,12 @@ mod tests {
     /// kernel's values bit for bit, on values whose sums round (so that the order shows).
     #[test]
     fn dispatched_shift_add_matches_the_rows() {
-        for (cin, hin, win, k) in [(2, 6, 5, 3), (16, 16, 16, 3), (1, 5, 7, 2), (3, 4, 4, 1), (2, 9, 16, 5), (1, 3, 3, 3)] {
+        for (cin, hin, win, k) in
+            [(2, 6, 5, 3), (16, 16, 16, 3), (1, 5, 7, 2), (3, 4, 4, 1), (2, 9, 16, 5), (1, 3, 3, 3)]
+        {
             let g = Geometry { cin, hin, win, k, stride: 1, pad: 0, hout: hin - k + 1, wout: win - k + 1 };
-            let d: Vec<f32> = (0..g.patch() * g.positions()).map(|i| ((i * 7919) % 1009) as f32 * 0.0137 - 6.9).collect();
+            let d: Vec<f32> =
+                (0..g.patch() * g.positions()).map(|i| ((i * 7919) % 1009) as f32 * 0.0137 - 6.9).collect();
             let start: Vec<f32> = (0..cin * hin * win).map(|i| ((i * 31) % 17) as f32 * 0.11 - 0.9).collect();
             let (mut got, mut want) = (start.clone(), start);
             shift_add(&g, &d, &mut got);

@@ -98,6 +98,11 @@ pub(crate) trait HostOps: Backend {
     /// without forming the sum (a pass over the output and a new buffer per layer).
     fn host_tap(x: FloatTensor<Self>, probe: FloatTensor<Self>) -> FloatTensor<Self>;
 
+    /// Each example's outer product `aᵢ δᵢᵀ` (`[b, d_in·d_out]`, row-major as the weight
+    /// `[d_in, d_out]`) from the inputs `a` (`[b, d_in]`) and the output gradients δ (`[b, d_out]`):
+    /// a linear layer's per-example weight gradients at one position. Not differentiable.
+    fn host_outer_rows(a: FloatTensor<Self>, delta: FloatTensor<Self>) -> FloatTensor<Self>;
+
     /// Each example's γ rows (`Σ x̂·δ` per channel) and β rows (`Σ δ`), `[b, channels]` each,
     /// from x̂ and the output gradients δ (`[b, channels, …]`), by
     /// [`crate::kernels::norm::rows_from_normalised`]. Not differentiable.
@@ -152,6 +157,17 @@ pub(crate) fn norm_rows<const D: usize>(
     }
     let (gamma, beta) = <Dispatch as HostOps>::host_norm_rows(xhat.into_dispatch(), delta.into_dispatch(), channels);
     Some((Tensor::from_dispatch(gamma), Tensor::from_dispatch(beta)))
+}
+
+/// [`HostOps::host_outer_rows`] where it runs (flex, f32, `a` `[b, d_in]` and δ `[b, d_out]`);
+/// `None` elsewhere.
+pub(crate) fn outer_rows(a: Tensor<2>, delta: Tensor<2>) -> Option<Tensor<2>> {
+    let fits = crate::device::is_flex(&delta.device())
+        && [a.dtype(), delta.dtype()] == [DType::F32; 2]
+        && a.dims()[0] == delta.dims()[0];
+    fits.then(|| {
+        Tensor::from_dispatch(<Dispatch as HostOps>::host_outer_rows(a.into_dispatch(), delta.into_dispatch()))
+    })
 }
 
 /// [`HostOps::host_tap`] of `x` and `probe` where it runs (flex, f32, one shape); `None`
@@ -256,6 +272,21 @@ impl HostOps for Flex {
         x
     }
 
+    fn host_outer_rows(a: FloatTensor<Self>, delta: FloatTensor<Self>) -> FloatTensor<Self> {
+        let (b, d_in) = (a.layout().shape()[0], a.layout().shape()[1]);
+        let d_out = delta.layout().shape()[1];
+        let (a, delta) = (values(&a), values(&delta));
+        // Written in order as it is formed: no zeroing pass first.
+        let mut rows = Vec::with_capacity(b * d_in * d_out);
+        for (a, delta) in a.chunks_exact(d_in.max(1)).zip(delta.chunks_exact(d_out.max(1))).take(b) {
+            for &x in a {
+                rows.extend(delta.iter().map(|&d| x * d));
+            }
+        }
+        rows.resize(b * d_in * d_out, 0.0);
+        FlexTensor::from_data(TensorData::new(rows, [b, d_in * d_out]))
+    }
+
     fn host_norm_rows(
         xhat: FloatTensor<Self>,
         delta: FloatTensor<Self>,
@@ -316,6 +347,10 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (weight, bias) = Flex::host_conv_rows(Self::inner(delta), Self::inner(cols), g);
         (Self::from_inner(weight), Self::from_inner(bias))
+    }
+
+    fn host_outer_rows(a: FloatTensor<Self>, delta: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::from_inner(Flex::host_outer_rows(Self::inner(a), Self::inner(delta)))
     }
 
     fn host_tap(x: FloatTensor<Self>, probe: FloatTensor<Self>) -> FloatTensor<Self> {

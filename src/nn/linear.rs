@@ -97,7 +97,16 @@ impl<const D: usize> Recorded for LinearCall<D> {
         let t = dims[1..D - 1].iter().product::<usize>();
         let a = self.input.clone().reshape([b, t, d_in]);
         let delta = delta.reshape([b, t, d_out]);
-        let weight = if t == 1 {
+        #[cfg(feature = "flex")]
+        let host = (t == 1)
+            .then(|| super::host::outer_rows(a.clone().reshape([b, d_in]), delta.clone().reshape([b, d_out])))
+            .flatten();
+        #[cfg(not(feature = "flex"))]
+        let host = None;
+        let weight = if let Some(rows) = host {
+            // On flex, the outer products on the host (one pass, no broadcast iteration).
+            rows.reshape([b, d_in, d_out])
+        } else if t == 1 {
             // One position: the outer product aᵢδᵢᵀ, one element-wise product (each entry one
             // multiplication, as the product's single term is), where a product of inner
             // dimension 1 would run a matrix-product kernel for it.
