@@ -18,11 +18,12 @@ use std::path::PathBuf;
 use anyhow::Context;
 use burn::module::Module;
 use burn::nn::PaddingConfig2d;
-use burn::nn::pool::{AvgPool2d, AvgPool2dConfig};
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use clap::Parser;
-use dpgd::nn::{Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig};
+use dpgd::nn::{
+    AvgPool2d, AvgPool2dConfig, Classifier, Conv2d, Conv2dConfig, GroupNorm, GroupNormConfig, Linear, LinearConfig,
+};
 use dpgd::per_example::BurnEngine;
 use dpgd::train::{FinishInfo, Observer, StepReport, TrainConfig, Warning};
 
