@@ -506,10 +506,11 @@ mod avx512 {
         g.stride == 1 && g.pad == 0 && g.win <= 16 && g.k >= 1 && has_avx512f()
     }
 
-    /// [`super::shift_add_rows`] for a geometry [`takes_shift_add`] takes: each input row loaded once
-    /// per window row `i` as one vector, the `k` shifted rows of `dcols_t` added to it in
-    /// order of `j` (each under the mask of the lanes it covers, so the other lanes keep their
-    /// values), then stored — the portable kernel's additions in its order, so the same values.
+    /// [`super::shift_add_rows`] for a geometry [`takes_shift_add`] takes: each input row
+    /// loaded once per window row `i` as one vector, the `k` shifted rows of `dcols_t` added to
+    /// it in order of `j` (each under the mask of the lanes it covers, so the other lanes keep
+    /// their values), then stored — the portable kernel's additions in its order, so the same
+    /// values.
     pub(super) fn shift_add(g: &Geometry, dcols_t: &[f32], dx: &mut [f32]) {
         let Geometry { cin, hin, win, k, hout, wout, .. } = *g;
         // checked arithmetic: the unsafe accesses rest on these, so no size may wrap
@@ -537,7 +538,7 @@ mod avx512 {
                 for oh in 0..hout {
                     // SAFETY: input row oh + i < hin of channel ch holds `win` ≤ 16 values
                     // inside `dx`; row oh of each `dcols_t` row (ch, i, j) holds `wout` values
-                    // inside `dcols_t` (`check` in `shift_add`). The source is addressed j
+                    // inside `dcols_t` (asserted in `shift_add`). The source is addressed j
                     // floats before its row (wrapping arithmetic) so that its values land in
                     // lanes j..j + wout ≤ win; only those lanes are read.
                     unsafe {
@@ -598,8 +599,8 @@ pub(crate) fn weight_rows(g: &Geometry, dy: &[f32], cols: &[f32], weight: &mut [
 /// channel-major output gradients, `weights` is `[cout, K]` row-major.
 ///
 /// At stride 1 (with a padding narrower than the window) through each example's transposed
-/// column gradients instead
-/// ([`input_grad_transposed`]); the two differ only in the order of each input value's additions.
+/// column gradients instead ([`input_grad_transposed`]); the two differ only in the order of
+/// each input value's additions.
 pub(crate) fn input_grad_batch(
     g: &Geometry,
     weights: &[f32],

@@ -370,14 +370,14 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
 thread_local! {
     /// im2col buffers given back once a convolution's per-example rows are formed
     /// ([`give_back`]), and the forward's scratch, for this thread's next convolution of the
-    /// same size: their stale values
-    /// are all overwritten (the im2col writes every one), so no zeroing pass over them — 7 MB
-    /// per micro-batch of 64 for 16 channels of 3 × 3 windows on 14 × 14, 6 % of the residual
-    /// GroupNorm model's step on the burn engine (`perf`, 2 cores). At most [`SPARE`] are kept.
+    /// same sizes: every stale value is overwritten (the im2col and the product write each
+    /// one; a test fills them with NaN), so no zeroing pass over them — 7 MB per micro-batch of
+    /// 64 for 16 channels of 3 × 3 windows on 14 × 14, 6 % of the residual GroupNorm model's
+    /// step on the burn engine (`perf`, 2 cores). At most [`SPARE`] are kept.
     static SPARE_COLS: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The most im2col buffers a thread keeps for reuse.
+/// The most buffers (im2col matrices and scratch) a thread keeps for reuse.
 const SPARE: usize = 4;
 
 /// A buffer of `n` values whose every value the caller overwrites: a given-back one of that
