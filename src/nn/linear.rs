@@ -102,7 +102,7 @@ impl<const D: usize> Recorded for LinearCall<D> {
             .then(|| super::host::outer_rows(a.clone().reshape([b, d_in]), delta.clone().reshape([b, d_out])))
             .flatten();
         #[cfg(not(feature = "flex"))]
-        let host = None;
+        let host: Option<Tensor<2>> = None;
         let weight = if let Some(rows) = host {
             // On flex, the outer products on the host (one pass, no broadcast iteration).
             rows.reshape([b, d_in, d_out])
