@@ -76,8 +76,8 @@ struct Args {
     /// with `--features wgpu`).
     #[arg(long, default_value = "flex")]
     device: String,
-    /// Examples per micro-batch (64 suits the CPU; a GPU wants 1024 or more).
-    #[arg(long, default_value_t = 64)]
+    /// Examples per micro-batch (16 suits the CPU; a GPU wants 1024 or more).
+    #[arg(long, default_value_t = 16)]
     chunk: usize,
 }
 

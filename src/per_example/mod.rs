@@ -50,10 +50,14 @@ impl<'s> Held<'s> {
     }
 }
 
-/// The micro-batch size (`train.chunk`) of an engine that names none: 64, where the burn
-/// engine's fixed cost per call is spread over enough examples (on flex, 64 and 128 measured
-/// fastest of 32–1024 for the Opacus CNN; `experiments/speed/run.sh`).
-pub const DEFAULT_CHUNK: usize = 64;
+/// The micro-batch size (`train.chunk`) of an engine that names none: the burn engine's on the
+/// CPU, 16. Once its convolutions and normalisations ran dpgd's kernels on flex, a micro-batch's
+/// im2col matrices (7 MB for the residual GroupNorm model at 64) no longer fit in a core's L2
+/// cache: on a 2-core AMD EPYC with AVX-512 the residual model's full private step over 60,000
+/// examples took 2.24–2.46 s at 16, 2.91–3.00 s at 32 and 3.6 s at 64, the Opacus CNN's
+/// 1.84–2.92 s at 16 and 2.20–2.98 s at 32 (noisy, interleaved), 8 slower on both
+/// (`dpgd bench-step --engine burn --chunk C`). Before those kernels, 64 and 128 were fastest.
+pub const DEFAULT_CHUNK: usize = 16;
 
 /// The fast engine's micro-batch size: its full step on the Opacus CNN was fastest at 4
 /// (`dpgd bench-step --chunk C`, 2 threads on this repository's 2-core machine, seconds per

@@ -399,7 +399,7 @@ pub struct TrainSettings {
     pub momentum: f64,
     /// Examples per micro-batch whose per-example gradients are held at once
     /// (memory ≈ threads × chunk × parameters × 4 bytes). Absent: the engine's own
-    /// ([`crate::per_example::PerExample::preferred_chunk`]: 4 on the fast engine, 64 on the burn
+    /// ([`crate::per_example::PerExample::preferred_chunk`]: 4 on the fast engine, 16 on the burn
     /// engine on the CPU, 2,048 on a GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk: Option<usize>,

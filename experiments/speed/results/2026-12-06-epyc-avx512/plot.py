@@ -1,7 +1,9 @@
 """Bar chart of results.jsonl beside it: each model's full private step, round by round, for
 Opacus 1.6 and dpgd's two engines (medians, min-max bars), with each engine's ratio to Opacus.
-   python3 experiments/speed/results/2026-12-06-epyc-avx512/plot.py"""
+   python3 experiments/speed/results/2026-12-06-epyc-avx512/plot.py [results-chunk64.jsonl]
+writes plot.png (plot-chunk64.png for results-chunk64.jsonl)."""
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -10,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 here = Path(__file__).parent
-rows = [json.loads(line) for line in (here / "results.jsonl").read_text().splitlines() if line.strip()]
+name = sys.argv[1] if len(sys.argv) > 1 else "results.jsonl"
+rows = [json.loads(line) for line in (here / name).read_text().splitlines() if line.strip()]
 runs = [("opacus", "Opacus 1.6"), ("burn", "dpgd burn engine"), ("fast", "dpgd fast engine")]
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 for ax, (model, title) in zip(axes, [("cnn", "Opacus CNN"), ("residual", "residual GroupNorm model")]):
@@ -32,4 +35,4 @@ for ax, (model, title) in zip(axes, [("cnn", "Opacus CNN"), ("residual", "residu
     ax.legend(fontsize=8, loc="center right")
 fig.suptitle("back to back on a 2-core AMD EPYC (Zen 4, AVX-512)", fontsize=11)
 fig.tight_layout()
-fig.savefig(here / "plot.png", dpi=120)
+fig.savefig(here / name.replace("results", "plot").replace(".jsonl", ".png"), dpi=120)

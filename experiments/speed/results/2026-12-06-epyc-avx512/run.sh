@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Every speed goal of the per-example engines on one machine, back to back with Opacus 1.6, round
 # by round: the Opacus CNN (Opacus at chunk 256; dpgd's fast engine at its default chunk 4; the
-# burn engine, the same CNN as burn modules of dpgd::nn layers, at chunk 64) and the residual
-# GroupNorm model of configs/mnist-residual.toml (Opacus at chunk 256, experiments/speed/
-# residual_opacus.py; the burn engine at chunk 64; the fast engine, which runs it as a sequence
-# of its kinds). One full private step over 60,000 MNIST examples, three timed steps after a
-# warm-up. Build the binary with `cargo build --release -p dpgd-cli` and pass it:
+# burn engine, the same CNN as burn modules of dpgd::nn layers, at chunk $BURN_CHUNK, by default
+# 16, its default on the CPU) and the residual GroupNorm model of configs/mnist-residual.toml
+# (Opacus at chunk 256, experiments/speed/residual_opacus.py; the burn engine at $BURN_CHUNK; the
+# fast engine, which runs it as a sequence of its kinds). One full private step over 60,000
+# MNIST examples, three timed steps after a warm-up. Build the binary with
+# `cargo build --release -p dpgd-cli` and pass it:
 #   DPGD=target/release/dpgd ROUNDS=3 experiments/speed/results/2026-12-06-epyc-avx512/run.sh
-# Writes one JSON line per measurement to results.jsonl (about 3 min a round on 2 cores) and the
-# CPU's model line and flags to cpu.txt.
+#   DPGD=… BURN_CHUNK=64 OUT=results-chunk64.jsonl …/run.sh    # the first run, at 916fdbc
+# Writes one JSON line per measurement to $OUT (results.jsonl; about 3 min a round on 2 cores)
+# and the CPU's model line and flags to cpu.txt.
 set -euo pipefail
 here=experiments/speed/results/2026-12-06-epyc-avx512
-out=$here/results.jsonl
+out=$here/${OUT:-results.jsonl}
+chunk=${BURN_CHUNK:-16}
 data=${DPGD_DATASETS:-../shared/datasets}/mnist
 py=${PEERS_VENV:-$HOME/.cache/peers-venv}/bin/python
 : "${DPGD:?the dpgd binary to time}"
@@ -34,8 +37,8 @@ opacus() { # round model script args...
 for round in $(seq 1 "$rounds"); do
   opacus "$round" cnn ../shared/peers/bench_torch.py --mode fullstep --method opacus --chunk 256 --warmup 1
   dpgd "$round" cnn fast
-  dpgd "$round" cnn burn --engine burn --chunk 64
+  dpgd "$round" cnn burn --engine burn --chunk "$chunk"
   opacus "$round" residual experiments/speed/residual_opacus.py
-  dpgd "$round" residual burn --engine burn --chunk 64 --model-config configs/mnist-residual.toml
+  dpgd "$round" residual burn --engine burn --chunk "$chunk" --model-config configs/mnist-residual.toml
   dpgd "$round" residual fast --model-config configs/mnist-residual.toml
 done
