@@ -15,7 +15,7 @@ here = Path(__file__).parent
 name = sys.argv[1] if len(sys.argv) > 1 else "results.jsonl"
 rows = [json.loads(line) for line in (here / name).read_text().splitlines() if line.strip()]
 runs = [("opacus", "Opacus 1.6"), ("burn", "dpgd burn engine"), ("fast", "dpgd fast engine")]
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
 for ax, (model, title) in zip(axes, [("cnn", "Opacus CNN"), ("residual", "residual GroupNorm model")]):
     mine = [r for r in rows if r["model"] == model]
     rounds = sorted({r["round"] for r in mine})
@@ -32,7 +32,7 @@ for ax, (model, title) in zip(axes, [("cnn", "Opacus CNN"), ("residual", "residu
     ax.set_xticks(range(len(rounds)), [f"round {r}" for r in rounds])
     ax.set_title(f"{title} (ratio: Opacus's median / dpgd's)", fontsize=10)
     ax.set_ylabel("full private step over 60,000 examples (s)")
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
 fig.suptitle("back to back on a 2-core AMD EPYC (Zen 4, AVX-512)", fontsize=11)
 fig.tight_layout()
 fig.savefig(here / name.replace("results", "plot").replace(".jsonl", ".png"), dpi=120)
