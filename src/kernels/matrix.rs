@@ -193,8 +193,7 @@ mod avx512 {
     use std::arch::x86_64::{
         __m512, __mmask16, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_fmadd_ps, _mm512_loadu_ps,
         _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_reduce_add_ps, _mm512_set1_ps, _mm512_setzero_ps,
-        _mm512_shuffle_f32x4,
-        _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
+        _mm512_shuffle_f32x4, _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
     };
     use std::cell::RefCell;
 
