@@ -111,7 +111,13 @@ crate::simd::kernel! {
                 row.fill(0.0);
                 for ky in 0..kh {
                     let line = &plane[(oy * sh + ky) * w..][..w];
-                    if sw == kw {
+                    if sw == kw && kw == 2 {
+                        // Side by side in pairs (the common 2×2 window at stride 2): the same two
+                        // additions, in a loop the compiler vectorises.
+                        for (o, pair) in row.iter_mut().zip(line.chunks_exact(2)) {
+                            *o = (*o + pair[0]) + pair[1];
+                        }
+                    } else if sw == kw {
                         // Side by side: each window row is the next kw values (no index arithmetic).
                         for (o, window) in row.iter_mut().zip(line.chunks_exact(kw)) {
                             window.iter().for_each(|&v| *o += v);
@@ -149,7 +155,13 @@ crate::simd::kernel! {
                 share.iter_mut().zip(row).for_each(|(s, &g)| *s = g / count);
                 for ky in 0..kh {
                     let line = &mut dx[(oy * sh + ky) * w..][..w];
-                    if sw == kw {
+                    if sw == kw && kw == 2 {
+                        // In pairs, as in the forward.
+                        for (&s, pair) in share.iter().zip(line.chunks_exact_mut(2)) {
+                            pair[0] += s;
+                            pair[1] += s;
+                        }
+                    } else if sw == kw {
                         for (&s, window) in share.iter().zip(line.chunks_exact_mut(kw)) {
                             window.iter_mut().for_each(|d| *d += s);
                         }
