@@ -54,8 +54,9 @@ impl<'s> Held<'s> {
 /// CPU, 16. Once its convolutions and normalisations ran dpgd's kernels on flex, a micro-batch's
 /// im2col matrices (7 MB for the residual GroupNorm model at 64) no longer fit in a core's L2
 /// cache: on a 2-core AMD EPYC with AVX-512 the residual model's full private step over 60,000
-/// examples took 2.24–2.46 s at 16, 2.91–3.00 s at 32 and 3.6 s at 64, the Opacus CNN's
-/// 1.84–2.92 s at 16 and 2.20–2.98 s at 32 (noisy, interleaved), 8 slower on both
+/// examples took 2.24–2.46 s at 16 and 2.91–3.00 s at 32 (interleaved), 3.61–3.83 s at 64 (an
+/// hour earlier, three rounds), and 8 was slower than 16 on 30,000 examples; the Opacus CNN's
+/// took 1.84–2.92 s at 16 and 2.20–2.98 s at 32, no chunk clearly ahead through the noise
 /// (`dpgd bench-step --engine burn --chunk C`). Before those kernels, 64 and 128 were fastest.
 pub const DEFAULT_CHUNK: usize = 16;
 
