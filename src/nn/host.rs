@@ -373,12 +373,13 @@ thread_local! {
     /// same sizes: every stale value is overwritten (the im2col and the product write each
     /// one; a test fills them with NaN), so no zeroing pass over them — 7 MB per micro-batch of
     /// 64 for 16 channels of 3 × 3 windows on 14 × 14, 6 % of the residual GroupNorm model's
-    /// step on the burn engine (`perf`, 2 cores). At most [`SPARE`] are kept.
+    /// step on the burn engine (`perf`, 2 cores). At most [`SPARE`] are kept (counted in the
+    /// burn engine's memory estimate).
     static SPARE_COLS: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The most buffers (im2col matrices and scratch) a thread keeps for reuse.
-const SPARE: usize = 4;
+pub(super) const SPARE: usize = 4;
 
 /// A buffer of `n` values whose every value the caller overwrites: a given-back one of that
 /// size if this thread has one, zeros otherwise.
@@ -397,6 +398,12 @@ fn give_back(cols: FlexTensor) {
     if let Ok(v) = cols.into_data().try_into_vec::<f32>() {
         keep(v);
     }
+}
+
+/// The values in the buffers this thread keeps for reuse (for tests of memory estimates).
+#[cfg(test)]
+pub(crate) fn kept_values() -> usize {
+    SPARE_COLS.with_borrow(|spare| spare.iter().map(Vec::len).sum())
 }
 
 /// Keeps `buffer` for [`overwritten_buffer`] (the oldest kept one dropped past [`SPARE`]).

@@ -62,6 +62,14 @@ mod conv2d;
 mod embedding;
 #[cfg(feature = "flex")]
 mod host;
+/// The most buffers a thread keeps for reuse between calls of the CPU kernels (im2col matrices
+/// and scratch, each of one call's size at most), for memory estimates.
+#[cfg(feature = "flex")]
+pub(crate) const SPARE: usize = host::SPARE;
+#[cfg(not(feature = "flex"))]
+pub(crate) const SPARE: usize = 0;
+#[cfg(all(test, feature = "flex"))]
+pub(crate) use host::kept_values;
 mod linear;
 mod norm;
 mod pool;

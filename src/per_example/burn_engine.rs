@@ -59,6 +59,9 @@ pub struct BurnEngine<M: Classifier> {
     /// Values a micro-batch holds per example besides θ-sized rows (recorded inputs, probes),
     /// measured on a dry run.
     values_per_example: usize,
+    /// The most values per example of one recorded call (its share of `values_per_example`):
+    /// a bound on each buffer a thread keeps for reuse after the call ([`crate::nn::SPARE`]).
+    largest_call: usize,
     /// Every float parameter's number of values, by id (the shape its rows must have).
     sizes: HashMap<ParamId, usize>,
     /// Each trainable parameter's position in `params`, by id.
@@ -265,7 +268,7 @@ impl<M: Classifier> BurnEngine<M> {
         model.visit(&mut inv);
         check_inventory(&inv)?;
         let sizes: HashMap<ParamId, usize> = inv.params.iter().map(|f| (f.id, f.shape.iter().product())).collect();
-        let (recorded, values_per_example, float_rows) =
+        let DryRuns { recorded, values_per_example, largest_call, float_rows } =
             dry_runs(&model, &device, (input, classes), batched, (&inv, &sizes))?;
         let (params, offset) = trainable_params(inv.params, batched, &recorded)?;
         let engine = Self {
@@ -275,6 +278,7 @@ impl<M: Classifier> BurnEngine<M> {
             classes,
             num_params: offset,
             values_per_example,
+            largest_call,
             sizes,
             index: params.iter().enumerate().map(|(i, p)| (p.id, i)).collect(),
             params,
@@ -442,9 +446,16 @@ fn check_inventory(inv: &Inventory) -> Result<()> {
     Ok(())
 }
 
-/// The recorded parameters, values per example and whether every row is f32 or f64, from
-/// two dry runs of `model` on `device`.
-type DryRuns = (std::collections::HashSet<ParamId>, usize, bool);
+/// What two dry runs of a model show.
+struct DryRuns {
+    /// The parameters a recorded layer call used.
+    recorded: std::collections::HashSet<ParamId>,
+    /// Values per example the recorded calls hold, all together and the most of one call.
+    values_per_example: usize,
+    largest_call: usize,
+    /// Whether every row is f32 or f64.
+    float_rows: bool,
+}
 
 /// Two dry runs on zero batches of 2 and 3 examples (see the comment inside), refusing a
 /// forward that fails or gives other logits, and (`batched`) a layer called on a tensor whose
@@ -462,7 +473,7 @@ fn dry_runs<M: Classifier>(
     // [b, n] — a layer on a tensor whose first axis is not the batch (a sequence-first input,
     // a constant broadcast over the batch) would give rows that are not per example.
     let mut recorded = std::collections::HashSet::new();
-    let mut values_per_example = 0;
+    let (mut values_per_example, mut largest_call) = (0, 0);
     // Rows in f32 or f64 can be kept on the device: the norm's bound covers their rounding.
     let mut float_rows = true;
     for b in [2, 3] {
@@ -477,7 +488,7 @@ fn dry_runs<M: Classifier>(
                  ({why}): build the model for that shape"
             ))
         })?;
-        let Dry { logits, rows, tape_params, values, .. } = dry;
+        let Dry { logits, rows, tape_params, values, largest, .. } = dry;
         if logits != [b, classes] {
             return Err(refuse(format!(
                 "the model's forward returns logits of shape {logits:?} for {b} examples of shape {input:?}; the data \
@@ -497,9 +508,9 @@ fn dry_runs<M: Classifier>(
             )));
         }
         recorded.extend(tape_params);
-        values_per_example = values;
+        (values_per_example, largest_call) = (values, largest);
     }
-    Ok((recorded, values_per_example, float_rows))
+    Ok(DryRuns { recorded, values_per_example, largest_call, float_rows })
 }
 
 /// The trainable parameters in θ's order (a tied parameter once), each with its offset, and
@@ -544,8 +555,9 @@ struct Dry {
     rows: std::result::Result<HashMap<ParamId, Tensor<2>>, (ParamId, Vec<usize>)>,
     /// The parameters the recorded layer calls used.
     tape_params: Vec<ParamId>,
-    /// Values per example the recorded calls hold (for memory estimates).
+    /// Values per example the recorded calls hold (for memory estimates), and the most of one.
     values: usize,
+    largest: usize,
 }
 
 /// Runs `model` on the batch `x` (`b` examples, labels `y`) with a tape open, back-propagates
@@ -583,6 +595,7 @@ fn rows_of<M: Classifier>(
         rows: bad.map_or(Ok(sums), Err),
         tape_params: tape.records.iter().flat_map(|r| r.params()).collect(),
         values: tape.records.iter().map(|r| r.values_per_example()).sum(),
+        largest: tape.records.iter().map(|r| r.values_per_example()).max().unwrap_or(0),
     }
 }
 
@@ -665,18 +678,27 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
         // The model copy and θ, then per example: the rows and two temporaries of their size
         // (the rows on the host, or the clip's squares and scaled rows on the device: 3P), and
         // the recorded activations with their gradients (twice each). On a GPU keeping its rows,
-        // only the model copy and θ are in host memory.
+        // only the model copy and θ are in host memory. On the CPU, the buffers the thread keeps
+        // for its next calls (`nn::SPARE`, each at most one call's values for the micro-batch).
         let p = self.num_params as u64;
         let activations = (self.values_per_example as u64).checked_mul(2)?;
+        let host = crate::device::is_host(&self.device);
+        let kept = |examples: usize| {
+            let spare = if host { crate::nn::SPARE as u64 } else { 0 };
+            spare.checked_mul(self.largest_call as u64)?.checked_mul(examples as u64)
+        };
         match self.backprop {
-            Backprop::Batched if self.keep_rows && !crate::device::is_host(&self.device) => p.checked_mul(8),
+            Backprop::Batched if self.keep_rows && !host => p.checked_mul(8),
             Backprop::Batched => {
                 let per_example = p.checked_mul(3)?.checked_add(activations)?;
-                per_example.checked_mul(batch as u64)?.checked_add(p.checked_mul(2)?)?.checked_mul(4)
+                let values = per_example.checked_mul(batch as u64)?.checked_add(p.checked_mul(2)?)?;
+                values.checked_add(kept(batch)?)?.checked_mul(4)
             }
             // One example at a time: its parameters' gradients on the device and on the host,
             // beside the model copy and θ (activations of burn's own layers are not measured).
-            Backprop::OneBackwardPerExample => p.checked_mul(4)?.checked_add(activations)?.checked_mul(4),
+            Backprop::OneBackwardPerExample => {
+                p.checked_mul(4)?.checked_add(activations)?.checked_add(kept(1)?)?.checked_mul(4)
+            }
         }
     }
 
@@ -769,5 +791,56 @@ impl<M: Classifier> PerExample for BurnEngine<M> {
     /// Seeds the device's random generator (a user model's dropout).
     fn reseed(&self, seed: u64) {
         self.device.seed(seed);
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use burn::module::Module;
+    use burn::tensor::activation::relu;
+
+    use super::*;
+    use crate::nn::{Conv2d, Conv2dConfig, Linear, LinearConfig};
+
+    #[derive(Module, Debug)]
+    struct Net {
+        conv1: Conv2d,
+        conv2: Conv2d,
+        fc: Linear,
+    }
+
+    impl Classifier for Net {
+        fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+            let h = relu(self.conv2.forward(relu(self.conv1.forward(x))));
+            self.fc.forward(h.flatten(1, 3))
+        }
+    }
+
+    /// The memory estimate covers the buffers the CPU kernels keep on the thread after a
+    /// micro-batch (the im2col matrices of the largest convolution), beside everything else it
+    /// counted before them.
+    #[test]
+    fn the_memory_estimate_counts_the_buffers_kept_for_reuse() {
+        let d = Device::flex();
+        let net = Net {
+            conv1: Conv2dConfig::new([1, 8], [3, 3]).init(&d),
+            conv2: Conv2dConfig::new([8, 8], [3, 3]).init(&d),
+            fc: LinearConfig::new(8 * 8 * 8, 3).init(&d),
+        };
+        let engine = BurnEngine::new(net, &d, [1, 12, 12], 3).expect("a conv net of dpgd layers");
+        let (b, p) = (16, engine.num_params());
+        let x: Vec<f32> = (0..b * 144).map(|i| (i as f32 * 0.37).sin()).collect();
+        let y: Vec<u8> = (0..b).map(|i| (i % 3) as u8).collect();
+        let theta = engine.current_params().expect("θ");
+        let (mut rows, mut losses) = (vec![0.0f32; b * p], vec![0.0f32; b]);
+        engine.gradients(&theta, &x, &y, &mut engine.scratch(b), &mut rows, &mut losses);
+        let kept = crate::nn::kept_values();
+        // conv2's im2col matrices: 72 values for each of 64 positions, per example
+        assert!(kept >= b * 72 * 64, "the kernels kept {kept} values; the test needs conv2's patches kept");
+        let estimate = engine.scratch_bytes(b).expect("fits");
+        let (p, b, kept) = (p as u64, b as u64, kept as u64);
+        let per_example = 3 * p + 2 * engine.values_per_example as u64;
+        let without_kept = 4 * (per_example * b + 2 * p);
+        assert!(estimate >= without_kept + 4 * kept, "estimate {estimate} B, kept {kept} values");
     }
 }
