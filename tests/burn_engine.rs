@@ -152,6 +152,30 @@ fn conv_groupnorm_residual_and_a_layer_used_twice_match_autodiff() {
     check(|d| conv_net(d, 3, 2, 2, 2), [2, 7, 7], 3, &x, &y);
 }
 
+/// GroupNorm on the input itself, which needs no gradient: its backward does not run, so its
+/// rule forms the rows itself (after a convolution, as above, the backward leaves them).
+#[derive(Module, Debug)]
+struct NormFirst {
+    norm: GroupNorm,
+    head: Linear,
+}
+
+impl Classifier for NormFirst {
+    fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        self.head.forward(relu(self.norm.forward(x)).flatten(1, 3))
+    }
+}
+
+#[test]
+fn groupnorm_on_the_input_matches_autodiff() {
+    let net = |d: &Device| NormFirst {
+        norm: GroupNormConfig::new(2, 4).init(d),
+        head: LinearConfig::new(4 * 5 * 5, 3).init(d),
+    };
+    let (x, y) = inputs(5, 4 * 5 * 5, 4);
+    check(net, [4, 5, 5], 3, &x, &y);
+}
+
 /// LayerNorm over the rows of an image taken as tokens, a Linear applied to every token (the
 /// 3-D case, a sum over tokens), then a Linear on the flattened result.
 #[derive(Module, Debug)]

@@ -113,17 +113,3 @@ pub(crate) fn backward_batch(
     }
 }
 }
-
-crate::simd::kernel! {
-/// The γ and β rows of a batch from its normalised input x̂ and output gradient δ (planes of
-/// `hw` values, one per example and channel, channel-major): `Σ x̂·δ` and `Σ δ` over each plane,
-/// in [`backward_batch`]'s lanes, into `gamma` and `beta` (a value per plane). For a layer that
-/// keeps x̂ rather than x and its statistics (the burn engine's GroupNorm).
-pub(crate) fn rows_from_normalised(xhat: &[f32], dy: &[f32], hw: usize, gamma: &mut [f32], beta: &mut [f32]) {
-    let planes = xhat.chunks_exact(hw.max(1)).zip(dy.chunks_exact(hw.max(1)));
-    for (((h, d), g), b) in planes.zip(gamma.iter_mut()).zip(beta.iter_mut()) {
-        *g = lane_sum2(h, d, |h, d| h * d);
-        *b = lane_sum(d, |d| d);
-    }
-}
-}

@@ -57,6 +57,27 @@ pub(crate) struct HostGroupNorm {
     pub layout: GroupNorm,
     /// γ, then β.
     pub params: Vec<f32>,
+    /// Each example's γ and β rows (`[b, 2c]`), which the backward forms beside the input
+    /// gradient ([`crate::kernels::norm::backward_batch`]) and leaves here for the per-example
+    /// rule, so that the rule does not form them again. Empty until the backward has run (or
+    /// if it does not: an input that needs no gradient); the rule then forms them itself.
+    pub rows: std::sync::Arc<std::sync::Mutex<Option<Vec<f32>>>>,
+}
+
+/// What a GroupNorm call on flex keeps for its per-example rule ([`norm_rows`]): its input, each
+/// group's μ and 1/√(σ² + ε) (`[b, 2·groups]`), and the operation (with the rows its backward
+/// forms).
+pub(crate) struct SavedNorm<const D: usize> {
+    x: Tensor<D>,
+    stats: Tensor<2>,
+    norm: HostGroupNorm,
+}
+
+impl<const D: usize> SavedNorm<D> {
+    /// The input's shape.
+    pub fn dims(&self) -> [usize; D] {
+        self.x.dims()
+    }
 }
 
 /// dpgd's operations on flex.
@@ -88,9 +109,9 @@ pub(crate) trait HostOps: Backend {
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// The group normalisation of `[b, c, …]` f32 values by [`crate::kernels::norm::forward_batch`],
-    /// with the normalised input x̂ (not differentiable), from which the per-example rule forms
-    /// γ's rows; its backward is the input gradient of [`crate::kernels::norm::backward_batch`]
-    /// (γ and β are constants).
+    /// with each group's μ and 1/√(σ² + ε) (`[b, 2·groups]`, not differentiable); its backward
+    /// is the input gradient of [`crate::kernels::norm::backward_batch`] (γ and β are
+    /// constants), which also leaves the per-example rows in `norm.rows`.
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// `x` itself, its gradient also given to `probe` (a leaf of `x`'s shape): what `x + probe`
@@ -103,13 +124,15 @@ pub(crate) trait HostOps: Backend {
     /// a linear layer's per-example weight gradients at one position. Not differentiable.
     fn host_outer_rows(a: FloatTensor<Self>, delta: FloatTensor<Self>) -> FloatTensor<Self>;
 
-    /// Each example's γ rows (`Σ x̂·δ` per channel) and β rows (`Σ δ`), `[b, channels]` each,
-    /// from x̂ and the output gradients δ (`[b, channels, …]`), by
-    /// [`crate::kernels::norm::rows_from_normalised`]. Not differentiable.
+    /// Each example's γ rows (`Σ x̂·δ` per channel) and β rows (`Σ δ`), `[b, c]` each, of
+    /// [`host_group_norm`](Self::host_group_norm)'s call on `x` with statistics `stats`, for
+    /// the output gradients δ (`[b, c, …]`): the rows its backward left in `norm.rows`, or else
+    /// formed by [`crate::kernels::norm::backward_batch`]. Not differentiable.
     fn host_norm_rows(
-        xhat: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
         delta: FloatTensor<Self>,
-        channels: usize,
+        norm: HostGroupNorm,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 }
 
@@ -120,8 +143,8 @@ pub(crate) fn param_values(t: Tensor<1>) -> Option<Vec<f32>> {
 }
 
 /// [`HostOps::host_group_norm`] of `x` where it runs (flex, f32 values, `norm`'s sizes are
-/// `x`'s): the output and x̂ (without autodiff); `None` elsewhere.
-pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> Option<(Tensor<D>, Tensor<D>)> {
+/// `x`'s): the output and what the per-example rule needs; `None` elsewhere.
+pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> Option<(Tensor<D>, SavedNorm<D>)> {
     let l = norm.layout;
     let dims = x.dims();
     let fits = crate::device::is_flex(&x.device())
@@ -135,28 +158,18 @@ pub(crate) fn group_norm<const D: usize>(x: Tensor<D>, norm: HostGroupNorm) -> O
     if !fits {
         return None;
     }
-    let (out, xhat) = <Dispatch as HostOps>::host_group_norm(x.into_dispatch(), norm);
-    Some((Tensor::from_dispatch(out), Tensor::<D>::from_dispatch(xhat).without_autodiff()))
+    let saved = x.clone().without_autodiff();
+    let (out, stats) = <Dispatch as HostOps>::host_group_norm(x.into_dispatch(), norm.clone());
+    let stats = Tensor::<2>::from_dispatch(stats).without_autodiff();
+    Some((Tensor::from_dispatch(out), SavedNorm { x: saved, stats, norm }))
 }
 
-/// [`HostOps::host_norm_rows`] where it runs (flex, f32, x̂ and δ of one shape `[b, channels, …]`):
-/// the γ rows and the β rows; `None` elsewhere.
-pub(crate) fn norm_rows<const D: usize>(
-    xhat: Tensor<D>,
-    delta: Tensor<D>,
-    channels: usize,
-) -> Option<(Tensor<2>, Tensor<2>)> {
-    let fits = crate::device::is_flex(&delta.device())
-        && [xhat.dtype(), delta.dtype()] == [DType::F32; 2]
-        && D >= 2
-        && xhat.dims() == delta.dims()
-        && delta.dims()[1] == channels
-        && channels > 0;
-    if !fits {
-        return None;
-    }
-    let (gamma, beta) = <Dispatch as HostOps>::host_norm_rows(xhat.into_dispatch(), delta.into_dispatch(), channels);
-    Some((Tensor::from_dispatch(gamma), Tensor::from_dispatch(beta)))
+/// [`HostOps::host_norm_rows`] of a call [`group_norm`] ran, for its output gradients δ (of its
+/// output's shape, so of its input's): the γ rows and the β rows.
+pub(crate) fn norm_rows<const D: usize>(saved: &SavedNorm<D>, delta: Tensor<D>) -> (Tensor<2>, Tensor<2>) {
+    let (x, stats) = (saved.x.clone().into_dispatch(), saved.stats.clone().into_dispatch());
+    let (gamma, beta) = <Dispatch as HostOps>::host_norm_rows(x, stats, delta.into_dispatch(), saved.norm.clone());
+    (Tensor::from_dispatch(gamma), Tensor::from_dispatch(beta))
 }
 
 /// [`HostOps::host_outer_rows`] where it runs (flex, f32, `a` `[b, d_in]` and δ `[b, d_out]`);
@@ -241,8 +254,9 @@ impl HostOps for Flex {
     }
 
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (out, xhat, _) = normalise(&x, &norm);
-        (out, xhat)
+        let (out, stats) = normalise(&x, &norm);
+        let b = stats.len() / (2 * norm.layout.groups).max(1);
+        (out, FlexTensor::from_data(TensorData::new(stats, [b, 2 * norm.layout.groups])))
     }
 
     fn host_conv_rows(
@@ -288,18 +302,25 @@ impl HostOps for Flex {
     }
 
     fn host_norm_rows(
-        xhat: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
         delta: FloatTensor<Self>,
-        channels: usize,
+        norm: HostGroupNorm,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let b = delta.layout().shape()[0];
-        let hw = delta.layout().num_elements() / (b * channels).max(1);
-        let (mut gamma, mut beta) = (vec![0.0f32; b * channels], vec![0.0f32; b * channels]);
-        crate::kernels::norm::rows_from_normalised(&values(&xhat), &values(&delta), hw, &mut gamma, &mut beta);
-        (
-            FlexTensor::from_data(TensorData::new(gamma, [b, channels])),
-            FlexTensor::from_data(TensorData::new(beta, [b, channels])),
-        )
+        let (b, c) = (delta.layout().shape()[0], norm.layout.c);
+        let left = norm.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let rows = left.filter(|r| r.len() == b * 2 * c).unwrap_or_else(|| {
+            let mut rows = vec![0.0f32; b * 2 * c];
+            let (x, dy, stats) = (values(&x), values(&delta), values(&stats));
+            norm_backward(&norm.layout, &norm.params, (&x, &dy, &stats), None, (&mut rows, 2 * c));
+            rows
+        });
+        // Each example's row is γ's c values, then β's.
+        let (gamma, beta): (Vec<f32>, Vec<f32>) = (
+            rows.chunks_exact(2 * c.max(1)).flat_map(|r| &r[..c]).copied().collect(),
+            rows.chunks_exact(2 * c.max(1)).flat_map(|r| &r[c..]).copied().collect(),
+        );
+        (FlexTensor::from_data(TensorData::new(gamma, [b, c])), FlexTensor::from_data(TensorData::new(beta, [b, c])))
     }
 }
 
@@ -332,12 +353,15 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
     }
 
     fn host_group_norm(x: FloatTensor<Self>, norm: HostGroupNorm) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (out, xhat, stats) = normalise(x.primitive(), &norm);
+        let (out, stats) = Flex::host_group_norm(x.primitive().clone(), norm.clone());
         let out = match NormBackward.prepare::<C>([x.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((std::sync::Arc::new(norm), x.primitive().clone(), stats), out),
+            OpsKind::Tracked(prep) => {
+                let kept = values(&stats).into_owned();
+                prep.finish((std::sync::Arc::new(norm), x.primitive().clone(), kept), out)
+            }
             OpsKind::UnTracked(prep) => prep.finish(out),
         };
-        (out, <Self as AutodiffBackend>::from_inner(xhat))
+        (out, <Self as AutodiffBackend>::from_inner(stats))
     }
 
     fn host_conv_rows(
@@ -358,11 +382,12 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
     }
 
     fn host_norm_rows(
-        xhat: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
         delta: FloatTensor<Self>,
-        channels: usize,
+        norm: HostGroupNorm,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (gamma, beta) = Flex::host_norm_rows(Self::inner(xhat), Self::inner(delta), channels);
+        let (gamma, beta) = Flex::host_norm_rows(Self::inner(x), Self::inner(stats), Self::inner(delta), norm);
         (Self::from_inner(gamma), Self::from_inner(beta))
     }
 }
@@ -431,31 +456,19 @@ fn convolve(x: &FlexTensor, conv: &HostConv) -> (FlexTensor, FlexTensor) {
     )
 }
 
-/// The group normalisation of `x`, its normalised input x̂, and each group's μ and
-/// 1/√(σ² + ε) (per example, group by group).
-fn normalise(x: &FlexTensor, norm: &HostGroupNorm) -> (FlexTensor, FlexTensor, Vec<f32>) {
+/// The group normalisation of `x` and each group's μ and 1/√(σ² + ε) (per example, group by
+/// group).
+fn normalise(x: &FlexTensor, norm: &HostGroupNorm) -> (FlexTensor, Vec<f32>) {
     let (l, shape) = (&norm.layout, x.layout().shape().clone());
-    let (n, per_group) = (l.values(), l.values() / l.groups);
-    let b = shape.num_elements() / n.max(1);
+    let b = shape.num_elements() / l.values().max(1);
     let x = values(x);
-    let (mut out, mut stats) = (vec![0.0f32; b * n], vec![0.0f32; b * 2 * l.groups]);
+    let (mut out, mut stats) = (vec![0.0f32; b * l.values()], vec![0.0f32; b * 2 * l.groups]);
     norm_forward(l, &norm.params, &x, &mut out, &mut stats);
-    let mut xhat = vec![0.0f32; b * n];
-    for ((xhat, x), stats) in
-        xhat.chunks_exact_mut(per_group.max(1)).zip(x.chunks_exact(per_group.max(1))).zip(stats.chunks_exact(2))
-    {
-        let (mean, inv) = (stats[0], stats[1]);
-        xhat.iter_mut().zip(x).for_each(|(h, &v)| *h = (v - mean) * inv);
-    }
-    (
-        FlexTensor::from_data(TensorData::new(out, shape.clone())),
-        FlexTensor::from_data(TensorData::new(xhat, shape)),
-        stats,
-    )
+    (FlexTensor::from_data(TensorData::new(out, shape)), stats)
 }
 
-/// The backward of [`HostOps::host_group_norm`]: the input gradient (the per-example rows the
-/// kernel also forms are the recorded rule's to form, from x̂ and δ).
+/// The backward of [`HostOps::host_group_norm`]: the input gradient, and the per-example rows the
+/// kernel forms beside it, left in the operation's `rows` for the recorded rule.
 #[derive(Debug)]
 struct NormBackward;
 
@@ -472,6 +485,7 @@ impl Backward<Flex, 1> for NormBackward {
         let b = x.len() / l.values().max(1);
         let (mut dx, mut rows) = (vec![0.0f32; x.len()], vec![0.0f32; b * 2 * l.c]);
         norm_backward(l, &norm.params, (&x, &dy, &stats), Some(&mut dx), (&mut rows, 2 * l.c));
+        *norm.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(rows);
         grads.register::<Flex>(parent.id, FlexTensor::from_data(TensorData::new(dx, shape)));
     }
 }

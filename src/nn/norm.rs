@@ -111,7 +111,7 @@ impl GroupNorm {
         attach(out, |probe| NormCall {
             gamma: gamma.id,
             beta: Some(beta.id),
-            normalised: normalised.without_autodiff(),
+            normalised: Saved::Normalised(normalised.without_autodiff()),
             probe,
             channels: c,
             channel_axis: true,
@@ -135,11 +135,12 @@ impl GroupNorm {
         let mut params = super::host::param_values(gamma.val())?;
         params.extend(super::host::param_values(beta.val())?);
         let layout = crate::kernels::norm::GroupNorm { c, hw, groups: self.num_groups, gamma: 0, beta: c };
-        let (out, normalised) = super::host::group_norm(input.clone(), super::host::HostGroupNorm { layout, params })?;
+        let norm = super::host::HostGroupNorm { layout, params, rows: Default::default() };
+        let (out, saved) = super::host::group_norm(input.clone(), norm)?;
         Some(attach(out, |probe| NormCall {
             gamma: gamma.id,
             beta: Some(beta.id),
-            normalised,
+            normalised: Saved::Host(saved),
             probe,
             channels: c,
             channel_axis: true,
@@ -206,7 +207,7 @@ impl LayerNorm {
         attach(out, |probe| NormCall {
             gamma: self.gamma.id,
             beta: self.beta.as_ref().map(|b| b.id),
-            normalised: normalised.without_autodiff(),
+            normalised: Saved::Normalised(normalised.without_autodiff()),
             probe,
             channels: d,
             channel_axis: false,
@@ -214,11 +215,22 @@ impl LayerNorm {
     }
 }
 
+/// What a normalisation call keeps for its per-example rule (one per call, held until its rule
+/// has run: the variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum Saved<const D: usize> {
+    /// x̂ (burn's operations).
+    Normalised(Tensor<D>),
+    /// The input, its statistics and the rows the backward forms (dpgd's operation on flex).
+    #[cfg(feature = "flex")]
+    Host(super::host::SavedNorm<D>),
+}
+
 /// A normalisation call: γ and β per channel (axis 1) or per feature (last axis).
 struct NormCall<const D: usize> {
     gamma: ParamId,
     beta: Option<ParamId>,
-    normalised: Tensor<D>,
+    normalised: Saved<D>,
     probe: Tensor<D>,
     channels: usize,
     channel_axis: bool,
@@ -240,20 +252,27 @@ impl<const D: usize> Recorded for NormCall<D> {
     }
 
     fn values_per_example(&self) -> usize {
-        per_example(&self.normalised.dims()) + 2 * per_example(&self.probe.dims())
+        let kept = match &self.normalised {
+            Saved::Normalised(t) => t.dims(),
+            #[cfg(feature = "flex")]
+            Saved::Host(saved) => saved.dims(),
+        };
+        per_example(&kept) + 2 * per_example(&self.probe.dims())
     }
 
     fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let b = delta.dims()[0];
-        #[cfg(feature = "flex")]
-        if self.channel_axis
-            && let Some((gamma, beta)) = super::host::norm_rows(self.normalised.clone(), delta.clone(), self.channels)
-        {
-            return std::iter::once((self.gamma, gamma)).chain(self.beta.map(|id| (id, beta))).collect();
-        }
+        let xhat = match &self.normalised {
+            Saved::Normalised(xhat) => xhat.clone(),
+            #[cfg(feature = "flex")]
+            Saved::Host(saved) => {
+                let (gamma, beta) = super::host::norm_rows(saved, delta);
+                return std::iter::once((self.gamma, gamma)).chain(self.beta.map(|id| (id, beta))).collect();
+            }
+        };
         let delta = self.by_channel(delta);
-        let xhat = self.by_channel(self.normalised.clone());
+        let xhat = self.by_channel(xhat);
         let mut out = vec![(self.gamma, (delta.clone() * xhat).sum_dim(2).reshape([b, self.channels]))];
         if let Some(beta) = self.beta {
             out.push((beta, delta.sum_dim(2).reshape([b, self.channels])));

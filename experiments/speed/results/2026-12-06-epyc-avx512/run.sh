@@ -12,7 +12,7 @@
 # Writes one JSON line per measurement to $OUT (results.jsonl; about 3 min a round on 2 cores)
 # and the CPU's model line and flags to cpu.txt.
 set -euo pipefail
-here=experiments/speed/results/2026-12-06-epyc-avx512
+here=${HERE:-experiments/speed/results/2026-12-06-epyc-avx512}
 out=$here/${OUT:-results.jsonl}
 chunk=${BURN_CHUNK:-16}
 data=${DPGD_DATASETS:-../shared/datasets}/mnist
