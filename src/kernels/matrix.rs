@@ -32,6 +32,11 @@ impl<'a> MatRef<'a> {
     pub(crate) fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
         Self { data, rows, cols, rs: cols, cs: 1 }
     }
+    /// The `rows × cols` matrix whose element (r, c) is `data[r·rs + c·cs]` (e.g. rows that
+    /// are windows of one buffer, `rs` apart).
+    pub(crate) fn strided(data: &'a [f32], (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> Self {
+        Self { data, rows, cols, rs, cs }
+    }
     /// The transpose (no copy).
     pub(crate) fn t(self) -> Self {
         Self { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
@@ -42,6 +47,11 @@ impl<'a> MatMut<'a> {
     /// The row-major `rows × cols` matrix at the start of `data`.
     pub(crate) fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
         Self { data, rows, cols, rs: cols, cs: 1 }
+    }
+    /// The `rows × cols` matrix whose element (r, c) is `data[r·rs + c]` (every `rs`-th row of
+    /// a row-major matrix, say).
+    pub(crate) fn rows_apart(data: &'a mut [f32], (rows, cols): (usize, usize), rs: usize) -> Self {
+        Self { data, rows, cols, rs, cs: 1 }
     }
 }
 

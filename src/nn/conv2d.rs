@@ -162,7 +162,8 @@ impl Conv2d {
     /// padding on every side, no dilation, one group): the convolution by dpgd's own operation
     /// with its own backward ([`super::host`]: the fast engine's im2col, product and col2im),
     /// for any input, tracked or not (the parameters are frozen: no gradient flows to them).
-    /// Returns the output, the im2col matrices and the geometry, with which the per-example rule
+    /// Returns the output, what the weight gradients need (the im2col matrices, or at stride 1
+    /// the zero-bordered input) and the geometry, with which the per-example rule
     /// forms the gradients by the same kernels.
     #[cfg(feature = "flex")]
     fn forward_host(&self, input: &Tensor<4>, pad: [(usize, usize); 2]) -> Option<(Tensor<4>, Tensor<3>, Geometry)> {

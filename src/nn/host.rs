@@ -20,7 +20,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{AutodiffBackend, Backend, Dispatch, Flex, backend_extension};
 use burn::tensor::{DType, Tensor, TensorData};
 
-use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, input_grad_scratch, weight_rows};
+use crate::kernels::conv::{
+    Geometry, forward_batch, forward_scratch, input_grad_batch, input_grad_scratch, weight_rows,
+};
 use crate::kernels::norm::{GroupNorm, backward_batch as norm_backward, forward_batch as norm_forward};
 
 /// A max pooling's windows (valid padding, floor mode): `[kh, kw]`, strides, dilations.
@@ -93,13 +95,15 @@ pub(crate) trait HostOps: Backend {
     fn host_avg_pool2d(x: FloatTensor<Self>, windows: PoolWindows) -> FloatTensor<Self>;
 
     /// The convolution of `[b, c_in, h, w]` f32 values by [`crate::kernels::conv::forward_batch`],
-    /// with the input's im2col matrices (`[b, T, K]`, not differentiable), which the per-example
+    /// with what its weight gradients need (`[b, 1, n]`, n = [`Geometry::cols_len`]: the im2col
+    /// matrices or the zero-bordered input; not differentiable), which the per-example
     /// rule reuses; its backward is the input gradient of
     /// [`crate::kernels::conv::input_grad_batch`] (the parameters are constants).
     fn host_conv2d(x: FloatTensor<Self>, conv: HostConv) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// Each example's weight gradient (`[b, c_out·K]`) and bias gradient (`[b, c_out]`) from
-    /// the output gradients δ (`[b, c_out, hout, wout]`) and the im2col matrices (`[b, T, K]`) of
+    /// the output gradients δ (`[b, c_out, hout, wout]`) and what [`host_conv2d`](Self::host_conv2d)
+    /// kept for them (`[b, 1, n]`) of
     /// [`host_conv2d`](Self::host_conv2d), by [`crate::kernels::conv::weight_rows`]: the fast
     /// engine's per-example rule. Not differentiable.
     fn host_conv_rows(
@@ -209,7 +213,7 @@ pub(crate) fn avg_pool2d(x: Tensor<4>, windows: PoolWindows) -> Option<Tensor<4>
 }
 
 /// [`HostOps::host_conv2d`] of `x` where it runs (flex, f32 values, `conv`'s geometry is `x`'s):
-/// the output and the im2col matrices (without autodiff); `None` elsewhere.
+/// the output and what the weight gradients need (without autodiff); `None` elsewhere.
 pub(crate) fn conv2d(x: Tensor<4>, conv: HostConv) -> Option<(Tensor<4>, Tensor<3>)> {
     let g = conv.geometry;
     let fits = crate::device::is_flex(&x.device())
@@ -231,7 +235,7 @@ pub(crate) fn conv_rows(delta: Tensor<4>, cols: Tensor<3>, g: Geometry) -> Optio
     let fits = crate::device::is_flex(&delta.device())
         && [delta.dtype(), cols.dtype()] == [DType::F32; 2]
         && [hout, wout] == [g.hout, g.wout]
-        && cols.dims() == [b, g.positions(), g.patch()]
+        && cols.dims() == [b, 1, g.cols_len()]
         && c_out > 0;
     if !fits {
         return None;
@@ -264,14 +268,14 @@ impl HostOps for Flex {
         cols: FloatTensor<Self>,
         g: Geometry,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (b, t, kk) = (delta.layout().shape()[0], g.positions(), g.patch());
+        let (b, t, kk, n) = (delta.layout().shape()[0], g.positions(), g.patch(), g.cols_len());
         let c_out = delta.layout().num_elements() / (b * t).max(1);
         let (mut weight, mut bias) = (vec![0.0f32; b * c_out * kk], vec![0.0f32; b * c_out]);
         {
             let (dy, cols) = (values(&delta), values(&cols));
             let examples = weight.chunks_exact_mut((c_out * kk).max(1)).zip(bias.chunks_exact_mut(c_out.max(1)));
             for (e, (weight, bias)) in examples.enumerate() {
-                let (dy, cols) = (&dy[e * c_out * t..(e + 1) * c_out * t], &cols[e * t * kk..(e + 1) * t * kk]);
+                let (dy, cols) = (&dy[e * c_out * t..(e + 1) * c_out * t], &cols[e * n..(e + 1) * n]);
                 weight_rows(&g, dy, cols, weight, Some(bias));
             }
         }
@@ -393,17 +397,18 @@ impl<C: CheckpointStrategy> HostOps for Autodiff<Flex, C> {
 }
 
 thread_local! {
-    /// im2col buffers given back once a convolution's per-example rows are formed
-    /// ([`give_back`]), and the forward's scratch, for this thread's next convolution of the
-    /// same sizes: every stale value is overwritten (the im2col and the product write each
-    /// one; a test fills them with NaN), so no zeroing pass over them — 7 MB per micro-batch of
-    /// 64 for 16 channels of 3 × 3 windows on 14 × 14, 6 % of the residual GroupNorm model's
-    /// step on the burn engine (`perf`, 2 cores). At most [`SPARE`] are kept (counted in the
+    /// `cols` buffers (im2col matrices or zero-bordered planes) given back once a convolution's
+    /// per-example rows are formed ([`give_back`]), and the forward's scratch, for this thread's
+    /// next convolution of the same sizes: every stale value is overwritten (the im2col, the
+    /// padding and the product write each one; a test fills them with NaN), so no zeroing pass
+    /// over them — im2col matrices took 7 MB per micro-batch of 64 for 16 channels of 3 × 3
+    /// windows on 14 × 14, 6 % of the residual GroupNorm model's step on the burn engine
+    /// (`perf`, 2 cores). At most [`SPARE`] are kept (counted in the
     /// burn engine's memory estimate).
     static SPARE_COLS: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The most buffers (im2col matrices and scratch) a thread keeps for reuse.
+/// The most buffers (`cols` and scratch) a thread keeps for reuse.
 pub(super) const SPARE: usize = 4;
 
 /// A buffer of `n` values whose every value the caller overwrites: a given-back one of that
@@ -441,18 +446,18 @@ fn keep(buffer: Vec<f32>) {
     });
 }
 
-/// The convolution of `x` and its im2col matrices.
+/// The convolution of `x` and what its weight gradients need ([`forward_batch`]'s `cols`).
 fn convolve(x: &FlexTensor, conv: &HostConv) -> (FlexTensor, FlexTensor) {
     let g = &conv.geometry;
-    let (b, t, kk, c_out) = (x.layout().shape()[0], g.positions(), g.patch(), conv.c_out());
+    let (b, t, c_out) = (x.layout().shape()[0], g.positions(), conv.c_out());
     let x = values(x);
-    let (mut cols, mut hwc, mut out) =
-        (overwritten_buffer(b * t * kk), overwritten_buffer(b * t * c_out), vec![0.0f32; b * c_out * t]);
+    let (cols, hwc) = forward_scratch(g, b, c_out);
+    let (mut cols, mut hwc, mut out) = (overwritten_buffer(cols), overwritten_buffer(hwc), vec![0.0f32; b * c_out * t]);
     forward_batch(g, (&conv.weights, conv.bias.as_deref()), (b, &x), (&mut cols, &mut hwc), &mut out);
     keep(hwc);
     (
         FlexTensor::from_data(TensorData::new(out, [b, c_out, g.hout, g.wout])),
-        FlexTensor::from_data(TensorData::new(cols, [b, t, kk])),
+        FlexTensor::from_data(TensorData::new(cols, [b, 1, g.cols_len()])),
     )
 }
 
@@ -650,27 +655,30 @@ mod tests {
     use super::*;
 
     /// A kept buffer's stale values never reach an output: with NaN-filled buffers of the
-    /// convolution's im2col and scratch sizes kept on this thread, its output and im2col
-    /// matrices equal those of a run on fresh zeroed buffers, bit for bit, and both NaN buffers
-    /// were taken (only the scratch is kept again).
+    /// convolution's `cols` and scratch sizes kept on this thread, its output and `cols` equal
+    /// those of a run on fresh zeroed buffers, bit for bit, and both NaN buffers were taken
+    /// (only the scratch is kept again); at stride 1 (without im2col on AVX-512: the
+    /// zero-bordered plane) and at stride 2 (the im2col matrices).
     #[test]
     fn stale_kept_buffers_are_overwritten() {
         let (b, c_out) = (3, 4);
-        let g = Geometry { cin: 2, hin: 6, win: 5, k: 3, stride: 1, pad: 1, hout: 6, wout: 5 };
-        let (t, kk) = (g.positions(), g.patch());
-        let weights = testing::values(c_out * kk, 1);
-        let conv = HostConv { geometry: g, weights, bias: Some(testing::values(c_out, 2)) };
-        let x = FlexTensor::from_data(TensorData::new(testing::values(b * 60, 3), [b, 2, 6, 5]));
-        let bits = |t: &FlexTensor| values(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        SPARE_COLS.with_borrow_mut(Vec::clear);
-        let fresh = convolve(&x, &conv);
-        SPARE_COLS.with_borrow_mut(Vec::clear);
-        keep(vec![f32::NAN; b * t * kk]);
-        keep(vec![f32::NAN; b * t * c_out]);
-        let reused = convolve(&x, &conv);
-        assert_eq!((bits(&reused.0), bits(&reused.1)), (bits(&fresh.0), bits(&fresh.1)));
-        let kept =
-            SPARE_COLS.with_borrow(|spare| spare.iter().map(|v| v.iter().any(|v| v.is_nan())).collect::<Vec<_>>());
-        assert_eq!(kept, [false]);
+        for (stride, hout, wout) in [(1, 6, 5), (2, 3, 3)] {
+            let g = Geometry { cin: 2, hin: 6, win: 5, k: 3, stride, pad: 1, hout, wout };
+            let weights = testing::values(c_out * g.patch(), 1);
+            let conv = HostConv { geometry: g, weights, bias: Some(testing::values(c_out, 2)) };
+            let x = FlexTensor::from_data(TensorData::new(testing::values(b * 60, 3), [b, 2, 6, 5]));
+            let bits = |t: &FlexTensor| values(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            SPARE_COLS.with_borrow_mut(Vec::clear);
+            let fresh = convolve(&x, &conv);
+            SPARE_COLS.with_borrow_mut(Vec::clear);
+            let (cols, hwc) = forward_scratch(&g, b, c_out);
+            keep(vec![f32::NAN; cols]);
+            keep(vec![f32::NAN; hwc]);
+            let reused = convolve(&x, &conv);
+            assert_eq!((bits(&reused.0), bits(&reused.1)), (bits(&fresh.0), bits(&fresh.1)), "{g:?}");
+            let kept =
+                SPARE_COLS.with_borrow(|spare| spare.iter().map(|v| v.iter().any(|v| v.is_nan())).collect::<Vec<_>>());
+            assert_eq!(kept, [false], "{g:?}");
+        }
     }
 }

@@ -66,7 +66,7 @@ impl Rule for Conv2d {
 
     fn needs(&self) -> Needs {
         let (t, kk) = (self.geometry.positions(), self.geometry.patch());
-        Needs { cols: t * kk, argmax: 0, hwc: self.out_len(), dcols: t * kk }
+        Needs { cols: self.geometry.cols_len(), argmax: 0, hwc: self.out_len(), dcols: t * kk }
     }
 
     fn forward(&self, f: Forward<'_>) {
@@ -89,7 +89,8 @@ impl Rule for Conv2d {
         for e in 0..b {
             let row = &mut g.grads[e * p..(e + 1) * p];
             let dye = &g.dy[e * t * cout..(e + 1) * t * cout];
-            let cols = &g.own.cols[e * t * kk..(e + 1) * t * kk];
+            let n = geo.cols_len();
+            let cols = &g.own.cols[e * n..(e + 1) * n];
             let (weight, rest) = row[self.w..].split_at_mut(cout * kk);
             // `compile` takes the bias's offsets right after the weights'.
             let bias = self.b.map(|bo| &mut rest[bo - self.w - cout * kk..][..cout]);
