@@ -18,7 +18,7 @@ path = Path(arg) if "/" in arg else Path(__file__).parent / arg
 here, name = path.parent, path.name
 rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 cpu = here / "cpu.txt"
-model = next((l.split(":", 1)[1].strip() for l in cpu.read_text().splitlines() if l.startswith("Model name")), "?") if cpu.exists() else "?"
+machine = next((l.split(":", 1)[1].strip() for l in cpu.read_text().splitlines() if l.startswith("Model name")), "?") if cpu.exists() else "?"
 cores = next((l.split(":", 1)[1].strip() for l in cpu.read_text().splitlines() if l.startswith("CPU(s)")), "?") if cpu.exists() else "?"
 runs = [("opacus", "Opacus 1.6"), ("burn", "dpgd burn engine"), ("fast", "dpgd fast engine")]
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -39,6 +39,6 @@ for ax, (model, title) in zip(axes, [("cnn", "Opacus CNN"), ("residual", "residu
     ax.set_title(f"{title} (ratio: Opacus's median / dpgd's)", fontsize=10)
     ax.set_ylabel("full private step over 60,000 examples (s)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
-fig.suptitle(f"back to back on {cores} cores of {model}", fontsize=11)
+fig.suptitle(f"back to back on {cores} cores of {machine}", fontsize=11)
 fig.tight_layout()
 fig.savefig(here / name.replace("results", "plot").replace(".jsonl", ".png"), dpi=120)
