@@ -1024,22 +1024,32 @@ mod tests {
         }
     }
 
+    /// Stride-1 convolutions for the tests comparing two paths: (examples, cin, hin, win, k,
+    /// padding, cout), with and without padding, each window size.
+    const STRIDE_ONE: [(usize, usize, usize, usize, usize, usize, usize); 5] = [
+        (3, 2, 6, 5, 3, 1, 4),
+        (2, 16, 14, 14, 3, 1, 16),
+        (1, 1, 5, 7, 2, 0, 3),
+        (2, 3, 4, 4, 5, 2, 2),
+        (1, 2, 3, 3, 1, 0, 5),
+    ];
+
+    /// A case of [`STRIDE_ONE`]'s geometry, and weights of small integers (`cout × K`).
+    fn stride_one((cin, hin, win, k, pad, cout): (usize, usize, usize, usize, usize, usize)) -> (Geometry, Vec<f32>) {
+        let (hout, wout) = (hin + 2 * pad - k + 1, win + 2 * pad - k + 1);
+        let g = Geometry { cin, hin, win, k, stride: 1, pad, hout, wout };
+        let weights = (0..cout * g.patch()).map(|i| ((i * 3 + i / 5) % 7) as f32 - 3.0).collect();
+        (g, weights)
+    }
+
     /// The input gradient at stride 1 through the transposed column gradients equals the one
     /// through col2im: small integers, so that every sum is exact in either order and the two
     /// must agree bit for bit (with and without padding, several examples, each window size).
     #[test]
     fn transposed_input_gradient_equals_col2im() {
-        for (b, cin, hin, win, k, pad, cout) in [
-            (3, 2, 6, 5, 3, 1, 4),
-            (2, 16, 14, 14, 3, 1, 16),
-            (1, 1, 5, 7, 2, 0, 3),
-            (2, 3, 4, 4, 5, 2, 2),
-            (1, 2, 3, 3, 1, 0, 5),
-        ] {
-            let (hout, wout) = (hin + 2 * pad - k + 1, win + 2 * pad - k + 1);
-            let g = Geometry { cin, hin, win, k, stride: 1, pad, hout, wout };
+        for (b, cin, hin, win, k, pad, cout) in STRIDE_ONE {
+            let (g, weights) = stride_one((cin, hin, win, k, pad, cout));
             let (t, kk, n_in) = (g.positions(), g.patch(), cin * hin * win);
-            let weights: Vec<f32> = (0..cout * kk).map(|i| ((i * 3 + i / 5) % 7) as f32 - 3.0).collect();
             let dy: Vec<f32> = (0..b * cout * t).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
             let (mut hwc, mut dcols) = (vec![0.0; b * t * cout], vec![0.0; b * t * kk]);
             let (mut got, mut want) = (vec![7.0; b * n_in], vec![9.0; b * n_in]);
@@ -1058,21 +1068,13 @@ mod tests {
         if !crate::simd::has_avx512f() {
             return;
         }
-        for (b, cin, hin, win, k, pad, cout) in [
-            (3, 2, 6, 5, 3, 1, 4),
-            (2, 16, 14, 14, 3, 1, 16),
-            (1, 1, 5, 7, 2, 0, 3),
-            (2, 3, 4, 4, 5, 2, 2),
-            (1, 2, 3, 3, 1, 0, 5),
-            (2, 1, 9, 6, 3, 0, 20),
-            // padded rows wider than a vector: the plane zeroed, then its interior copied
-            (1, 2, 5, 20, 3, 1, 3),
-        ] {
-            let (hout, wout) = (hin + 2 * pad - k + 1, win + 2 * pad - k + 1);
-            let g = Geometry { cin, hin, win, k, stride: 1, pad, hout, wout };
+        // and padded rows wider than a vector (the plane zeroed, then its interior copied)
+        for (b, cin, hin, win, k, pad, cout) in
+            STRIDE_ONE.into_iter().chain([(2, 1, 9, 6, 3, 0, 20), (1, 2, 5, 20, 3, 1, 3)])
+        {
+            let (g, weights) = stride_one((cin, hin, win, k, pad, cout));
             assert!(g.implicit(), "{g:?}");
             let (t, kk, n_in) = (g.positions(), g.patch(), cin * hin * win);
-            let weights: Vec<f32> = (0..cout * kk).map(|i| ((i * 3 + i / 5) % 7) as f32 - 3.0).collect();
             let bias: Vec<f32> = (0..cout).map(|i| (i % 5) as f32 - 2.0).collect();
             let x: Vec<f32> = (0..b * n_in).map(|i| ((i * 5 + i / 3) % 11) as f32 - 5.0).collect();
             let dy: Vec<f32> = (0..b * cout * t).map(|i| ((i * 7) % 9) as f32 - 4.0).collect();
