@@ -62,8 +62,9 @@ mod conv2d;
 mod embedding;
 #[cfg(feature = "flex")]
 mod host;
-/// The most buffers a thread keeps for reuse between calls of the CPU kernels (im2col matrices
-/// and scratch, each of one call's size at most), for memory estimates.
+/// The most buffers a thread keeps for reuse between calls of the CPU kernels (what a
+/// convolution keeps for its weight gradients, and scratch: each of one call's size at most),
+/// for memory estimates.
 #[cfg(feature = "flex")]
 pub(crate) const SPARE: usize = host::SPARE;
 #[cfg(not(feature = "flex"))]

@@ -4,6 +4,8 @@
 //! examples and has no per-example gradient), then scale by γ and shift by β per channel
 //! (GroupNorm) or feature (LayerNorm). With x̂ the normalised input, recorded in the forward,
 //! and δ the output gradient: `g_γ,i = Σ δᵢ ⊙ x̂ᵢ` and `g_β,i = Σ δᵢ`, summed over positions.
+//! GroupNorm on flex (dpgd's operation) records its input and statistics instead, and its
+//! backward kernel, which forms these rows beside the input gradient, leaves them for the rule.
 
 use burn::config::Config;
 use burn::module::{Module, Param, ParamId};
@@ -111,7 +113,7 @@ impl GroupNorm {
         attach(out, |probe| NormCall {
             gamma: gamma.id,
             beta: Some(beta.id),
-            normalised: Saved::Normalised(normalised.without_autodiff()),
+            saved: Saved::Normalised(normalised.without_autodiff()),
             probe,
             channels: c,
             channel_axis: true,
@@ -140,7 +142,7 @@ impl GroupNorm {
         Some(attach(out, |probe| NormCall {
             gamma: gamma.id,
             beta: Some(beta.id),
-            normalised: Saved::Host(saved),
+            saved: Saved::Host(saved),
             probe,
             channels: c,
             channel_axis: true,
@@ -207,7 +209,7 @@ impl LayerNorm {
         attach(out, |probe| NormCall {
             gamma: self.gamma.id,
             beta: self.beta.as_ref().map(|b| b.id),
-            normalised: Saved::Normalised(normalised.without_autodiff()),
+            saved: Saved::Normalised(normalised.without_autodiff()),
             probe,
             channels: d,
             channel_axis: false,
@@ -230,7 +232,7 @@ enum Saved<const D: usize> {
 struct NormCall<const D: usize> {
     gamma: ParamId,
     beta: Option<ParamId>,
-    normalised: Saved<D>,
+    saved: Saved<D>,
     probe: Tensor<D>,
     channels: usize,
     channel_axis: bool,
@@ -252,7 +254,7 @@ impl<const D: usize> Recorded for NormCall<D> {
     }
 
     fn values_per_example(&self) -> usize {
-        let kept = match &self.normalised {
+        let kept = match &self.saved {
             Saved::Normalised(t) => t.dims(),
             #[cfg(feature = "flex")]
             Saved::Host(saved) => saved.dims(),
@@ -263,7 +265,7 @@ impl<const D: usize> Recorded for NormCall<D> {
     fn per_example(&mut self, grads: &mut Gradients) -> Vec<(ParamId, Tensor<2>)> {
         let Some(delta) = self.probe.grad_remove(grads) else { return Vec::new() };
         let b = delta.dims()[0];
-        let xhat = match &self.normalised {
+        let xhat = match &self.saved {
             Saved::Normalised(xhat) => xhat.clone(),
             #[cfg(feature = "flex")]
             Saved::Host(saved) => {
