@@ -662,7 +662,7 @@ pub(crate) fn forward_batch(
     out: &mut [f32],
 ) {
     if g.implicit() {
-        forward_implicit(g, (weights, bias), (b, x), cols, out);
+        forward_implicit(g, (weights, bias), (b, x), (cols, hwc), out);
     } else {
         forward_im2col(g, (weights, bias), (b, x), (cols, hwc), out);
     }
@@ -689,9 +689,9 @@ fn forward_im2col(
 }
 
 /// The lengths of [`forward_batch`]'s `cols` and `hwc` for `b` examples and `cout` output
-/// channels.
+/// channels (without im2col, `hwc` holds one example's wide rows at a time).
 pub(crate) fn forward_scratch(g: &Geometry, b: usize, cout: usize) -> (usize, usize) {
-    (b * g.cols_len(), if g.implicit() { 0 } else { b * g.positions() * cout })
+    (b * g.cols_len(), if g.implicit() { cout * g.wide().3 } else { b * g.positions() * cout })
 }
 
 /// One example's weight gradient `Δ · cols` (`[cout, K]`, into `weight`) and, when given, its
@@ -749,18 +749,18 @@ impl Geometry {
 /// (the k − 1 positions past its end are not outputs) and the bias added. The last position
 /// read, (cin − 1)·Hp·Wp + (k − 1)·(Wp + 1) + L − 1, is the plane's last value (Hp = hout + k − 1,
 /// Wp = wout + k − 1). Each example's plane is left in `cols` ([`Geometry::cols_len`] values
-/// each) for [`weight_rows_implicit`].
+/// each) for [`weight_rows_implicit`]; the wide rows go through `hwc` (`cout × L`, overwritten).
 fn forward_implicit(
     g: &Geometry,
     (weights, bias): (&[f32], Option<&[f32]>),
     (b, x): (usize, &[f32]),
-    cols: &mut [f32],
+    (cols, hwc): (&mut [f32], &mut [f32]),
     out: &mut [f32],
 ) {
     let (t, kk, k, n_in) = (g.positions(), g.patch(), g.k, g.cin * g.hin * g.win);
     let cout = weights.len() / kk.max(1);
     let (hp, wp, plane_len, l) = g.wide();
-    let mut wide = vec![0.0f32; cout * l];
+    let wide = &mut hwc[..cout * l];
     for e in 0..b {
         // A reused buffer holds stale values: every value of the plane is written.
         let plane = &mut cols[e * plane_len..(e + 1) * plane_len];
@@ -768,9 +768,10 @@ fn forward_implicit(
         for (w, (i, j)) in (0..k).flat_map(|i| (0..k).map(move |j| (i, j))).enumerate() {
             let wij = MatRef::strided(&weights[i * k + j..], (cout, g.cin), (kk, k * k));
             let view = MatRef::strided(&plane[i * wp + j..], (g.cin, l), (hp * wp, 1));
-            matmul(MatMut::row_major(&mut wide, cout, l), wij, view, w > 0);
+            // The first offset overwrites whatever the buffer held.
+            matmul(MatMut::row_major(wide, cout, l), wij, view, w > 0);
         }
-        crop(g, (&wide, bias), &mut out[e * cout * t..(e + 1) * cout * t]);
+        crop(g, (wide, bias), &mut out[e * cout * t..(e + 1) * cout * t]);
     }
 }
 
@@ -1062,7 +1063,8 @@ mod tests {
     /// At stride 1 the forward and the weight gradients without im2col equal those through it:
     /// small integers, so that every sum is exact in either order and the two must agree bit for
     /// bit (with and without padding, several examples, each window size, a bias or none), with
-    /// the buffer that keeps each example's plane full of stale values (NaN) beforehand.
+    /// the buffers that keep each example's plane and take the wide rows full of stale values (NaN)
+    /// beforehand.
     #[test]
     fn the_forward_and_weight_rows_without_im2col_equal_those_through_it() {
         if !crate::simd::has_avx512f() {
@@ -1081,8 +1083,8 @@ mod tests {
             for bias in [Some(&bias[..]), None] {
                 let (mut want_cols, mut hwc) = (vec![0.0; b * t * kk], vec![0.0; b * t * cout]);
                 let (mut got, mut want) = (vec![f32::NAN; b * cout * t], vec![0.0; b * cout * t]);
-                let mut cols = vec![f32::NAN; b * g.cols_len()];
-                forward_implicit(&g, (&weights, bias), (b, &x), &mut cols, &mut got);
+                let (mut cols, mut wide) = (vec![f32::NAN; b * g.cols_len()], vec![f32::NAN; cout * g.wide().3]);
+                forward_implicit(&g, (&weights, bias), (b, &x), (&mut cols, &mut wide), &mut got);
                 forward_im2col(&g, (&weights, bias), (b, &x), (&mut want_cols, &mut hwc), &mut want);
                 assert_eq!(got, want, "forward {g:?}");
                 for e in 0..b {

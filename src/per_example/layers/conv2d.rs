@@ -6,7 +6,7 @@ use super::Alloc;
 use super::{Backward, Forward, Init, Needs, Params, Rule};
 use crate::arch::kinds;
 use crate::arch::{Shape, ShapeError, checked};
-use crate::kernels::conv::{Geometry, forward_batch, input_grad_batch, weight_rows};
+use crate::kernels::conv::{Geometry, forward_batch, forward_scratch, input_grad_batch, weight_rows};
 
 /// A compiled convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,9 @@ impl Rule for Conv2d {
 
     fn needs(&self) -> Needs {
         let (t, kk) = (self.geometry.positions(), self.geometry.patch());
-        Needs { cols: self.geometry.cols_len(), argmax: 0, hwc: self.out_len(), dcols: t * kk }
+        // hwc: the channel-last outputs or output gradients, or the wide rows of one example.
+        let hwc = self.out_len().max(forward_scratch(&self.geometry, 1, self.cout).1);
+        Needs { cols: self.geometry.cols_len(), argmax: 0, hwc, dcols: t * kk }
     }
 
     fn forward(&self, f: Forward<'_>) {
