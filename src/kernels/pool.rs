@@ -1,33 +1,35 @@
 //! Pooling on the host, for the burn engine's pooling layers on flex (`dpgd::nn::MaxPool2d` and
-//! `AvgPool2d`), valid padding and floor mode: max pooling's arg-max over each window, from which
-//! its values and backward follow (flex's rule for ties and NaN: the first maximum; a NaN wins,
-//! the last NaN of a window), and average pooling and its backward, each value formed by the
+//! `AvgPool2d`), valid padding and floor mode: max pooling's maximum and arg-max over each
+//! window, from which its backward follows (flex's rule for ties and NaN: the first maximum; a
+//! NaN wins, the last NaN of a window), and average pooling and its backward, each value formed by the
 //! same additions in the same order as flex's (so equal to burn's bit for bit).
 // Used by the burn engine's pooling on flex only.
 #![cfg_attr(not(feature = "flex"), allow(dead_code))]
 
 crate::simd::kernel! {
-    /// For each of `planes` planes of `h × w` values, each window's argmax (its index in the plane),
-    /// valid padding, floor mode; with the output size. The window offsets are the outer loops and
-    /// an output row the inner one, so that the comparisons run along contiguous values, compiled
-    /// for each instruction set ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's
-    /// private step on the burn engine (`perf`, 2 cores).
+    /// For each of `planes` planes of `h × w` values, each window's maximum and its arg-max (its
+    /// index in the plane, which the caller keeps below 2³²), valid padding, floor mode; with the
+    /// output size. The window offsets are the outer loops and an output row the inner one, so
+    /// that the comparisons run along contiguous values, compiled for each instruction set
+    /// ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's private step on the
+    /// burn engine (`perf`, 2 cores). Each maximum is the value at its arg-max, bit for bit (the
+    /// running maxima are copies of the values).
     pub(crate) fn argmax(
         x: &[f32],
         [planes, h, w]: [usize; 3],
         [kh, kw]: [usize; 2],
         [sh, sw]: [usize; 2],
         [dh, dw]: [usize; 2],
-    ) -> (Vec<i64>, [usize; 2]) {
+    ) -> (Vec<f32>, Vec<u32>, [usize; 2]) {
         let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
-        let mut out = vec![0i64; planes * ho * wo];
+        let (mut values, mut out) = (vec![0.0f32; planes * ho * wo], vec![0u32; planes * ho * wo]);
         if sh == 1 && sw == 1 {
-            argmax_flat(x, &mut out, [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
-            return (out, [ho, wo]);
+            argmax_flat(x, (&mut values, &mut out), [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
+            return (values, out, [ho, wo]);
         }
-        let mut best = vec![0.0f32; wo];
-        for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
-            for (oy, at) in out.chunks_exact_mut(wo).enumerate() {
+        let planes_out = values.chunks_exact_mut(ho * wo).zip(out.chunks_exact_mut(ho * wo));
+        for (plane, (values, out)) in x.chunks_exact(h * w).zip(planes_out).take(planes) {
+            for (oy, (best, at)) in values.chunks_exact_mut(wo).zip(out.chunks_exact_mut(wo)).enumerate() {
                 for ky in 0..kh {
                     let row = (oy * sh + ky * dh) * w;
                     for kx in 0..kw {
@@ -37,19 +39,19 @@ crate::simd::kernel! {
                             // Contiguous values: equal-length slices, no bounds check per value.
                             let line = &plane[start..start + wo];
                             for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
-                                select(first, v, (start + j) as i64, best, at);
+                                select(first, v, (start + j) as u32, best, at);
                             }
                         } else {
                             for (ox, (best, at)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
                                 let i = start + ox * sw;
-                                select(first, plane[i], i as i64, best, at);
+                                select(first, plane[i], i as u32, best, at);
                             }
                         }
                     }
                 }
             }
         }
-        (out, [ho, wo])
+        (values, out, [ho, wo])
     }
 }
 
@@ -60,25 +62,27 @@ crate::simd::kernel! {
 #[inline(always)]
 fn argmax_flat(
     x: &[f32],
-    out: &mut [i64],
+    (values, out): (&mut [f32], &mut [u32]),
     [planes, h, w]: [usize; 3],
     [ho, wo]: [usize; 2],
     [kh, kw]: [usize; 2],
     [dh, dw]: [usize; 2],
 ) {
     let flat = (ho - 1) * w + wo;
-    let (mut best, mut at) = (vec![0.0f32; flat], vec![0i64; flat]);
-    for (plane, out) in x.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo)).take(planes) {
+    let (mut best, mut at) = (vec![0.0f32; flat], vec![0u32; flat]);
+    let planes_out = values.chunks_exact_mut(ho * wo).zip(out.chunks_exact_mut(ho * wo));
+    for (plane, (values, out)) in x.chunks_exact(h * w).zip(planes_out).take(planes) {
         for ky in 0..kh {
             for kx in 0..kw {
                 let (first, start) = (ky == 0 && kx == 0, ky * dh * w + kx * dw);
                 let line = &plane[start..start + flat];
                 for (j, ((best, at), &v)) in best.iter_mut().zip(at.iter_mut()).zip(line).enumerate() {
-                    select(first, v, (start + j) as i64, best, at);
+                    select(first, v, (start + j) as u32, best, at);
                 }
             }
         }
-        for (oy, row) in out.chunks_exact_mut(wo).enumerate() {
+        for (oy, (vrow, row)) in values.chunks_exact_mut(wo).zip(out.chunks_exact_mut(wo)).enumerate() {
+            vrow.copy_from_slice(&best[oy * w..oy * w + wo]);
             row.copy_from_slice(&at[oy * w..oy * w + wo]);
         }
     }
@@ -87,7 +91,7 @@ fn argmax_flat(
 /// flex's rule for one more value `v` at `i` of a window: the first maximum; a NaN wins (the
 /// last NaN of the window). Written as selects rather than branches.
 #[inline(always)]
-fn select(first: bool, v: f32, i: i64, best: &mut f32, at: &mut i64) {
+fn select(first: bool, v: f32, i: u32, best: &mut f32, at: &mut u32) {
     let take = first | (v > *best) | v.is_nan();
     *best = if take { v } else { *best };
     *at = if take { i } else { *at };
@@ -184,8 +188,14 @@ mod tests {
     #[test]
     fn argmax_by_hand() {
         let x = [1.0, 3.0, 3.0, 0.0, 2.0, f32::NAN, 5.0, 1.0, f32::NAN];
-        let (idx, size) = argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
-        assert_eq!((idx, size), (vec![1, 5, 6, 8], [2, 2]));
+        let (values, idx, size) = argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
+        assert_eq!((&idx, size), (&vec![1, 5, 6, 8], [2, 2]));
+        // each maximum is the value at its arg-max, bit for bit (NaN included)
+        let at: Vec<u32> = idx.iter().map(|&i| x[i as usize].to_bits()).collect();
+        assert_eq!(values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), at);
+        // and at stride 2 (windows side by side): one window of the top-left 2 × 2
+        let (values, idx, size) = argmax(&x, [1, 3, 3], [2, 2], [2, 2], [1, 1]);
+        assert_eq!((values, idx, size), (vec![3.0], vec![1], [1, 1]));
     }
 
     /// Average pooling by hand: overlapping windows (stride 1) share their inputs' gradients.

@@ -201,7 +201,9 @@ pub(crate) fn tap<const D: usize>(x: &Tensor<D>, probe: &Tensor<D>) -> Option<Te
 /// [`HostOps::host_max_pool2d`] of `x` where it runs (flex, f32 values, windows that fit);
 /// `None` elsewhere.
 pub(crate) fn max_pool2d(x: Tensor<4>, windows: PoolWindows) -> Option<Tensor<4>> {
-    let fits = crate::device::is_flex(&x.device()) && x.dtype() == DType::F32;
+    // The arg-maxes are indices in a plane, kept as u32.
+    let plane_fits = x.dims()[2].checked_mul(x.dims()[3]).is_some_and(|p| u32::try_from(p).is_ok());
+    let fits = crate::device::is_flex(&x.device()) && x.dtype() == DType::F32 && plane_fits;
     fits.then(|| Tensor::from_dispatch(<Dispatch as HostOps>::host_max_pool2d(x.into_dispatch(), windows)))
 }
 
@@ -547,16 +549,11 @@ fn values(x: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
 }
 
 /// The max pooling of `x` (`[b, c, h, w]`), each output's arg-max in its plane, and `x`'s shape.
-fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<i64>, [usize; 4]) {
+fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<u32>, [usize; 4]) {
     let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
     let [b, c, h, width] = dims;
     let x = values(x);
-    let (argmax, [ho, wo]) = crate::kernels::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
-    let (plane, outputs) = (h * width, (ho * wo).max(1));
-    let mut out = vec![0.0f32; argmax.len()];
-    for ((out, at), x) in out.chunks_exact_mut(outputs).zip(argmax.chunks_exact(outputs)).zip(x.chunks_exact(plane)) {
-        out.iter_mut().zip(at).for_each(|(o, &i)| *o = x[i as usize]);
-    }
+    let (out, argmax, [ho, wo]) = crate::kernels::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
     (FlexTensor::from_data(TensorData::new(out, [b, c, ho, wo])), argmax, dims)
 }
 
@@ -566,7 +563,7 @@ fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<i64>, [usize; 4]
 struct MaxPoolBackward;
 
 impl Backward<Flex, 1> for MaxPoolBackward {
-    type State = (Vec<i64>, [usize; 4]);
+    type State = (Vec<u32>, [usize; 4]);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<Flex>(&ops.node);
