@@ -1,8 +1,8 @@
 //! Pooling on the host, for the burn engine's pooling layers on flex (`dpgd::nn::MaxPool2d` and
 //! `AvgPool2d`), valid padding and floor mode: max pooling's maximum and arg-max over each
 //! window, from which its backward follows (flex's rule for ties and NaN: the first maximum; a
-//! NaN wins, the last NaN of a window), and average pooling and its backward, each value formed by the
-//! same additions in the same order as flex's (so equal to burn's bit for bit).
+//! NaN wins, the last NaN of a window), and average pooling and its backward, each value formed
+//! by the same additions in the same order as flex's (so equal to burn's bit for bit).
 // Used by the burn engine's pooling on flex only.
 #![cfg_attr(not(feature = "flex"), allow(dead_code))]
 

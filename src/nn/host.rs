@@ -548,7 +548,8 @@ fn values(x: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     }
 }
 
-/// The max pooling of `x` (`[b, c, h, w]`), each output's arg-max in its plane, and `x`'s shape.
+/// The max pooling of `x` (`[b, c, h, w]`: planes of fewer than 2³² values), each output's
+/// arg-max in its plane, and `x`'s shape.
 fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<u32>, [usize; 4]) {
     let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
     let [b, c, h, width] = dims;
