@@ -14,7 +14,7 @@ crate::simd::kernel! {
     /// ([`crate::simd`]): at SSE2 alone it was a fifth of the Opacus CNN's private step on the
     /// burn engine (`perf`, 2 cores). Each maximum is the value at its arg-max, bit for bit (the
     /// running maxima are copies of the values).
-    pub(crate) fn argmax(
+    pub(crate) fn max_with_argmax(
         x: &[f32],
         [planes, h, w]: [usize; 3],
         [kh, kw]: [usize; 2],
@@ -24,7 +24,7 @@ crate::simd::kernel! {
         let (ho, wo) = ((h - dh * (kh - 1) - 1) / sh + 1, (w - dw * (kw - 1) - 1) / sw + 1);
         let (mut values, mut out) = (vec![0.0f32; planes * ho * wo], vec![0u32; planes * ho * wo]);
         if sh == 1 && sw == 1 {
-            argmax_flat(x, (&mut values, &mut out), [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
+            max_with_argmax_flat(x, (&mut values, &mut out), [planes, h, w], [ho, wo], [kh, kw], [dh, dw]);
             return (values, out, [ho, wo]);
         }
         let planes_out = values.chunks_exact_mut(ho * wo).zip(out.chunks_exact_mut(ho * wo));
@@ -55,12 +55,13 @@ crate::simd::kernel! {
     }
 }
 
-/// [`argmax`] at stride 1: a window at output (oy, ox) starts at oy·w + ox of its plane, so every
-/// window offset (ky·dh·w + kx·dw) is one pass over the plane's values flattened — runs of
-/// (ho − 1)·w + wo values instead of output rows of wo — the windows' values visited in the same
-/// order (window rows, then columns), so the same arg-max; each output reads its position.
+/// [`max_with_argmax`] at stride 1: a window at output (oy, ox) starts at oy·w + ox of its
+/// plane, so every window offset (ky·dh·w + kx·dw) is one pass over the plane's values
+/// flattened — runs of (ho − 1)·w + wo values instead of output rows of wo — the windows' values
+/// visited in the same order (window rows, then columns), so the same maxima and arg-maxes; each
+/// output reads its position.
 #[inline(always)]
-fn argmax_flat(
+fn max_with_argmax_flat(
     x: &[f32],
     (values, out): (&mut [f32], &mut [u32]),
     [planes, h, w]: [usize; 3],
@@ -188,13 +189,13 @@ mod tests {
     #[test]
     fn argmax_by_hand() {
         let x = [1.0, 3.0, 3.0, 0.0, 2.0, f32::NAN, 5.0, 1.0, f32::NAN];
-        let (values, idx, size) = argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
+        let (values, idx, size) = max_with_argmax(&x, [1, 3, 3], [2, 2], [1, 1], [1, 1]);
         assert_eq!((&idx, size), (&vec![1, 5, 6, 8], [2, 2]));
         // each maximum is the value at its arg-max, bit for bit (NaN included)
         let at: Vec<u32> = idx.iter().map(|&i| x[i as usize].to_bits()).collect();
         assert_eq!(values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), at);
         // and at stride 2 (windows side by side): one window of the top-left 2 × 2
-        let (values, idx, size) = argmax(&x, [1, 3, 3], [2, 2], [2, 2], [1, 1]);
+        let (values, idx, size) = max_with_argmax(&x, [1, 3, 3], [2, 2], [2, 2], [1, 1]);
         assert_eq!((values, idx, size), (vec![3.0], vec![1], [1, 1]));
     }
 

@@ -554,7 +554,8 @@ fn max_pool(x: &FlexTensor, w: PoolWindows) -> (FlexTensor, Vec<u32>, [usize; 4]
     let dims: [usize; 4] = std::array::from_fn(|i| x.layout().shape()[i]);
     let [b, c, h, width] = dims;
     let x = values(x);
-    let (out, argmax, [ho, wo]) = crate::kernels::pool::argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
+    let (out, argmax, [ho, wo]) =
+        crate::kernels::pool::max_with_argmax(&x, [b * c, h, width], w.kernel, w.stride, w.dilation);
     (FlexTensor::from_data(TensorData::new(out, [b, c, ho, wo])), argmax, dims)
 }
 
